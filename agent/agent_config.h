@@ -1,0 +1,33 @@
+// Everything the elastic agent needs to run one node's share of a job. Built by the
+// launcher from the command line; plain data, every field documents its default.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/std_streams.h"
+#include "rendezvous/rendezvous_config.h"
+
+namespace ddprun::agent {
+
+struct AgentConfig {
+  // The worker command: argv[0] is an absolute path (python or the program itself).
+  std::vector<std::string> entrypoint;
+  // Short name of what runs, for the failure report title ("train.py", "-m pkg.mod").
+  std::string entry_name;
+  int nproc_per_node = 1;                 // --nproc_per_node, resolved to a count.
+  std::string role = "default";           // --role; ROLE_NAME.
+  int max_restarts = 0;                   // --max_restarts.
+  std::chrono::milliseconds monitor_interval{5000};  // --monitor_interval; only reported.
+  std::chrono::milliseconds term_timeout{30000};     // --term_timeout: SIGTERM -> SIGKILL grace.
+  std::optional<std::string> log_dir;     // --log_dir; unset: a temporary directory.
+  StdSpec redirects;                      // -r/--redirects; default none.
+  StdSpec tee;                            // -t/--tee; default none.
+  std::optional<std::set<int>> local_ranks_filter;  // --local_ranks_filter; unset: all.
+  rendezvous::RendezvousConfig rendezvous;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,106 @@
+#include "agent/failure_report.h"
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+
+#include <fmt/format.h>
+
+namespace ddprun::agent {
+namespace {
+
+double secondsSinceEpoch(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
+// The error file's timestamp has one-second resolution; an exit seen within that
+// second still counts as after the error was written.
+double causeTime(const WorkerFailure& f) {
+  if (f.error && f.error->timestamp) return *f.error->timestamp;
+  return secondsSinceEpoch(f.time);
+}
+
+std::string formatTime(std::chrono::system_clock::time_point t) {
+  std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  ::localtime_r(&secs, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  char zone[16];
+  std::strftime(zone, sizeof zone, "%Z", &tm);
+  return fmt::format("{}.{:03d} {}", buf, millis, zone);
+}
+
+std::string indent(std::string_view text, std::string_view pad) {
+  std::string out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    out += pad;
+    out += text.substr(start, end - start);
+    out += '\n';
+    start = end + 1;
+  }
+  return out;
+}
+
+void appendFailure(std::string& out, const WorkerFailure& f) {
+  out += fmt::format("  rank      : {} (local_rank: {})\n", f.rank, f.local_rank);
+  out += fmt::format("  host      : {}\n", f.host);
+  out += fmt::format("  pid       : {}\n", f.pid);
+  if (f.signal != 0) {
+    out += fmt::format("  exit      : killed by {} ({})\n", signalName(f.signal), f.signal);
+  } else {
+    out += fmt::format("  exit      : exit code {}\n", f.exit_code);
+  }
+  out += fmt::format("  time      : {}\n", formatTime(f.time));
+  if (f.error) {
+    out += fmt::format("  error_file: {}\n", f.error_file);
+    out += fmt::format("  message   : {}\n", f.error->message);
+    if (!f.error->traceback.empty()) {
+      out += "  traceback :\n";
+      out += indent(f.error->traceback, "    ");
+    }
+  } else {
+    out += "  message   : (the worker wrote no error file; see its stderr)\n";
+  }
+}
+
+}  // namespace
+
+std::string signalName(int signal) {
+  if (const char* abbrev = ::sigabbrev_np(signal)) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(signal);
+}
+
+void sortRootCauseFirst(std::vector<WorkerFailure>& failures) {
+  std::stable_sort(failures.begin(), failures.end(), [](const WorkerFailure& a, const WorkerFailure& b) {
+    double ta = causeTime(a), tb = causeTime(b);
+    if (ta != tb) return ta < tb;
+    if (a.time != b.time) return a.time < b.time;
+    return a.rank < b.rank;
+  });
+}
+
+std::string formatFailureReport(std::string_view entry_name, const std::vector<WorkerFailure>& failures) {
+  const std::string rule(64, '=');
+  const std::string thin(64, '-');
+  std::string out = rule + "\n";
+  out += fmt::format("{} FAILED: {} worker{} failed\n", entry_name, failures.size(), failures.size() == 1 ? "" : "s");
+  out += thin + "\nRoot cause (first failure):\n";
+  appendFailure(out, failures.front());
+  if (failures.size() > 1) {
+    out += thin + "\nOther failures:\n";
+    for (size_t i = 1; i < failures.size(); ++i) {
+      if (i > 1) out += "\n";
+      appendFailure(out, failures[i]);
+    }
+  }
+  out += rule + "\n";
+  return out;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,38 @@
+// The report printed when workers fail: the root cause first, then the rest. Like
+// torchrun's ChildFailedError, with the cause chosen by time (the error file's timestamp
+// when the worker wrote one) rather than by rank.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/error_file.h"
+
+namespace ddprun::agent {
+
+struct WorkerFailure {
+  int rank = 0;
+  int local_rank = 0;
+  std::string host;
+  int pid = 0;
+  int exit_code = 0;     // valid when signal == 0.
+  int signal = 0;        // the signal that killed the worker, or 0.
+  std::chrono::system_clock::time_point time;  // when the agent saw it exit.
+  std::string error_file;
+  std::optional<WorkerErrorRecord> error;
+};
+
+// "SIGKILL" for 9, "signal 77" for numbers without a name.
+std::string signalName(int signal);
+
+// Orders failures root-cause first: by the error file's timestamp when present, else by
+// exit time; ties by exit time, then rank.
+void sortRootCauseFirst(std::vector<WorkerFailure>& failures);
+
+// Formats the whole report; `failures` must be sorted and non-empty.
+std::string formatFailureReport(std::string_view entry_name, const std::vector<WorkerFailure>& failures);
+
+}  // namespace ddprun::agent

@@ -1,0 +1,39 @@
+// Where a run's per-worker files live:
+//   <log_dir>/<run_id>_<unique>/attempt_<k>/<local_rank>/{stdout.log,stderr.log,error.json}
+// Without --log_dir the same tree is made under $TMPDIR and, unless the user asked for
+// redirected or teed output, removed when the run ends.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace ddprun::agent {
+
+class LogLayout {
+ public:
+  // Creates the run directory. Throws UsageError when `log_dir` cannot be created or
+  // written (a user mistake), SystemError for other failures.
+  LogLayout(const std::optional<std::string>& log_dir, const std::string& run_id, bool keep_temporary);
+  ~LogLayout();
+  LogLayout(const LogLayout&) = delete;
+  LogLayout& operator=(const LogLayout&) = delete;
+
+  const std::string& runDir() const { return run_dir_; }
+  // True when the run directory is a temporary one that the destructor removes.
+  bool isTemporary() const { return remove_on_exit_; }
+
+  // Creates (if needed) and returns attempt_<k>/<local_rank>/.
+  std::string workerDir(int attempt, int local_rank) const;
+  static std::string stdoutFile(const std::string& worker_dir) { return worker_dir + "/stdout.log"; }
+  static std::string stderrFile(const std::string& worker_dir) { return worker_dir + "/stderr.log"; }
+  static std::string errorFile(const std::string& worker_dir) { return worker_dir + "/error.json"; }
+
+ private:
+  std::string run_dir_;
+  bool remove_on_exit_ = false;
+};
+
+// Checks that `dir` exists or can be created, and is writable. Throws UsageError.
+void ensureWritableDirectory(const std::string& dir);
+
+}  // namespace ddprun::agent

@@ -1,0 +1,106 @@
+#include "agent/process_spawner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <boost/process/args.hpp>
+#include <boost/process/child.hpp>
+#include <boost/process/env.hpp>
+#include <boost/process/environment.hpp>
+#include <boost/process/exe.hpp>
+#include <boost/process/extend.hpp>
+
+#include "common/error.h"
+
+namespace ddprun::agent {
+namespace bp = boost::process;
+namespace {
+
+// Runs in the forked child between fork and exec: only async-signal-safe calls.
+struct WorkerChildSetup : bp::extend::handler {
+  pid_t agent_pid;
+  int stdout_fd;
+  int stderr_fd;
+
+  template <class Executor>
+  void on_exec_setup(Executor&) const {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // The agent may have died between fork and prctl; then nobody would reap us.
+    if (::getppid() != agent_pid) ::_exit(127);
+    if (stdout_fd >= 0) ::dup2(stdout_fd, STDOUT_FILENO);
+    if (stderr_fd >= 0) ::dup2(stderr_fd, STDERR_FILENO);
+    // Ignored signals stay ignored across exec; the agent ignores SIGPIPE for itself only.
+    ::signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  }
+};
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { int fd = fd_; fd_ = -1; return fd; }
+  void reset(int fd = -1) { if (fd_ >= 0) ::close(fd_); fd_ = fd; }
+
+ private:
+  int fd_ = -1;
+};
+
+// Prepares the child's end of one stream; for a pipe also the agent's read end.
+void openTarget(const StdioTarget& target, Fd& child_end, Fd& agent_end) {
+  switch (target.kind) {
+    case StdioTarget::Kind::kInherit:
+      return;
+    case StdioTarget::Kind::kFile: {
+      int fd = ::open(target.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) throw SystemError("open(" + target.path + ")", errno);
+      child_end.reset(fd);
+      return;
+    }
+    case StdioTarget::Kind::kPipe: {
+      int fds[2];
+      if (::pipe2(fds, O_CLOEXEC) != 0) throw SystemError("pipe2()", errno);
+      agent_end.reset(fds[0]);
+      child_end.reset(fds[1]);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+SpawnedProcess spawnWorker(const SpawnRequest& request) {
+  Fd out_child, out_agent, err_child, err_agent;
+  openTarget(request.out, out_child, out_agent);
+  openTarget(request.err, err_child, err_agent);
+
+  bp::environment env;
+  for (const auto& [key, value] : request.env) env[key] = value;
+  std::vector<std::string> args(request.argv.begin() + 1, request.argv.end());
+
+  std::error_code ec;
+  bp::child child(bp::exe = request.argv.front(), bp::args = args, env,
+                  WorkerChildSetup{{}, ::getpid(), out_child.get(), err_child.get()}, ec);
+  if (ec) throw SystemError("exec " + request.argv.front(), ec.value());
+
+  SpawnedProcess spawned;
+  spawned.pid = child.id();
+  // The agent reaps its workers itself (SIGCHLD + waitpid) so Boost must let go.
+  child.detach();
+  spawned.stdout_pipe = out_agent.release();
+  spawned.stderr_pipe = err_agent.release();
+  return spawned;
+}
+
+}  // namespace ddprun::agent

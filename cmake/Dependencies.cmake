@@ -1,0 +1,29 @@
+# All dependencies are Debian packages installed by scripts/setup.
+# Boost is pinned to 1.74 (Debian 12's default) so Asio and Process match everywhere.
+find_package(Threads REQUIRED)
+find_package(Boost 1.74 EXACT REQUIRED COMPONENTS filesystem)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(CLI11 REQUIRED)
+
+# LibTorch is optional for the launcher side and must never reach it; only
+# worker_runtime, trainers and bench may link it.
+find_package(Torch QUIET)
+if(Torch_FOUND)
+  message(STATUS "ddprun: LibTorch found (${Torch_DIR})")
+else()
+  message(STATUS "ddprun: LibTorch not found; torch-based targets are skipped")
+endif()
+
+# CUDA and NCCL are optional: detected, never required.
+find_path(DDPRUN_NCCL_INCLUDE_DIR nccl.h HINTS /usr/local/cuda/include)
+find_library(DDPRUN_NCCL_LIBRARY nccl HINTS /usr/local/cuda/lib64 /usr/local/cuda/lib)
+find_path(DDPRUN_CUDART_INCLUDE_DIR cuda_runtime_api.h HINTS /usr/local/cuda/include)
+find_library(DDPRUN_CUDART_LIBRARY cudart HINTS /usr/local/cuda/lib64 /usr/local/cuda/lib)
+if(DDPRUN_NCCL_INCLUDE_DIR AND DDPRUN_NCCL_LIBRARY AND DDPRUN_CUDART_LIBRARY)
+  set(DDPRUN_HAVE_NCCL ON)
+  message(STATUS "ddprun: CUDA runtime and NCCL found (${DDPRUN_NCCL_LIBRARY})")
+else()
+  set(DDPRUN_HAVE_NCCL OFF)
+  message(STATUS "ddprun: CUDA/NCCL not found; the NCCL backend is not built")
+endif()

@@ -1,0 +1,41 @@
+#include "common/logging.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include <spdlog/cfg/helpers.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+namespace ddprun {
+namespace {
+
+std::mutex& registryMutex() {
+  static std::mutex m;
+  return m;
+}
+
+}  // namespace
+
+std::shared_ptr<spdlog::logger> logger(std::string_view layer) {
+  std::lock_guard lock(registryMutex());
+  std::string name(layer);
+  if (auto existing = spdlog::get(name)) return existing;
+  auto created = spdlog::default_logger()->clone(name);
+  // initialize_logger applies the DDPRUN_LOG_LEVEL entry for this name, if any.
+  spdlog::initialize_logger(created);
+  return created;
+}
+
+void configureLogging(std::string_view program_name) {
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto root = std::make_shared<spdlog::logger>(std::string(program_name), sink);
+  spdlog::set_default_logger(root);
+  spdlog::set_pattern("[ddprun] %^%l%$: %v");
+  spdlog::set_level(spdlog::level::info);
+  if (const char* levels = std::getenv("DDPRUN_LOG_LEVEL"); levels && *levels) {
+    spdlog::cfg::helpers::load_levels(levels);
+  }
+}
+
+}  // namespace ddprun

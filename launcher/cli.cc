@@ -1,0 +1,276 @@
+#include "launcher/cli.h"
+
+#include <random>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "agent/log_layout.h"
+#include "common/error.h"
+#include "launcher/nproc.h"
+#include "launcher/parse_number.h"
+#include "launcher/program_resolver.h"
+
+namespace ddprun::launcher {
+namespace {
+
+// Raw flag values as typed (or read from PET_*); validated after parsing so that every
+// problem gets the same style of message.
+struct RawFlags {
+  std::string nnodes = "1:1";
+  std::string nproc_per_node = "1";
+  std::string node_rank = "0";
+  std::string master_addr = "127.0.0.1";
+  std::string master_port;
+  bool standalone = false;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  std::string max_restarts = "0";
+  std::string monitor_interval = "5";
+  std::string role = "default";
+  bool no_python = false;
+  bool module = false;
+  bool run_path = false;
+  std::string log_dir;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  std::string local_addr;
+  std::string start_method = "spawn";
+  std::string term_timeout = "30";
+};
+
+// "--nproc_per_node" -> "--nproc_per_node,--nproc-per-node"; the PET_ name follows torchrun.
+std::string spellings(const std::string& underscore_name) {
+  std::string dashed = underscore_name;
+  for (size_t i = 2; i < dashed.size(); ++i) {
+    if (dashed[i] == '_') dashed[i] = '-';
+  }
+  return dashed == underscore_name ? underscore_name : underscore_name + "," + dashed;
+}
+
+std::string petName(const std::string& long_name) {
+  std::string name = "PET_";
+  for (char c : long_name.substr(2)) name += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  return name;
+}
+
+void addOption(CLI::App& app, const std::string& short_name, const std::string& long_name, std::string& target,
+               const std::string& help) {
+  std::string names = short_name.empty() ? spellings(long_name) : short_name + "," + spellings(long_name);
+  app.add_option(names, target, help)->envname(petName(long_name))->capture_default_str();
+}
+
+void addFlag(CLI::App& app, const std::string& short_name, const std::string& long_name, bool& target,
+             const std::string& help) {
+  std::string names = short_name.empty() ? spellings(long_name) : short_name + "," + spellings(long_name);
+  app.add_flag(names, target, help)->envname(petName(long_name));
+}
+
+std::string randomRunId() {
+  std::random_device device;
+  std::uniform_int_distribution<uint32_t> dist;
+  uint32_t a = dist(device), b = dist(device), c = dist(device), d = dist(device);
+  return fmt::format("{:08x}-{:04x}-4{:03x}-{:04x}-{:04x}{:08x}", a, b >> 16, b & 0xfff, 0x8000 | (c >> 18),
+                     c & 0xffff, d);
+}
+
+void parseNnodes(const std::string& text, int& min_nodes, int& max_nodes) {
+  const char* expected = "N or MIN:MAX with 1 <= MIN <= MAX";
+  auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    min_nodes = max_nodes = parseInt("--nnodes", text, 1, 1 << 20, expected);
+    return;
+  }
+  std::string_view view(text);
+  try {
+    min_nodes = parseInt("--nnodes", view.substr(0, colon), 1, 1 << 20, expected);
+    max_nodes = parseInt("--nnodes", view.substr(colon + 1), 1, 1 << 20, expected);
+  } catch (const UsageError&) {
+    throw UsageError("invalid --nnodes value '" + text + "': expected " + expected);
+  }
+  if (min_nodes > max_nodes) {
+    throw UsageError("invalid --nnodes value '" + text + "': MIN (" + std::to_string(min_nodes) +
+                     ") is larger than MAX (" + std::to_string(max_nodes) + ")");
+  }
+}
+
+std::map<std::string, std::string> parseRdzvConf(const std::string& text) {
+  std::map<std::string, std::string> conf;
+  if (text.empty()) return conf;
+  std::string_view rest(text);
+  while (true) {
+    auto comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    auto eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      throw UsageError("invalid --rdzv_conf value '" + text + "': entry '" + std::string(item) +
+                       "' is not key=value");
+    }
+    conf[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return conf;
+}
+
+void checkEndpoint(const std::string& endpoint) {
+  std::string host = endpoint;
+  std::string port;
+  if (!endpoint.empty() && endpoint.front() == '[') {
+    auto close = endpoint.find(']');
+    if (close == std::string::npos) throw UsageError("invalid --rdzv_endpoint '" + endpoint + "': missing ']'");
+    host = endpoint.substr(1, close - 1);
+    if (close + 1 < endpoint.size()) {
+      if (endpoint[close + 1] != ':') throw UsageError("invalid --rdzv_endpoint '" + endpoint + "'");
+      port = endpoint.substr(close + 2);
+    }
+  } else if (auto colon = endpoint.rfind(':'); colon != std::string::npos) {
+    host = endpoint.substr(0, colon);
+    port = endpoint.substr(colon + 1);
+  }
+  if (host.empty()) throw UsageError("invalid --rdzv_endpoint '" + endpoint + "': no host");
+  if (!port.empty() || endpoint.back() == ':') {
+    parseInt("--rdzv_endpoint port", port, 0, 65535, "a port number 0-65535");
+  }
+}
+
+std::set<int> parseRankList(const std::string& text) {
+  std::set<int> ranks;
+  std::string_view rest(text);
+  while (true) {
+    auto comma = rest.find(',');
+    ranks.insert(parseInt("--local_ranks_filter", rest.substr(0, comma), 0, 1 << 20,
+                          "a comma-separated list of local ranks, like 0,1"));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return ranks;
+}
+
+std::chrono::milliseconds toMillis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+}
+
+agent::AgentConfig buildConfig(RawFlags& f, const std::vector<std::string>& program) {
+  agent::AgentConfig config;
+  auto& rdzv = config.rendezvous;
+  parseNnodes(f.nnodes, rdzv.min_nodes, rdzv.max_nodes);
+  config.nproc_per_node = resolveNprocPerNode(f.nproc_per_node);
+  rdzv.node_rank = parseInt("--node_rank", f.node_rank, 0, 1 << 20, "a non-negative integer");
+  if (rdzv.node_rank >= rdzv.max_nodes) {
+    throw UsageError("--node_rank " + f.node_rank + " is out of range for --nnodes " + f.nnodes);
+  }
+  if (f.master_addr.empty()) throw UsageError("--master_addr must not be empty");
+  rdzv.master_addr = f.master_addr;
+  if (!f.master_port.empty()) {
+    rdzv.master_port = parseInt("--master_port", f.master_port, 1, 65535, "a port number 1-65535");
+  }
+  if (f.rdzv_backend != "static" && f.rdzv_backend != "c10d") {
+    throw UsageError("invalid --rdzv_backend value '" + f.rdzv_backend + "': expected static or c10d");
+  }
+  rdzv.backend = f.rdzv_backend;
+  rdzv.conf = parseRdzvConf(f.rdzv_conf);
+  if (!f.rdzv_endpoint.empty()) checkEndpoint(f.rdzv_endpoint);
+  rdzv.endpoint = f.rdzv_endpoint;
+  if (f.rdzv_id.empty()) throw UsageError("--rdzv_id must not be empty");
+  rdzv.run_id = f.rdzv_id;
+  rdzv.local_addr = f.local_addr;
+  if (f.standalone) {
+    if (rdzv.min_nodes > 1) throw UsageError("--standalone runs a single node, but --nnodes is " + f.nnodes);
+    rdzv.standalone = true;
+    rdzv.backend = "c10d";
+    rdzv.endpoint = "localhost:0";
+    rdzv.run_id = randomRunId();
+    rdzv.min_nodes = rdzv.max_nodes = 1;
+  }
+  if (rdzv.backend == "c10d" && rdzv.endpoint.empty()) {
+    throw UsageError("--rdzv_backend=c10d needs --rdzv_endpoint host:port (or use --standalone)");
+  }
+
+  config.max_restarts = parseInt("--max_restarts", f.max_restarts, 0, 1 << 30, "a non-negative integer");
+  config.monitor_interval = toMillis(parseSeconds("--monitor_interval", f.monitor_interval));
+  config.term_timeout = toMillis(parseSeconds("--term_timeout", f.term_timeout));
+  if (f.role.empty()) throw UsageError("--role must not be empty");
+  config.role = f.role;
+  config.redirects = agent::StdSpec::parse("--redirects", f.redirects);
+  config.tee = agent::StdSpec::parse("--tee", f.tee);
+  if (!f.local_ranks_filter.empty()) config.local_ranks_filter = parseRankList(f.local_ranks_filter);
+  if (f.start_method != "spawn" && f.start_method != "fork" && f.start_method != "forkserver") {
+    throw UsageError("invalid --start_method value '" + f.start_method + "': expected spawn, fork or forkserver");
+  }
+  if (!f.log_dir.empty()) {
+    agent::ensureWritableDirectory(f.log_dir);
+    config.log_dir = f.log_dir;
+  }
+
+  ProgramRequest request;
+  request.script = program.empty() ? "" : program.front();
+  if (!program.empty()) request.args.assign(program.begin() + 1, program.end());
+  request.no_python = f.no_python;
+  request.module = f.module;
+  request.run_path = f.run_path;
+  ResolvedProgram resolved = resolveProgram(request);
+  config.entrypoint = std::move(resolved.argv);
+  config.entry_name = std::move(resolved.display_name);
+  return config;
+}
+
+}  // namespace
+
+ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
+  RawFlags f;
+  CLI::App app{"ddprun: a native, torchrun-compatible launcher for distributed training.\n"
+               "Starts --nproc_per_node workers on this node with torchrun's environment (RANK, LOCAL_RANK,\n"
+               "WORLD_SIZE, MASTER_ADDR, ...), restarts them on failure and reports what failed.\n"
+               "Every flag can also be set through PET_<FLAG> (e.g. PET_NPROC_PER_NODE); the command line wins.",
+               "ddprun"};
+  app.prefix_command();
+  app.get_formatter()->column_width(34);
+
+  addOption(app, "", "--nnodes", f.nnodes, "Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes>.");
+  addOption(app, "", "--nproc_per_node", f.nproc_per_node, "Number of workers per node; supported values: [auto, cpu, gpu, int].");
+  addOption(app, "", "--node_rank", f.node_rank, "Rank of the node for multi-node distributed training (static rendezvous).");
+  addOption(app, "", "--master_addr", f.master_addr, "Address of the master node (rank 0) for static rendezvous.");
+  addOption(app, "", "--master_port", f.master_port, "Port on the master node for static rendezvous (default: a free port).");
+  addFlag(app, "", "--standalone", f.standalone, "Single-node job with a local rendezvous on a free port; no --rdzv_* flags needed.");
+  addOption(app, "", "--rdzv_backend", f.rdzv_backend, "Rendezvous backend: static or c10d.");
+  addOption(app, "", "--rdzv_endpoint", f.rdzv_endpoint, "Rendezvous backend endpoint, usually in form <host>:<port>.");
+  addOption(app, "", "--rdzv_id", f.rdzv_id, "User-defined group id (the job id).");
+  addOption(app, "", "--rdzv_conf", f.rdzv_conf, "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...).");
+  addOption(app, "", "--max_restarts", f.max_restarts, "Maximum number of worker group restarts before failing.");
+  addOption(app, "", "--monitor_interval", f.monitor_interval, "Accepted for torchrun compatibility; ddprun sees worker exits as they happen.");
+  addOption(app, "", "--role", f.role, "User-defined role for the workers (ROLE_NAME).");
+  addFlag(app, "", "--no_python", f.no_python, "Exec the training script directly instead of prepending 'python -u'.");
+  addFlag(app, "-m", "--module", f.module, "Run the training script as a Python module ('python -m').");
+  addFlag(app, "", "--run_path", f.run_path, "Run the training script with python, whatever its name.");
+  addOption(app, "", "--log_dir", f.log_dir, "Base directory for log files (<run_id>_<unique>/attempt_<k>/<local_rank>/).");
+  addOption(app, "-r", "--redirects", f.redirects, "Redirect std streams into log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank, e.g. 0:1,1:2.");
+  addOption(app, "-t", "--tee", f.tee, "Tee std streams into log files and the console (same values as --redirects).");
+  addOption(app, "", "--local_ranks_filter", f.local_ranks_filter, "Show console output only from these local ranks, e.g. 0,1.");
+  addOption(app, "", "--local_addr", f.local_addr, "Address of this node for the rendezvous (default: its host name).");
+  addOption(app, "", "--start_method", f.start_method, "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are native processes.");
+  addOption(app, "", "--term_timeout", f.term_timeout, "Seconds between SIGTERM and SIGKILL when stopping workers.");
+  app.footer("positional arguments:\n  training_script [args...]   The program to launch in parallel, followed by its arguments.");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    return ParsedCommandLine{app.help(), {}, {}};
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  std::vector<std::string> program = app.remaining();
+  if (!program.empty() && program.front().size() > 1 && program.front()[0] == '-') {
+    throw UsageError("unrecognized argument: " + program.front() + " (see ddprun --help)");
+  }
+  if (!program.empty() && program.front() == "--") program.erase(program.begin());
+  ParsedCommandLine parsed;
+  parsed.config = buildConfig(f, program);
+  parsed.start_method = f.start_method;
+  return parsed;
+}
+
+}  // namespace ddprun::launcher

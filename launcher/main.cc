@@ -1,0 +1,35 @@
+// ddprun: parse the command line, fork the orphan guard, run the elastic agent.
+// The one try/catch of the launcher: every error becomes one line and an exit code
+// from the README's table.
+#include <cstdio>
+
+#include "agent/elastic_agent.h"
+#include "agent/orphan_guard.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "launcher/cli.h"
+
+int main(int argc, char** argv) {
+  using namespace ddprun;
+  configureLogging("ddprun");
+  try {
+    launcher::ParsedCommandLine parsed = launcher::parseCommandLine(argc, argv);
+    if (parsed.help_text) {
+      std::fputs(parsed.help_text->c_str(), stdout);
+      return agent::kExitOk;
+    }
+    logger("launcher")->debug("--start_method={} has no effect: workers are native processes", parsed.start_method);
+    agent::OrphanGuard guard;
+    agent::ElasticAgent elastic_agent(std::move(parsed.config), guard);
+    return elastic_agent.run();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+    return agent::kExitUsage;
+  } catch (const RendezvousError& e) {
+    std::fprintf(stderr, "ddprun: rendezvous failed: %s\n", e.what());
+    return agent::kExitRendezvous;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+    return agent::kExitWorkersFailed;
+  }
+}

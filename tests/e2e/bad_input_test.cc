@@ -1,0 +1,59 @@
+#include <catch2/catch.hpp>
+
+#include "tests/support/test_process.h"
+
+using namespace ddprun::testing;
+
+TEST_CASE("bad input: one line, exit 2, no worker started", "[e2e][bad_input]") {
+  TempDir dir;
+  std::string marker = dir.file("started");
+  // Any worker that starts leaves this file behind.
+  std::vector<std::string> worker = {"--no_python", "sh", "-c", "touch " + marker};
+  const std::vector<std::vector<std::string>> bad = {
+      {"--bogus-flag"},
+      {"--nnodes", "3:2"},
+      {"--nproc_per_node", "0"},
+      {"--nproc_per_node", "abc"},
+      {"--rdzv_conf", "novalue"},
+      {"--redirects", "9"},
+      {"--tee", "0:1:2"},
+      {"--log_dir", "/proc/forbidden"},
+  };
+  for (auto args : bad) {
+    args.insert(args.begin(), ddprunPath());
+    args.insert(args.end(), worker.begin(), worker.end());
+    INFO(Catch::Detail::stringify(args));
+    auto r = run(args);
+    REQUIRE(r.finished);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::StartsWith("ddprun: error: "));
+    CHECK(countOf(r.err, "\n") == 1);
+    CHECK_FALSE(fileExists(marker));
+  }
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {ddprunPath(), "--no_python", dir.file("missing-program")},
+           {ddprunPath(), "--no_python", dir.path()},
+           {ddprunPath(), dir.file("missing.py")},
+           {ddprunPath(), "--nproc_per_node=2"}}) {
+    INFO(Catch::Detail::stringify(args));
+    auto r = run(args);
+    REQUIRE(r.finished);
+    CHECK(r.exit_code == 2);
+    CHECK(countOf(r.err, "\n") == 1);
+  }
+}
+
+TEST_CASE("help prints the flags and exits 0", "[e2e][bad_input]") {
+  auto r = run({ddprunPath(), "--help"});
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("--nproc_per_node"));
+  CHECK_THAT(r.out, Catch::Contains("training_script"));
+}
+
+TEST_CASE("a multi-node job is refused with the rendezvous exit code", "[e2e][bad_input]") {
+  auto r = run({ddprunPath(), "--nnodes=2", "--node_rank=0", "--no_python", "true"});
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.err, Catch::Contains("multi-node"));
+}

@@ -1,0 +1,67 @@
+#include <csignal>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/test_process.h"
+
+using namespace ddprun::testing;
+
+namespace {
+
+std::vector<pid_t> pidsIn(const std::string& file) {
+  std::vector<pid_t> pids;
+  std::istringstream in(readFile(file));
+  for (pid_t pid; in >> pid;) pids.push_back(pid);
+  return pids;
+}
+
+}  // namespace
+
+TEST_CASE("kill -9 of ddprun leaves no worker or grandchild running", "[e2e][orphans]") {
+  TempDir dir;
+  std::vector<pid_t> pids;
+  {
+    TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", testWorkerPath(),
+                        "grandchild", dir.file("pids")});
+    REQUIRE(ddprun.waitForOutput("ready rank=", 20s, 2));
+    pids = pidsIn(dir.file("pids"));
+    REQUIRE(pids.size() == 4);
+    for (pid_t pid : pids) REQUIRE(processAlive(pid));
+    ::kill(ddprun.pid(), SIGKILL);
+    REQUIRE(ddprun.wait(10s));
+    CHECK(ddprun.termSignal() == SIGKILL);
+  }
+  CHECK(eventually([&] {
+    for (pid_t pid : pids) {
+      if (processAlive(pid)) return false;
+    }
+    return true;
+  }, 10s));
+}
+
+TEST_CASE("a worker's background child does not outlive a successful job", "[e2e][orphans]") {
+  TempDir dir;
+  std::string pid_file = dir.file("bg");
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--term_timeout=2", "--no_python", "sh", "-c",
+                "sleep 300 & echo $! > " + pid_file + "; exit 0"},
+               {}, 30s);
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 0);
+  auto pids = pidsIn(pid_file);
+  REQUIRE(pids.size() == 1);
+  CHECK(eventually([&] { return !processAlive(pids[0]); }, 5s));
+}
+
+TEST_CASE("stopping on a signal leaves no grandchild behind", "[e2e][orphans]") {
+  TempDir dir;
+  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", testWorkerPath(),
+                      "grandchild", dir.file("pids")});
+  REQUIRE(ddprun.waitForOutput("ready rank=", 20s, 2));
+  auto pids = pidsIn(dir.file("pids"));
+  REQUIRE(pids.size() == 4);
+  ddprun.signal(SIGTERM);
+  REQUIRE(ddprun.wait(20s));
+  CHECK(ddprun.exitCode() == 128 + SIGTERM);
+  for (pid_t pid : pids) CHECK_FALSE(processAlive(pid));
+}

@@ -1,0 +1,37 @@
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/test_process.h"
+
+using namespace ddprun::testing;
+
+// Debian's torch lives under /usr/bin/python3; the python3 first on PATH may lack it.
+static const std::map<std::string, std::string> kDebianPython = {{"PYTHON", "/usr/bin/python3"}};
+
+TEST_CASE("a PyTorch DDP script (gloo, CPU) trains under ddprun --standalone", "[e2e][torch]") {
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", sourceDir() + "/trainers/elastic_ddp.py",
+                "--steps", "30"},
+               kDebianPython, 240s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.out, "replicas in sync") == 2);
+  CHECK_THAT(r.out, Catch::Contains("rank 0/2: started"));
+}
+
+TEST_CASE("a Python worker's exception reaches the report through torch's @record", "[e2e][torch]") {
+  TempDir dir;
+  std::string script = dir.file("boom.py");
+  std::ofstream(script) << "from torch.distributed.elastic.multiprocessing.errors import record\n"
+                           "@record\n"
+                           "def main():\n"
+                           "    raise ValueError('bad learning rate 42')\n"
+                           "main()\n";
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", script}, kDebianPython, 120s);
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("message   : ValueError: bad learning rate 42"));
+  CHECK_THAT(r.err, Catch::Contains("Traceback (most recent call last):"));
+  CHECK_THAT(r.err, Catch::Contains("boom.py"));
+}

@@ -1,0 +1,190 @@
+#include "tests/support/test_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace ddprun::testing {
+
+std::string binDir() { return DDPRUN_TEST_BIN_DIR; }
+std::string sourceDir() { return DDPRUN_TEST_SOURCE_DIR; }
+std::string ddprunPath() { return binDir() + "/ddprun"; }
+std::string testWorkerPath() { return binDir() + "/ddprun_test_worker"; }
+
+TestProcess::TestProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    throw std::runtime_error("pipe2 failed");
+  }
+  // Build argv/envp before fork: the child only calls async-signal-safe functions.
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq) merged[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
+  }
+  for (const auto& [k, v] : env) {
+    if (v.empty()) {
+      merged.erase(k);
+    } else {
+      merged[k] = v;
+    }
+  }
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    ::setpgid(0, 0);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    ::dup2(devnull, 0);
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+  ::setpgid(pid_, pid_);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  out_fd_ = out_pipe[0];
+  err_fd_ = err_pipe[0];
+}
+
+TestProcess::~TestProcess() {
+  if (!exited_) {
+    ::kill(-pid_, SIGKILL);
+    ::kill(pid_, SIGKILL);
+    reap(true);
+  }
+  if (out_fd_ >= 0) ::close(out_fd_);
+  if (err_fd_ >= 0) ::close(err_fd_);
+}
+
+void TestProcess::pump(std::chrono::milliseconds slice) {
+  pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+  int n = ::poll(fds, 2, static_cast<int>(slice.count()));
+  if (n <= 0) return;
+  char buf[65536];
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+    ssize_t got = ::read(fds[i].fd, buf, sizeof buf);
+    if (got > 0) {
+      (i == 0 ? out_ : err_).append(buf, static_cast<size_t>(got));
+    } else if (got == 0) {
+      ::close(fds[i].fd);
+      (i == 0 ? out_fd_ : err_fd_) = -1;
+    }
+  }
+}
+
+void TestProcess::reap(bool block) {
+  if (exited_) return;
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, block ? 0 : WNOHANG);
+  if (r == pid_) {
+    exited_ = true;
+    if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) term_signal_ = WTERMSIG(status);
+  }
+}
+
+bool TestProcess::waitForOutput(const std::string& needle, std::chrono::milliseconds timeout, int count) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (countOf(out_ + err_, needle) < count) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (out_fd_ < 0 && err_fd_ < 0) {
+      reap(false);
+      if (exited_) return false;
+      std::this_thread::sleep_for(10ms);
+      continue;
+    }
+    pump(20ms);
+  }
+  return true;
+}
+
+bool TestProcess::wait(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    reap(false);
+    if (exited_ && out_fd_ < 0 && err_fd_ < 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return exited_;
+    if (out_fd_ < 0 && err_fd_ < 0) {
+      std::this_thread::sleep_for(5ms);
+    } else {
+      pump(20ms);
+    }
+  }
+}
+
+void TestProcess::signal(int sig) { ::kill(pid_, sig); }
+
+RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+              std::chrono::milliseconds timeout) {
+  TestProcess process(argv, env);
+  RunResult result;
+  result.finished = process.wait(timeout);
+  result.exit_code = process.exitCode();
+  result.term_signal = process.termSignal();
+  result.out = process.out();
+  result.err = process.err();
+  return result;
+}
+
+int countOf(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + needle.size())) {
+    ++count;
+  }
+  return count;
+}
+
+TempDir::TempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-test-XXXXXX";
+  if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+bool processAlive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  std::string line;
+  std::getline(stat, line);
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool fileExists(const std::string& path) { return std::filesystem::exists(path); }
+
+}  // namespace ddprun::testing

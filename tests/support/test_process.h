@@ -1,0 +1,109 @@
+// Running programs (ddprun above all) from tests: output captured, every wait bounded,
+// and whatever is still running at the end killed, process group and all.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun::testing {
+
+using namespace std::chrono_literals;
+
+// build/bin and the source tree, fixed at configure time.
+std::string binDir();
+std::string sourceDir();
+std::string ddprunPath();
+std::string testWorkerPath();
+
+class TestProcess {
+ public:
+  // Starts argv[0] (a path) in its own process group with the current environment
+  // plus `env` (an empty value unsets the variable). Stdin is /dev/null.
+  explicit TestProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+  // Kills the process group with SIGKILL if the process is still running, and reaps it.
+  ~TestProcess();
+  TestProcess(const TestProcess&) = delete;
+  TestProcess& operator=(const TestProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Reads output until stdout+stderr holds `count` occurrences of `needle`, the process
+  // exits, or `timeout` passes. Returns whether the needle count was reached.
+  bool waitForOutput(const std::string& needle, std::chrono::milliseconds timeout, int count = 1);
+  // Waits for exit, reading output. Returns false on timeout (the process keeps running).
+  bool wait(std::chrono::milliseconds timeout);
+  void signal(int sig);
+
+  bool exited() const { return exited_; }
+  int exitCode() const { return exit_code_; }  // -1 unless it exited normally.
+  int termSignal() const { return term_signal_; }
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+
+ private:
+  void pump(std::chrono::milliseconds slice);
+  void reap(bool block);
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  bool exited_ = false;
+  int exit_code_ = -1;
+  int term_signal_ = 0;
+  std::string out_;
+  std::string err_;
+};
+
+struct RunResult {
+  bool finished = false;  // false: timed out and was killed.
+  int exit_code = -1;
+  int term_signal = 0;
+  std::string out;
+  std::string err;
+};
+
+// Runs to completion within `timeout`.
+RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+              std::chrono::milliseconds timeout = 60s);
+
+// Counts occurrences of `needle` in `text`.
+int countOf(const std::string& text, const std::string& needle);
+
+// A fresh directory under $TMPDIR, removed on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// True when `pid` exists and is not a zombie.
+bool processAlive(pid_t pid);
+// Polls until `pred` holds or `timeout` passes; returns pred's last value.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout);
+
+std::string readFile(const std::string& path);
+bool fileExists(const std::string& path);
+
+}  // namespace ddprun::testing
+
+#include <thread>
+
+template <class Pred>
+bool ddprun::testing::eventually(Pred pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (pred()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+}

@@ -1,0 +1,148 @@
+// A worker for end-to-end tests of ddprun. Each mode is one behaviour a test needs to
+// observe from the outside (env contract, exits, signals, output, grandchildren).
+//   env                          print the contract variables, one NAME=value per line
+//   exit CODE                    exit with CODE
+//   fail-attempts N [CODE]       exit CODE (default 1) while TORCHELASTIC_RESTART_COUNT < N, else 0
+//   fail-rank R CODE [DELAY_MS]  rank R exits CODE after DELAY_MS; other ranks wait to be stopped
+//   raise SIGNUM                 kill itself with SIGNUM
+//   throw MESSAGE                throw std::runtime_error(MESSAGE) through recordErrors
+//   wait DIR                     print "ready", then wait; SIGUSR1/2 -> touch DIR/usr1.<rank>;
+//                                SIGTERM/INT/HUP/QUIT -> touch DIR/<sig>.<rank> and exit 0
+//   grandchild FILE              fork a child that sleeps forever; append both pids to FILE;
+//                                print "ready"; sleep forever
+//   lines N                      print N numbered lines to stdout and stderr, partly in pieces
+//   ignore-term                  ignore SIGTERM, print "ready", sleep forever
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "common/env_names.h"
+#include "worker_runtime/env_contract.h"
+#include "worker_runtime/error_record.h"
+
+namespace {
+
+volatile sig_atomic_t g_last_signal = 0;
+
+void onSignal(int sig) { g_last_signal = sig; }
+
+void touch(const std::string& path) { std::ofstream(path) << "x"; }
+
+int rankFromEnv() {
+  const char* r = std::getenv("RANK");
+  return r ? std::atoi(r) : -1;
+}
+
+int modeEnv() {
+  const char* names[] = {ddprun::env::kRank, ddprun::env::kLocalRank, ddprun::env::kWorldSize,
+                         ddprun::env::kLocalWorldSize, ddprun::env::kGroupRank, ddprun::env::kGroupWorldSize,
+                         ddprun::env::kRoleRank, ddprun::env::kRoleWorldSize, ddprun::env::kRoleName,
+                         ddprun::env::kMasterAddr, ddprun::env::kMasterPort, ddprun::env::kRestartCount,
+                         ddprun::env::kMaxRestarts, ddprun::env::kRunId, ddprun::env::kUseAgentStore,
+                         ddprun::env::kErrorFile, ddprun::env::kTorchNcclAsyncErrorHandling,
+                         ddprun::env::kOmpNumThreads};
+  std::string out;
+  for (const char* name : names) {
+    const char* value = std::getenv(name);
+    out += std::string("R") + std::to_string(rankFromEnv()) + " " + name + "=" + (value ? value : "<unset>") + "\n";
+  }
+  // Parse through the runtime too: a malformed contract fails here.
+  ddprun::runtime::WorkerEnv::fromEnvironment();
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+int modeWait(const std::string& dir) {
+  // Signals stay blocked except inside sigsuspend, so none can slip in between the
+  // check and the wait.
+  sigset_t handled, previous;
+  sigemptyset(&handled);
+  for (int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+    ::signal(sig, onSignal);
+    sigaddset(&handled, sig);
+  }
+  ::sigprocmask(SIG_BLOCK, &handled, &previous);
+  std::printf("ready rank=%d\n", rankFromEnv());
+  std::fflush(stdout);
+  for (;;) {
+    ::sigsuspend(&previous);
+    int sig = g_last_signal;
+    g_last_signal = 0;
+    if (sig == 0) continue;
+    std::string name = sigabbrev_np(sig);
+    for (auto& c : name) c = static_cast<char>(std::tolower(c));
+    touch(dir + "/" + name + "." + std::to_string(rankFromEnv()));
+    if (sig != SIGUSR1 && sig != SIGUSR2) return 0;
+  }
+}
+
+int modeGrandchild(const std::string& file) {
+  pid_t child = ::fork();
+  if (child == 0) {
+    for (;;) ::pause();
+  }
+  std::ofstream(file, std::ios::app) << ::getpid() << "\n" << child << "\n";
+  std::printf("ready rank=%d\n", rankFromEnv());
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
+int modeLines(int n) {
+  for (int i = 0; i < n; ++i) {
+    // Written in two pieces to check that the agent joins partial writes into one line.
+    std::string head = "rank " + std::to_string(rankFromEnv()) + " line " + std::to_string(i);
+    std::string tail = " " + std::string(200, static_cast<char>('a' + i % 26)) + " end\n";
+    ::write(1, head.data(), head.size());
+    ::write(1, tail.data(), tail.size());
+    std::string err = "rank " + std::to_string(rankFromEnv()) + " err " + std::to_string(i) + "\n";
+    ::write(2, err.data(), err.size());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ddprun::runtime::recordErrors([&]() -> int {
+    if (argc < 2) throw std::invalid_argument("usage: ddprun_test_worker MODE [ARGS]");
+    std::string mode = argv[1];
+    auto arg = [&](int i) -> std::string {
+      if (argc <= i) throw std::invalid_argument("mode " + mode + " needs more arguments");
+      return argv[i];
+    };
+    const int attempt = std::atoi(std::getenv("TORCHELASTIC_RESTART_COUNT") ? std::getenv("TORCHELASTIC_RESTART_COUNT") : "0");
+    if (mode == "env") return modeEnv();
+    if (mode == "exit") return std::stoi(arg(2));
+    if (mode == "fail-attempts") return attempt < std::stoi(arg(2)) ? (argc > 3 ? std::stoi(arg(3)) : 1) : 0;
+    if (mode == "fail-rank") {
+      if (rankFromEnv() == std::stoi(arg(2))) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(argc > 4 ? std::stoi(arg(4)) : 0));
+        return std::stoi(arg(3));
+      }
+      for (;;) ::pause();
+    }
+    if (mode == "raise") {
+      ::raise(std::stoi(arg(2)));
+      return 0;
+    }
+    if (mode == "throw") throw std::runtime_error(arg(2));
+    if (mode == "wait") return modeWait(arg(2));
+    if (mode == "grandchild") return modeGrandchild(arg(2));
+    if (mode == "lines") return modeLines(std::stoi(arg(2)));
+    if (mode == "ignore-term") {
+      ::signal(SIGTERM, SIG_IGN);
+      std::printf("ready rank=%d\n", rankFromEnv());
+      std::fflush(stdout);
+      for (;;) ::pause();
+    }
+    throw std::invalid_argument("unknown mode " + mode);
+  });
+}

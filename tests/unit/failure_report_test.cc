@@ -1,0 +1,100 @@
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "agent/error_file.h"
+#include "agent/failure_report.h"
+#include "tests/support/test_process.h"
+
+using namespace ddprun::agent;
+using Clock = std::chrono::system_clock;
+
+namespace {
+
+WorkerFailure failure(int rank, Clock::time_point when, int exit_code = 1, int signal = 0) {
+  WorkerFailure f;
+  f.rank = rank;
+  f.local_rank = rank;
+  f.host = "nodeA";
+  f.pid = 1000 + rank;
+  f.exit_code = exit_code;
+  f.signal = signal;
+  f.time = when;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("torch's @record error file is read", "[error_file]") {
+  ddprun::testing::TempDir dir;
+  std::string path = dir.file("error.json");
+  std::ofstream(path) << R"({"message": {"message": "ValueError: bad batch", "extraInfo": )"
+                         R"({"py_callstack": "Traceback (most recent call last):\n  File \"t.py\", line 3\nValueError: bad batch\n", )"
+                         R"("timestamp": "1700000123"}}})";
+  auto record = readErrorFile(path);
+  REQUIRE(record);
+  CHECK(record->message == "ValueError: bad batch");
+  CHECK_THAT(record->traceback, Catch::StartsWith("Traceback (most recent call last):\n  File \"t.py\""));
+  CHECK(record->timestamp == 1700000123.0);
+}
+
+TEST_CASE("missing, empty, bare and broken error files", "[error_file]") {
+  ddprun::testing::TempDir dir;
+  CHECK_FALSE(readErrorFile(dir.file("none.json")));
+  std::ofstream(dir.file("empty.json")).flush();
+  CHECK_FALSE(readErrorFile(dir.file("empty.json")));
+  std::ofstream(dir.file("bare.json")) << R"({"message": "plain text"})";
+  auto bare = readErrorFile(dir.file("bare.json"));
+  REQUIRE(bare);
+  CHECK(bare->message == "plain text");
+  CHECK_FALSE(bare->timestamp);
+  std::ofstream(dir.file("broken.json")) << "{not json";
+  auto broken = readErrorFile(dir.file("broken.json"));
+  REQUIRE(broken);
+  CHECK_THAT(broken->message, Catch::Contains("not valid JSON"));
+}
+
+TEST_CASE("the earliest failure is the root cause and error-file timestamps decide", "[failure_report]") {
+  auto t0 = Clock::from_time_t(1700000100);
+  std::vector<WorkerFailure> failures = {failure(0, t0 + std::chrono::seconds(5)), failure(1, t0 + std::chrono::seconds(2)),
+                                         failure(2, t0 + std::chrono::seconds(9))};
+  sortRootCauseFirst(failures);
+  CHECK(failures[0].rank == 1);
+  CHECK(failures[1].rank == 0);
+  CHECK(failures[2].rank == 2);
+  // Rank 2 exited last but wrote its error first.
+  failures[2].error = WorkerErrorRecord{"RuntimeError: first", "", 1700000101.0};
+  sortRootCauseFirst(failures);
+  CHECK(failures[0].rank == 2);
+}
+
+TEST_CASE("the report names rank, host, pid, exit and the worker's message", "[failure_report]") {
+  auto t0 = Clock::from_time_t(1700000100);
+  std::vector<WorkerFailure> failures = {failure(3, t0, 7), failure(1, t0 + std::chrono::seconds(1), 0, 9)};
+  failures[0].error_file = "/logs/attempt_0/3/error.json";
+  failures[0].error = WorkerErrorRecord{"ValueError: bad batch", "Traceback:\n  line 1\n", 1700000100.0};
+  std::string report = formatFailureReport("train.py", failures);
+  CHECK_THAT(report, Catch::Contains("train.py FAILED: 2 workers failed"));
+  auto root = report.find("Root cause");
+  auto others = report.find("Other failures");
+  REQUIRE(root != std::string::npos);
+  REQUIRE(others != std::string::npos);
+  std::string root_part = report.substr(root, others - root);
+  CHECK_THAT(root_part, Catch::Contains("rank      : 3 (local_rank: 3)"));
+  CHECK_THAT(root_part, Catch::Contains("host      : nodeA"));
+  CHECK_THAT(root_part, Catch::Contains("pid       : 1003"));
+  CHECK_THAT(root_part, Catch::Contains("exit code 7"));
+  CHECK_THAT(root_part, Catch::Contains("message   : ValueError: bad batch"));
+  CHECK_THAT(root_part, Catch::Contains("    Traceback:\n      line 1\n"));
+  CHECK_THAT(root_part, Catch::Contains("/logs/attempt_0/3/error.json"));
+  std::string other_part = report.substr(others);
+  CHECK_THAT(other_part, Catch::Contains("rank      : 1"));
+  CHECK_THAT(other_part, Catch::Contains("killed by SIGKILL (9)"));
+  CHECK_THAT(other_part, Catch::Contains("wrote no error file"));
+}
+
+TEST_CASE("signal names", "[failure_report]") {
+  CHECK(signalName(9) == "SIGKILL");
+  CHECK(signalName(15) == "SIGTERM");
+  CHECK(signalName(11) == "SIGSEGV");
+}

@@ -1,0 +1,72 @@
+#include "worker_runtime/error_record.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <typeinfo>
+
+#include <cxxabi.h>
+
+#include <fmt/format.h>
+
+#include "common/env_names.h"
+
+namespace ddprun::runtime {
+
+std::string jsonEscape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size() + 8);
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += fmt::format("\\u{:04x}", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+bool writeErrorFile(const std::string& message, const std::string& traceback) {
+  const char* path = std::getenv(env::kErrorFile);
+  if (!path || !*path) return false;
+  std::ofstream out(path, std::ios::trunc);
+  out << fmt::format(R"({{"message": {{"message": "{}", "extraInfo": {{"py_callstack": "{}", "timestamp": "{}"}}}}}})",
+                     jsonEscape(message), jsonEscape(traceback), static_cast<long long>(std::time(nullptr)));
+  out.close();
+  return static_cast<bool>(out);
+}
+
+namespace {
+
+std::string demangledTypeName(const std::exception& e) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status),
+                                              std::free);
+  return status == 0 && name ? name.get() : typeid(e).name();
+}
+
+}  // namespace
+
+int recordErrors(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::string message = fmt::format("{}: {}", demangledTypeName(e), e.what());
+    std::fprintf(stderr, "%s\n", message.c_str());
+    writeErrorFile(message, "(C++ exception escaped main)");
+    return 1;
+  }
+}
+
+}  // namespace ddprun::runtime
