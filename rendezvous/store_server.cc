@@ -1,0 +1,456 @@
+#include "rendezvous/store_server.h"
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <unordered_map>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "rendezvous/store_state.h"
+#include "rendezvous/sha256.h"
+#include "rendezvous/token_auth.h"
+
+namespace ddprun::rendezvous {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using wire::Command;
+
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+
+template <class T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+void putBytes(std::string& out, const std::string& bytes) {
+  put<uint64_t>(out, bytes.size());
+  out += bytes;
+}
+
+const char* commandName(Command c) {
+  switch (c) {
+    case Command::kValidate: return "VALIDATE";
+    case Command::kSet: return "SET";
+    case Command::kCompareSet: return "COMPARE_SET";
+    case Command::kGet: return "GET";
+    case Command::kAdd: return "ADD";
+    case Command::kCheck: return "CHECK";
+    case Command::kWait: return "WAIT";
+    case Command::kGetNumKeys: return "GETNUMKEYS";
+    case Command::kDeleteKey: return "DELETE_KEY";
+    case Command::kAppend: return "APPEND";
+    case Command::kMultiGet: return "MULTI_GET";
+    case Command::kMultiSet: return "MULTI_SET";
+    case Command::kCancelWait: return "CANCEL_WAIT";
+    case Command::kPing: return "PING";
+    case Command::kQueuePush: return "QUEUE_PUSH";
+    case Command::kQueuePop: return "QUEUE_POP";
+    case Command::kQueueLen: return "QUEUE_LEN";
+    case Command::kListKeys: return "LIST_KEYS";
+    case Command::kBarrier: return "BARRIER";
+    case Command::kAuthHello: return "AUTH_HELLO";
+    case Command::kAuthProof: return "AUTH_PROOF";
+  }
+  return "?";
+}
+
+}  // namespace
+
+class StoreServer::Impl {
+ public:
+  explicit Impl(StoreServerOptions options);
+  ~Impl();
+  int port() const { return port_; }
+  size_t connectionCount() const { return connection_count_.load(); }
+
+ private:
+  class Connection;
+  friend class Connection;
+
+  void accept();
+  void closeConnection(ConnectionId id, const std::string& reason, bool is_error);
+  void deliver(const StoreEffects& effects);
+  void send(ConnectionId id, std::string bytes);
+
+  StoreServerOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  int port_ = 0;
+  StoreState state_;
+  std::unordered_map<ConnectionId, std::shared_ptr<Connection>> connections_;
+  ConnectionId next_id_ = 1;
+  std::atomic<size_t> connection_count_{0};
+  std::thread thread_;
+};
+
+class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Impl& server, ConnectionId id, tcp::socket socket)
+      : server_(server), id_(id), socket_(std::move(socket)), request_timer_(server.io_) {
+    boost::system::error_code ec;
+    auto remote = socket_.remote_endpoint(ec);
+    peer_ = ec ? "unknown peer" : remote.address().to_string() + ":" + std::to_string(remote.port());
+    socket_.set_option(tcp::no_delay(true), ec);
+    authenticated_ = server_.options_.token.empty();
+  }
+
+  void start() { readMore(); }
+  ConnectionId id() const { return id_; }
+  const std::string& peer() const { return peer_; }
+
+  void close() {
+    boost::system::error_code ignored;
+    request_timer_.cancel();
+    socket_.close(ignored);
+    closed_ = true;
+  }
+
+  void send(std::string bytes) {
+    if (closed_) return;
+    pending_ += bytes;
+    flush();
+  }
+
+  void waitSatisfied() { send(std::string(1, static_cast<char>(wire::WaitResponse::kStopWaiting))); }
+
+ private:
+  void readMore() {
+    if (closed_ || reading_) return;
+    if (pending_.size() + writing_.size() > server_.options_.max_pending_reply_bytes) {
+      read_paused_ = true;  // resumes once the client reads its replies
+      return;
+    }
+    if (in_.size() - in_len_ < kReadChunk) in_.resize(in_len_ + kReadChunk);
+    reading_ = true;
+    socket_.async_read_some(
+        asio::buffer(in_.data() + in_len_, in_.size() - in_len_),
+        [self = shared_from_this()](const boost::system::error_code& ec, size_t n) { self->onRead(ec, n); });
+  }
+
+  void onRead(const boost::system::error_code& ec, size_t n) {
+    reading_ = false;
+    if (closed_) return;
+    if (ec) {
+      server_.closeConnection(id_, ec == asio::error::eof ? "client closed the connection" : ec.message(), false);
+      return;
+    }
+    in_len_ += n;
+    if (!processBuffered()) return;
+    readMore();
+  }
+
+  // Handles every complete request in the buffer. Returns false when the connection closed.
+  bool processBuffered() {
+    size_t offset = 0;
+    while (offset < in_len_) {
+      std::span<const uint8_t> rest(in_.data() + offset, in_len_ - offset);
+      if (generation_ == wire::Generation::kUnknown) {
+        generation_ = detectGeneration(rest);
+        if (generation_ == wire::Generation::kUnknown) break;
+        if (generation_ == wire::Generation::kLegacy && !authenticated_) {
+          server_.closeConnection(id_, "a torch 1.13 client cannot authenticate, and this store requires a token",
+                                  true);
+          return false;
+        }
+      }
+      Request request;
+      ParseResult parsed = parseRequest(rest, generation_, server_.options_.limits, request);
+      if (parsed.status == ParseStatus::kError) {
+        server_.closeConnection(id_, "bad request: " + parsed.error, true);
+        return false;
+      }
+      if (parsed.status == ParseStatus::kNeedMore) break;
+      offset += parsed.consumed;
+      if (!handle(request)) return false;
+    }
+    if (offset > 0) {
+      std::memmove(in_.data(), in_.data() + offset, in_len_ - offset);
+      in_len_ -= offset;
+    }
+    if (in_.size() > 4 * kReadChunk && in_len_ < kReadChunk) in_.resize(kReadChunk);
+    armRequestTimer();
+    return true;
+  }
+
+  // A request that has started must finish within request_timeout: a client trickling
+  // bytes (or stalled half-way) loses its connection rather than holding state forever.
+  void armRequestTimer() {
+    if (in_len_ == 0) {
+      if (timer_armed_) request_timer_.cancel();
+      timer_armed_ = false;
+      return;
+    }
+    if (timer_armed_) return;
+    timer_armed_ = true;
+    request_timer_.expires_after(server_.options_.request_timeout);
+    request_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->closed_ || !self->timer_armed_) return;
+      self->timer_armed_ = false;
+      if (self->in_len_ > 0) {
+        self->server_.closeConnection(self->id_,
+                                      "request incomplete after " +
+                                          std::to_string(self->server_.options_.request_timeout.count()) +
+                                          " ms (slow or stalled client)",
+                                      true);
+      }
+    });
+  }
+
+  bool reject(const std::string& reason) {
+    server_.closeConnection(id_, reason, true);
+    return false;
+  }
+
+  bool handle(Request& r) {
+    StoreState& state = server_.state_;
+    const bool legacy = generation_ == wire::Generation::kLegacy;
+    if (!authenticated_ && r.command != Command::kValidate && r.command != Command::kAuthHello &&
+        r.command != Command::kAuthProof) {
+      return reject(std::string("unauthenticated ") + commandName(r.command) + " on a store that requires a token");
+    }
+    if (legacy && r.watch_key) {
+      state.watch(id_, r.keys[0]);
+      send(std::string(1, static_cast<char>(wire::WatchResponse::kCallbackRegistered)));
+      return true;
+    }
+    StoreEffects effects;
+    std::string reply;
+    switch (r.command) {
+      case Command::kValidate:
+        if (r.word != wire::kValidationMagic) return reject("VALIDATE with a wrong magic number");
+        return true;
+      case Command::kAuthHello: {
+        client_nonce_ = r.blob;
+        server_nonce_ = randomNonce();
+        const std::string& token = server_.options_.token;
+        reply = server_nonce_;
+        reply += token.empty() ? std::string(wire::kAuthMacBytes, '\0') : serverProof(token, client_nonce_, server_nonce_);
+        break;
+      }
+      case Command::kAuthProof: {
+        const std::string& token = server_.options_.token;
+        if (token.empty()) {
+          reply.push_back(1);
+          break;
+        }
+        if (server_nonce_.empty()) return reject("AUTH_PROOF before AUTH_HELLO");
+        if (!constantTimeEqual(r.blob, clientProof(token, client_nonce_, server_nonce_))) {
+          return reject("wrong token proof (the client's token differs from this store's)");
+        }
+        authenticated_ = true;
+        reply.push_back(1);
+        break;
+      }
+      case Command::kSet:
+        state.set(r.keys[0], std::move(r.values[0]), effects);
+        break;
+      case Command::kCompareSet:
+        putBytes(reply, state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), effects));
+        break;
+      case Command::kGet: {
+        // torch's server answers a missing key with an empty value (clients WAIT first).
+        const std::string* value = state.get(r.keys[0]);
+        putBytes(reply, value ? *value : std::string());
+        break;
+      }
+      case Command::kAdd: {
+        auto total = state.add(r.keys[0], r.amount, effects);
+        if (!total) return reject("ADD to key '" + r.keys[0] + "' whose value is not an integer");
+        put<int64_t>(reply, *total);
+        break;
+      }
+      case Command::kCheck:
+        put<uint8_t>(reply, static_cast<uint8_t>(state.check(r.keys) ? wire::CheckResponse::kReady
+                                                                       : wire::CheckResponse::kNotReady));
+        break;
+      case Command::kWait:
+        if (state.wait(id_, r.keys)) put<uint8_t>(reply, static_cast<uint8_t>(wire::WaitResponse::kStopWaiting));
+        break;
+      case Command::kGetNumKeys:
+        put<int64_t>(reply, state.numKeys());
+        break;
+      case Command::kDeleteKey:
+        put<int64_t>(reply, state.deleteKey(r.keys[0], effects) ? 1 : 0);
+        break;
+      case Command::kAppend:
+        state.append(r.keys[0], r.values[0], effects);
+        break;
+      case Command::kMultiGet:
+        for (const auto& key : r.keys) {
+          const std::string* value = state.get(key);
+          putBytes(reply, value ? *value : std::string());
+        }
+        break;
+      case Command::kMultiSet:
+        for (size_t i = 0; i < r.keys.size(); ++i) state.set(r.keys[i], std::move(r.values[i]), effects);
+        break;
+      case Command::kCancelWait:
+        state.cancelWait(id_);
+        put<uint8_t>(reply, static_cast<uint8_t>(wire::WaitResponse::kWaitCanceled));
+        break;
+      case Command::kPing:
+        put<uint32_t>(reply, r.word);
+        break;
+      case Command::kQueuePush:
+        state.queuePush(r.keys[0], std::move(r.values[0]), effects);
+        break;
+      case Command::kQueuePop: {
+        // Never blocks: the length before the pop, then the element if there was one.
+        put<int64_t>(reply, state.queueLength(r.keys[0]));
+        if (auto value = state.queuePop(r.keys[0])) putBytes(reply, *value);
+        break;
+      }
+      case Command::kQueueLen:
+        put<int64_t>(reply, state.queueLength(r.keys[0]));
+        break;
+      case Command::kListKeys: {
+        auto keys = state.listKeys();
+        put<int64_t>(reply, static_cast<int64_t>(keys.size()));
+        for (const auto& key : keys) putBytes(reply, key);
+        break;
+      }
+      case Command::kBarrier:
+        if (state.barrier(id_, r.keys[0], r.amount, effects)) {
+          put<uint8_t>(reply, static_cast<uint8_t>(wire::WaitResponse::kStopWaiting));
+        }
+        break;
+    }
+    if (!reply.empty()) send(std::move(reply));
+    server_.deliver(effects);
+    return !closed_;
+  }
+
+  void flush() {
+    if (writing_in_flight_ || pending_.empty() || closed_) return;
+    writing_.swap(pending_);
+    pending_.clear();
+    writing_in_flight_ = true;
+    asio::async_write(socket_, asio::buffer(writing_),
+                      [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                        self->writing_in_flight_ = false;
+                        self->writing_.clear();
+                        if (self->closed_) return;
+                        if (ec) {
+                          self->server_.closeConnection(self->id_, "write failed: " + ec.message(), false);
+                          return;
+                        }
+                        self->flush();
+                        if (self->read_paused_) {
+                          self->read_paused_ = false;
+                          self->readMore();
+                        }
+                      });
+  }
+
+  Impl& server_;
+  ConnectionId id_;
+  tcp::socket socket_;
+  asio::steady_timer request_timer_;
+  std::string peer_;
+  std::vector<uint8_t> in_;
+  size_t in_len_ = 0;
+  std::string pending_;
+  std::string writing_;
+  bool writing_in_flight_ = false;
+  bool reading_ = false;
+  bool read_paused_ = false;
+  bool timer_armed_ = false;
+  bool closed_ = false;
+  bool authenticated_ = false;
+  wire::Generation generation_ = wire::Generation::kUnknown;
+  std::string client_nonce_;
+  std::string server_nonce_;
+};
+
+StoreServer::Impl::Impl(StoreServerOptions options)
+    : options_(std::move(options)), log_(logger("store")), acceptor_(io_) {
+  boost::system::error_code ec;
+  std::string host = options_.host == "localhost" ? "127.0.0.1" : options_.host;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) throw DdprunError("store server: cannot listen on '" + options_.host + "': not an IP address");
+  tcp::endpoint endpoint(address, static_cast<unsigned short>(options_.port));
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw SystemError("store server: listen on " + options_.host + ":" + std::to_string(options_.port), ec.value());
+  }
+  port_ = acceptor_.local_endpoint().port();
+  accept();
+  thread_ = std::thread([this] { io_.run(); });
+  log_->debug("store listening on {}:{}{}", options_.host, port_, options_.token.empty() ? "" : " (token required)");
+}
+
+StoreServer::Impl::~Impl() {
+  asio::post(io_, [this] {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    for (auto& [id, connection] : connections_) connection->close();
+    connections_.clear();
+    connection_count_ = 0;
+    io_.stop();
+  });
+  if (thread_.joinable()) thread_.join();
+}
+
+void StoreServer::Impl::accept() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) {
+      auto connection = std::make_shared<Connection>(*this, next_id_++, std::move(socket));
+      connections_.emplace(connection->id(), connection);
+      connection_count_ = connections_.size();
+      log_->trace("store: client {} connected", connection->peer());
+      connection->start();
+    } else {
+      log_->warn("store: accept failed: {}", ec.message());
+    }
+    accept();
+  });
+}
+
+void StoreServer::Impl::closeConnection(ConnectionId id, const std::string& reason, bool is_error) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  if (is_error) {
+    log_->warn("store: closing connection from {}: {}", it->second->peer(), reason);
+  } else {
+    log_->trace("store: connection from {} ended: {}", it->second->peer(), reason);
+  }
+  it->second->close();
+  state_.dropConnection(id);
+  connections_.erase(it);
+  connection_count_ = connections_.size();
+}
+
+void StoreServer::Impl::deliver(const StoreEffects& effects) {
+  for (ConnectionId id : effects.woken) {
+    auto it = connections_.find(id);
+    if (it != connections_.end()) it->second->waitSatisfied();
+  }
+  for (const auto& [id, frame] : effects.watch_messages) send(id, frame);
+}
+
+void StoreServer::Impl::send(ConnectionId id, std::string bytes) {
+  auto it = connections_.find(id);
+  if (it != connections_.end()) it->second->send(std::move(bytes));
+}
+
+StoreServer::StoreServer(StoreServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+StoreServer::~StoreServer() = default;
+int StoreServer::port() const { return impl_->port(); }
+size_t StoreServer::connectionCount() const { return impl_->connectionCount(); }
+
+}  // namespace ddprun::rendezvous

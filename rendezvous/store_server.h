@@ -1,0 +1,43 @@
+// The store server: torch's TCPStore protocol (both generations) on Boost.Asio, one I/O
+// thread, no thread per connection. Hosted inside the agent; also usable on its own
+// (build/bin/ddprun_store_server). Bad input closes only the offending connection, with
+// a logged reason: malformed or oversized frames, unknown commands, requests left
+// incomplete past a deadline (slow clients), unauthenticated commands when a token is set.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "rendezvous/request_parser.h"
+
+namespace ddprun::rendezvous {
+
+struct StoreServerOptions {
+  std::string host = "0.0.0.0";      // address to listen on (IPv4/IPv6 literal or "localhost").
+  int port = 0;                      // 0: let the kernel pick a free port (see port()).
+  std::string token;                 // empty: open, like torch's store; else clients must prove it.
+  StoreLimits limits;                // per-request limits, checked before allocating.
+  std::chrono::milliseconds request_timeout{30000};  // a started request must complete within this.
+  size_t max_pending_reply_bytes = 64 * 1024 * 1024;  // stop reading a client that does not read.
+};
+
+class StoreServer {
+ public:
+  // Binds, listens and starts the I/O thread. Throws SystemError (e.g. EADDRINUSE).
+  explicit StoreServer(StoreServerOptions options);
+  // Closes every connection and joins the I/O thread.
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  int port() const;
+  // Number of open client connections (for tests and logs). Thread-safe.
+  size_t connectionCount() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::rendezvous

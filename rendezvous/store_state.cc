@@ -1,0 +1,233 @@
+#include "rendezvous/store_state.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+#include "rendezvous/wire_protocol.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+void appendU64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+
+void appendBytes(std::string& out, const std::string& bytes) {
+  appendU64(out, bytes.size());
+  out += bytes;
+}
+
+}  // namespace
+
+bool StoreState::exists(const std::string& key) const {
+  if (data_.count(key)) return true;
+  auto q = queues_.find(key);
+  return q != queues_.end() && !q->second.empty();
+}
+
+void StoreState::keyBecameReady(const std::string& key, StoreEffects& effects) {
+  auto it = waiting_.find(key);
+  if (it == waiting_.end()) return;
+  for (ConnectionId waiter : it->second) {
+    auto left = awaited_.find(waiter);
+    if (left == awaited_.end()) continue;
+    if (--left->second == 0) {
+      awaited_.erase(left);
+      effects.woken.push_back(waiter);
+    }
+  }
+  waiting_.erase(it);
+}
+
+void StoreState::notifyWatchers(const std::string& key, uint8_t kind, const std::string* old_value,
+                                const std::string* new_value, StoreEffects& effects) {
+  auto it = watchers_.find(key);
+  if (it == watchers_.end()) return;
+  static const std::string kEmpty;
+  std::string frame(1, static_cast<char>(kind));
+  appendBytes(frame, key);
+  appendBytes(frame, old_value ? *old_value : kEmpty);
+  appendBytes(frame, new_value ? *new_value : kEmpty);
+  for (ConnectionId watcher : it->second) effects.watch_messages.emplace_back(watcher, frame);
+}
+
+void StoreState::set(const std::string& key, std::string value, StoreEffects& effects) {
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    auto& stored = data_[key];
+    stored = std::move(value);
+    notifyWatchers(key, static_cast<uint8_t>(wire::WatchResponse::kKeyCreated), nullptr, &stored, effects);
+  } else {
+    if (watchers_.count(key)) {
+      std::string old = std::move(it->second);
+      it->second = std::move(value);
+      notifyWatchers(key, static_cast<uint8_t>(wire::WatchResponse::kKeyUpdated), &old, &it->second, effects);
+    } else {
+      it->second = std::move(value);
+    }
+  }
+  keyBecameReady(key, effects);
+}
+
+std::string StoreState::compareSet(const std::string& key, const std::string& expected, std::string desired,
+                                   StoreEffects& effects) {
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    if (!expected.empty()) {
+      keyBecameReady(key, effects);
+      return expected;
+    }
+    set(key, desired, effects);
+    return desired;
+  }
+  if (it->second == expected) {
+    std::string old = std::move(it->second);
+    it->second = std::move(desired);
+    notifyWatchers(key, static_cast<uint8_t>(wire::WatchResponse::kKeyUpdated), &old, &it->second, effects);
+  }
+  keyBecameReady(key, effects);
+  return it->second;
+}
+
+// torch parses the stored value with std::stoll: optional leading whitespace and sign,
+// digits, trailing junk ignored; a value with no leading number is an error.
+std::optional<int64_t> StoreState::sumWith(const std::string& key, int64_t amount) const {
+  auto it = data_.find(key);
+  if (it == data_.end()) return amount;
+  const std::string& text = it->second;
+  size_t start = text.find_first_not_of(" \t\n\r\f\v");
+  if (start == std::string::npos) return std::nullopt;
+  const char* first = text.data() + start;
+  if (*first == '+') ++first;
+  int64_t current = 0;
+  auto [end, ec] = std::from_chars(first, text.data() + text.size(), current);
+  if (ec != std::errc() || end == first) return std::nullopt;
+  return static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(amount));
+}
+
+std::optional<int64_t> StoreState::add(const std::string& key, int64_t amount, StoreEffects& effects) {
+  auto total = sumWith(key, amount);
+  if (total) set(key, std::to_string(*total), effects);
+  return total;
+}
+
+const std::string* StoreState::get(const std::string& key) const {
+  auto it = data_.find(key);
+  return it == data_.end() ? nullptr : &it->second;
+}
+
+bool StoreState::check(const std::vector<std::string>& keys) const {
+  return std::all_of(keys.begin(), keys.end(), [this](const std::string& k) { return exists(k); });
+}
+
+bool StoreState::wait(ConnectionId connection, const std::vector<std::string>& keys) {
+  size_t missing = 0;
+  for (const auto& key : keys) {
+    if (exists(key)) continue;
+    auto& waiters = waiting_[key];
+    if (std::find(waiters.begin(), waiters.end(), connection) == waiters.end()) {
+      waiters.push_back(connection);
+      ++missing;
+    }
+  }
+  if (missing == 0) return true;
+  awaited_[connection] = missing;
+  return false;
+}
+
+bool StoreState::cancelWait(ConnectionId connection) {
+  if (awaited_.erase(connection) == 0) return false;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    std::erase(it->second, connection);
+    it = it->second.empty() ? waiting_.erase(it) : std::next(it);
+  }
+  return true;
+}
+
+bool StoreState::deleteKey(const std::string& key, StoreEffects& effects) {
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  std::string old = std::move(it->second);
+  data_.erase(it);
+  notifyWatchers(key, static_cast<uint8_t>(wire::WatchResponse::kKeyDeleted), &old, nullptr, effects);
+  return true;
+}
+
+void StoreState::append(const std::string& key, const std::string& value, StoreEffects& effects) {
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    set(key, value, effects);
+    return;
+  }
+  it->second += value;
+  keyBecameReady(key, effects);
+}
+
+void StoreState::queuePush(const std::string& key, std::string value, StoreEffects& effects) {
+  queues_[key].push_back(std::move(value));
+  wakeOne(key, effects);
+}
+
+// One element satisfies one popper: the first waiter whose last missing key this was.
+void StoreState::wakeOne(const std::string& key, StoreEffects& effects) {
+  auto it = waiting_.find(key);
+  if (it == waiting_.end()) return;
+  auto& waiters = it->second;
+  for (auto w = waiters.begin(); w != waiters.end(); ++w) {
+    auto left = awaited_.find(*w);
+    if (left == awaited_.end()) continue;
+    if (--left->second == 0) {
+      awaited_.erase(left);
+      effects.woken.push_back(*w);
+      waiters.erase(w);
+      break;
+    }
+  }
+  if (waiters.empty()) waiting_.erase(it);
+}
+
+bool StoreState::barrier(ConnectionId connection, const std::string& key, int64_t world_size, StoreEffects& effects) {
+  // The count is stored without waking anyone: earlier arrivals wait on this very key.
+  auto count = sumWith(key, 1);
+  data_[key] = std::to_string(count.value_or(1));
+  if (count.value_or(1) >= world_size) {
+    keyBecameReady(key, effects);
+    return true;
+  }
+  waiting_[key].push_back(connection);
+  awaited_[connection] = 1;
+  return false;
+}
+
+std::optional<std::string> StoreState::queuePop(const std::string& key) {
+  auto it = queues_.find(key);
+  if (it == queues_.end() || it->second.empty()) return std::nullopt;
+  std::string front = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) queues_.erase(it);
+  return front;
+}
+
+int64_t StoreState::queueLength(const std::string& key) const {
+  auto it = queues_.find(key);
+  return it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size());
+}
+
+std::vector<std::string> StoreState::listKeys() const {
+  std::vector<std::string> keys;
+  keys.reserve(data_.size());
+  for (const auto& [key, value] : data_) keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+void StoreState::watch(ConnectionId connection, const std::string& key) { watchers_[key].push_back(connection); }
+
+void StoreState::dropConnection(ConnectionId connection) {
+  cancelWait(connection);
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    std::erase(it->second, connection);
+    it = it->second.empty() ? watchers_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace ddprun::rendezvous

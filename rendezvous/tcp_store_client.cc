@@ -1,0 +1,482 @@
+#include "rendezvous/tcp_store_client.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "rendezvous/token_auth.h"
+#include "rendezvous/wire_protocol.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using wire::Command;
+
+int remainingMs(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
+}
+
+// Failures inside one request, before the op/key/server context is added.
+struct IoFailure {
+  bool timed_out;
+  std::string what;
+};
+
+template <class T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+void putBytes(std::string& out, const std::string& bytes) {
+  put<uint64_t>(out, bytes.size());
+  out += bytes;
+}
+
+std::string frame(Command command) { return std::string(1, static_cast<char>(command)); }
+
+}  // namespace
+
+// One socket with deadline-bounded exact reads and writes.
+class TcpStoreClient::Connection {
+ public:
+  Connection(const StoreClientOptions& options, std::atomic<int>& published_fd) : published_fd_(published_fd) {
+    const auto deadline = Clock::now() + options.connect_timeout;
+    auto backoff = std::chrono::milliseconds(10);
+    std::string last_error;
+    for (;;) {
+      if (tryConnect(options, deadline, last_error)) break;
+      if (Clock::now() + backoff >= deadline) {
+        throw StoreError("store connect: cannot reach " + options.host + ":" + std::to_string(options.port) +
+                         " within " + std::to_string(options.connect_timeout.count()) + " ms: " + last_error);
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    }
+    published_fd_ = fd_;
+  }
+  ~Connection() {
+    published_fd_ = -1;
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  void send(const std::string& bytes, Clock::time_point deadline) {
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        pollFor(POLLOUT, deadline);
+        continue;
+      }
+      throw IoFailure{false, std::string("send failed: ") + std::strerror(errno)};
+    }
+  }
+
+  void receive(void* out, size_t length, Clock::time_point deadline) {
+    auto* p = static_cast<char*>(out);
+    size_t got = 0;
+    while (got < length) {
+      ssize_t n = ::recv(fd_, p + got, length - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+        continue;
+      }
+      if (n == 0) throw IoFailure{false, "the server closed the connection"};
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        pollFor(POLLIN, deadline);
+        continue;
+      }
+      throw IoFailure{false, std::string("receive failed: ") + std::strerror(errno)};
+    }
+  }
+
+  template <class T>
+  T receiveValue(Clock::time_point deadline) {
+    T value{};
+    receive(&value, sizeof value, deadline);
+    return value;
+  }
+
+  std::string receiveBytes(Clock::time_point deadline) {
+    auto length = receiveValue<uint64_t>(deadline);
+    if (length > (uint64_t{1} << 32)) throw IoFailure{false, "reply claims " + std::to_string(length) + " bytes"};
+    std::string bytes(length, '\0');
+    receive(bytes.data(), length, deadline);
+    return bytes;
+  }
+
+  std::string localAddress() const {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (addr.ss_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, buf, sizeof buf);
+    } else {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, buf, sizeof buf);
+    }
+    return buf;
+  }
+
+ private:
+  void pollFor(short events, Clock::time_point deadline) {
+    for (;;) {
+      pollfd p{fd_, events, 0};
+      int ms = remainingMs(deadline);
+      int r = ::poll(&p, 1, ms);
+      if (r > 0) return;
+      if (r == 0) throw IoFailure{true, "timed out"};
+      if (errno != EINTR) throw IoFailure{false, std::string("poll failed: ") + std::strerror(errno)};
+    }
+  }
+
+  bool tryConnect(const StoreClientOptions& options, Clock::time_point deadline, std::string& error) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_family = AF_UNSPEC;
+    addrinfo* found = nullptr;
+    std::string port = std::to_string(options.port);
+    int rc = ::getaddrinfo(options.host.c_str(), port.c_str(), &hints, &found);
+    if (rc != 0) {
+      error = std::string("cannot resolve host: ") + ::gai_strerror(rc);
+      return false;
+    }
+    bool connected = false;
+    for (addrinfo* ai = found; ai && !connected; ai = ai->ai_next) {
+      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+      if (fd < 0) continue;
+      int r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+      if (r != 0 && errno == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        int waited = ::poll(&p, 1, std::max(1, std::min(remainingMs(deadline), 5000)));
+        int so_error = 0;
+        socklen_t len = sizeof so_error;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len);
+        r = waited > 0 && so_error == 0 ? 0 : -1;
+        errno = waited > 0 ? so_error : ETIMEDOUT;
+      }
+      if (r == 0) {
+        int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        fd_ = fd;
+        connected = true;
+      } else {
+        error = std::strerror(errno);
+        ::close(fd);
+      }
+    }
+    ::freeaddrinfo(found);
+    return connected;
+  }
+
+  int fd_ = -1;
+  std::atomic<int>& published_fd_;
+};
+
+TcpStoreClient::TcpStoreClient(StoreClientOptions options) : options_(std::move(options)) {
+  std::lock_guard lock(mutex_);
+  connect();
+}
+
+TcpStoreClient::~TcpStoreClient() = default;
+
+std::string TcpStoreClient::serverName() const { return options_.host + ":" + std::to_string(options_.port); }
+
+void TcpStoreClient::connect() {
+  connection_.reset();
+  auto connection = std::make_unique<Connection>(options_, fd_);
+  const auto deadline = Clock::now() + options_.timeout;
+  try {
+    std::string hello = frame(Command::kValidate);
+    put<uint32_t>(hello, wire::kValidationMagic);
+    if (!options_.token.empty()) {
+      std::string client_nonce = randomNonce();
+      hello += frame(Command::kAuthHello) + client_nonce;
+      connection->send(hello, deadline);
+      std::string server_nonce(wire::kAuthNonceBytes, '\0'), proof(wire::kAuthMacBytes, '\0');
+      connection->receive(server_nonce.data(), server_nonce.size(), deadline);
+      connection->receive(proof.data(), proof.size(), deadline);
+      if (proof != serverProof(options_.token, client_nonce, server_nonce)) {
+        throw StoreError("store connect: server " + serverName() +
+                         " does not know this job's token (DDPRUN_TOKEN differs, or the store is open)");
+      }
+      connection->send(frame(Command::kAuthProof) + clientProof(options_.token, client_nonce, server_nonce), deadline);
+      if (connection->receiveValue<uint8_t>(deadline) != 1) {
+        throw StoreError("store connect: server " + serverName() + " refused the token");
+      }
+    } else {
+      connection->send(hello, deadline);
+    }
+  } catch (const IoFailure& f) {
+    throw StoreError("store connect: handshake with " + serverName() + " failed: " + f.what +
+                     (options_.token.empty() ? "" : " (wrong token?)"));
+  }
+  connection_ = std::move(connection);
+}
+
+void TcpStoreClient::interrupt() {
+  interrupted_ = true;
+  int fd = fd_.load();
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+}
+
+// Runs one request under the lock. On a broken connection, a request that is safe to
+// repeat is retried once on a fresh connection; everything else reports the failure.
+template <class Fn>
+auto TcpStoreClient::run(const char* op, const std::string& subject, bool retry_safe, Fn&& fn) {
+  std::lock_guard lock(mutex_);
+  auto fail = [&](const std::string& why, bool timed_out) -> StoreError {
+    std::string message = std::string("store ") + op + (subject.empty() ? "" : "(" + subject + ")") + ": " + why +
+                          " (server " + serverName() + ")";
+    if (timed_out) return StoreTimeout(message);
+    return StoreError(message);
+  };
+  for (int attempt = 0;; ++attempt) {
+    if (interrupted_) throw fail("interrupted", false);
+    try {
+      if (!connection_) connect();
+      return fn(*connection_);
+    } catch (const IoFailure& f) {
+      connection_.reset();
+      if (f.timed_out) {
+        throw fail("timed out after " + std::to_string(options_.timeout.count()) + " ms", true);
+      }
+      if (!retry_safe || attempt > 0 || interrupted_) throw fail(f.what, false);
+    } catch (const StoreError& e) {
+      throw fail(e.what(), false);
+    }
+  }
+}
+
+void TcpStoreClient::set(const std::string& key, const std::string& value) {
+  run("set", "key=" + key, true, [&](Connection& c) {
+    std::string req = frame(Command::kSet);
+    putBytes(req, key);
+    putBytes(req, value);
+    c.send(req, Clock::now() + options_.timeout);
+  });
+}
+
+void TcpStoreClient::waitLocked(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                                const char* op, const std::string& subject) {
+  (void)op;
+  (void)subject;
+  std::string req = frame(Command::kWait);
+  put<uint64_t>(req, keys.size());
+  for (const auto& key : keys) putBytes(req, key);
+  connection_->send(req, Clock::now() + options_.timeout);
+  try {
+    auto response = connection_->receiveValue<uint8_t>(Clock::now() + timeout);
+    if (response != static_cast<uint8_t>(wire::WaitResponse::kStopWaiting)) {
+      throw IoFailure{false, "unexpected reply " + std::to_string(response) + " to WAIT"};
+    }
+  } catch (const IoFailure& f) {
+    if (!f.timed_out) throw;
+    // Withdraw the wait so this connection stays usable; a STOP_WAITING may already be
+    // on its way and arrives first.
+    auto deadline = Clock::now() + std::min(options_.timeout, std::chrono::milliseconds(30000));
+    connection_->send(frame(Command::kCancelWait), deadline);
+    auto response = connection_->receiveValue<uint8_t>(deadline);
+    if (response == static_cast<uint8_t>(wire::WaitResponse::kStopWaiting)) {
+      response = connection_->receiveValue<uint8_t>(deadline);
+    }
+    if (response != static_cast<uint8_t>(wire::WaitResponse::kWaitCanceled)) {
+      throw IoFailure{false, "unexpected reply to CANCEL_WAIT"};
+    }
+    throw StoreTimeout("timed out after " + std::to_string(timeout.count()) + " ms");
+  }
+}
+
+void TcpStoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  std::string subject = keys.size() == 1 ? "key=" + keys[0] : std::to_string(keys.size()) + " keys";
+  try {
+    run("wait", subject, true, [&](Connection&) { waitLocked(keys, timeout, "wait", subject); });
+  } catch (const StoreTimeout&) {
+    throw;
+  }
+}
+
+std::string TcpStoreClient::get(const std::string& key) {
+  return run("get", "key=" + key, true, [&](Connection& c) {
+    waitLocked({key}, options_.timeout, "get", key);
+    std::string req = frame(Command::kGet);
+    putBytes(req, key);
+    c.send(req, Clock::now() + options_.timeout);
+    return c.receiveBytes(Clock::now() + options_.timeout);
+  });
+}
+
+int64_t TcpStoreClient::add(const std::string& key, int64_t amount) {
+  return run("add", "key=" + key, false, [&](Connection& c) {
+    std::string req = frame(Command::kAdd);
+    putBytes(req, key);
+    put<int64_t>(req, amount);
+    c.send(req, Clock::now() + options_.timeout);
+    return c.receiveValue<int64_t>(Clock::now() + options_.timeout);
+  });
+}
+
+std::string TcpStoreClient::compareSet(const std::string& key, const std::string& expected,
+                                       const std::string& desired) {
+  return run("compare_set", "key=" + key, false, [&](Connection& c) {
+    std::string req = frame(Command::kCompareSet);
+    putBytes(req, key);
+    putBytes(req, expected);
+    putBytes(req, desired);
+    c.send(req, Clock::now() + options_.timeout);
+    return c.receiveBytes(Clock::now() + options_.timeout);
+  });
+}
+
+bool TcpStoreClient::check(const std::vector<std::string>& keys) {
+  return run("check", std::to_string(keys.size()) + " keys", true, [&](Connection& c) {
+    std::string req = frame(Command::kCheck);
+    put<uint64_t>(req, keys.size());
+    for (const auto& key : keys) putBytes(req, key);
+    c.send(req, Clock::now() + options_.timeout);
+    return c.receiveValue<uint8_t>(Clock::now() + options_.timeout) ==
+           static_cast<uint8_t>(wire::CheckResponse::kReady);
+  });
+}
+
+int64_t TcpStoreClient::numKeys() {
+  return run("num_keys", "", true, [&](Connection& c) {
+    c.send(frame(Command::kGetNumKeys), Clock::now() + options_.timeout);
+    return c.receiveValue<int64_t>(Clock::now() + options_.timeout);
+  });
+}
+
+bool TcpStoreClient::deleteKey(const std::string& key) {
+  return run("delete_key", "key=" + key, false, [&](Connection& c) {
+    std::string req = frame(Command::kDeleteKey);
+    putBytes(req, key);
+    c.send(req, Clock::now() + options_.timeout);
+    return c.receiveValue<int64_t>(Clock::now() + options_.timeout) == 1;
+  });
+}
+
+void TcpStoreClient::append(const std::string& key, const std::string& value) {
+  run("append", "key=" + key, false, [&](Connection& c) {
+    std::string req = frame(Command::kAppend);
+    putBytes(req, key);
+    putBytes(req, value);
+    c.send(req, Clock::now() + options_.timeout);
+  });
+}
+
+std::vector<std::string> TcpStoreClient::multiGet(const std::vector<std::string>& keys) {
+  return run("multi_get", std::to_string(keys.size()) + " keys", true, [&](Connection& c) {
+    waitLocked(keys, options_.timeout, "multi_get", "");
+    std::string req = frame(Command::kMultiGet);
+    put<uint64_t>(req, keys.size());
+    for (const auto& key : keys) putBytes(req, key);
+    c.send(req, Clock::now() + options_.timeout);
+    std::vector<std::string> values;
+    values.reserve(keys.size());
+    const auto deadline = Clock::now() + options_.timeout;
+    for (size_t i = 0; i < keys.size(); ++i) values.push_back(c.receiveBytes(deadline));
+    return values;
+  });
+}
+
+void TcpStoreClient::multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+  if (keys.size() != values.size()) throw StoreError("store multi_set: keys and values differ in number");
+  run("multi_set", std::to_string(keys.size()) + " keys", true, [&](Connection& c) {
+    std::string req = frame(Command::kMultiSet);
+    put<uint64_t>(req, keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      putBytes(req, keys[i]);
+      putBytes(req, values[i]);
+    }
+    c.send(req, Clock::now() + options_.timeout);
+  });
+}
+
+void TcpStoreClient::queuePush(const std::string& key, const std::string& value) {
+  run("queue_push", "key=" + key, false, [&](Connection& c) {
+    std::string req = frame(Command::kQueuePush);
+    putBytes(req, key);
+    putBytes(req, value);
+    c.send(req, Clock::now() + options_.timeout);
+  });
+}
+
+std::string TcpStoreClient::queuePop(const std::string& key, std::chrono::milliseconds timeout) {
+  return run("queue_pop", "key=" + key, false, [&](Connection& c) {
+    waitLocked({key}, timeout, "queue_pop", key);
+    std::string req = frame(Command::kQueuePop);
+    putBytes(req, key);
+    c.send(req, Clock::now() + options_.timeout);
+    auto length = c.receiveValue<int64_t>(Clock::now() + options_.timeout);
+    if (length <= 0) throw StoreError("queue is empty (another client took the element)");
+    return c.receiveBytes(Clock::now() + options_.timeout);
+  });
+}
+
+int64_t TcpStoreClient::queueLength(const std::string& key) {
+  return run("queue_len", "key=" + key, true, [&](Connection& c) {
+    std::string req = frame(Command::kQueueLen);
+    putBytes(req, key);
+    c.send(req, Clock::now() + options_.timeout);
+    return c.receiveValue<int64_t>(Clock::now() + options_.timeout);
+  });
+}
+
+std::vector<std::string> TcpStoreClient::listKeys() {
+  return run("list_keys", "", true, [&](Connection& c) {
+    c.send(frame(Command::kListKeys), Clock::now() + options_.timeout);
+    const auto deadline = Clock::now() + options_.timeout;
+    auto count = c.receiveValue<int64_t>(deadline);
+    std::vector<std::string> keys;
+    for (int64_t i = 0; i < count; ++i) keys.push_back(c.receiveBytes(deadline));
+    return keys;
+  });
+}
+
+uint32_t TcpStoreClient::ping(uint32_t nonce) {
+  return run("ping", "", true, [&](Connection& c) {
+    std::string req = frame(Command::kPing);
+    put<uint32_t>(req, nonce);
+    c.send(req, Clock::now() + options_.timeout);
+    return c.receiveValue<uint32_t>(Clock::now() + options_.timeout);
+  });
+}
+
+std::string TcpStoreClient::localAddress() const {
+  auto* self = const_cast<TcpStoreClient*>(this);
+  std::lock_guard lock(self->mutex_);
+  return connection_ ? connection_->localAddress() : "";
+}
+
+std::vector<std::string> PrefixStore::k(const std::vector<std::string>& keys) const {
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (const auto& key : keys) out.push_back(prefix_ + key);
+  return out;
+}
+
+std::vector<std::string> PrefixStore::listKeys() {
+  std::vector<std::string> out;
+  for (auto& key : inner_.listKeys()) {
+    if (key.rfind(prefix_, 0) == 0) out.push_back(key.substr(prefix_.size()));
+  }
+  return out;
+}
+
+}  // namespace ddprun::rendezvous
