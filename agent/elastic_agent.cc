@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <cstring>
 #include <chrono>
+#include <future>
 #include <optional>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -26,7 +28,7 @@
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/logging.h"
-#include "rendezvous/single_node_rendezvous.h"
+#include "rendezvous/dynamic_rendezvous.h"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -92,7 +94,7 @@ class ElasticAgent::Impl {
     std::string error_file;
     bool failed() const { return !running && !stopped_by_agent && (signal != 0 || exit_code != 0); }
   };
-  enum class Outcome { kSucceeded, kFailed, kStoppedBySignal };
+  enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
 
   void armChildSignals();
   void armStopSignals();
@@ -101,6 +103,10 @@ class ElasticAgent::Impl {
   void startWorkers(int attempt, const rendezvous::RendezvousResult& rdzv);
   void startOneWorker(Worker& worker, int attempt, const rendezvous::RendezvousResult& rdzv);
   Outcome waitForWorkers();
+  std::optional<rendezvous::RendezvousResult> formRound();
+  void watchRound(int round);
+  int finishJob(int exit_code);
+  int afterSuccess();
   void stopWorkers(int signal);
   void clearProcessGroups();
   void drainOutput();
@@ -126,6 +132,10 @@ class ElasticAgent::Impl {
   std::vector<std::unique_ptr<LineForwarder>> forwarders_;
   int stop_signal_ = 0;        // the first SIGINT/TERM/HUP/QUIT received.
   bool stopping_ = false;      // workers were told to stop; a second signal means kill.
+  std::unique_ptr<rendezvous::DynamicRendezvous> rendezvous_;
+  int round_ = -1;
+  std::optional<rendezvous::RoundEvent> round_event_;  // of round_, from the watcher thread
+  int attempt_ = 0;            // worker group starts on this node: names attempt_<k> log dirs
 };
 
 ElasticAgent::ElasticAgent(AgentConfig config, OrphanGuard& guard)
@@ -217,9 +227,10 @@ void ElasticAgent::Impl::startWorkers(int attempt, const rendezvous::RendezvousR
     worker.place = place;
     workers_.push_back(std::move(worker));
   }
-  log_->info("starting {} worker{} (attempt {}, world size {}, master {}:{})", workers_.size(),
-             workers_.size() == 1 ? "" : "s", attempt, rdzv.group_world_size * config_.nproc_per_node,
-             rdzv.master_addr, rdzv.master_port);
+  log_->info("starting {} worker{} (ranks {}-{} of {}, node {} of {}, restart {}, master {}:{})", workers_.size(),
+             workers_.size() == 1 ? "" : "s", rdzv.rank_base, rdzv.rank_base + config_.nproc_per_node - 1,
+             rdzv.world_size, rdzv.group_rank, rdzv.group_world_size, rdzv.restart_count, rdzv.master_addr,
+             rdzv.master_port);
   for (Worker& worker : workers_) startOneWorker(worker, attempt, rdzv);
 }
 
@@ -230,7 +241,7 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
 
   SpawnRequest request;
   request.argv = config_.entrypoint;
-  request.env = workerEnvironment(base_env_, config_, rdzv, worker.place, attempt, worker.error_file);
+  request.env = workerEnvironment(base_env_, config_, rdzv, worker.place, worker.error_file);
 
   const Std redirected = config_.redirects.forLocalRank(local_rank);
   const Std teed = config_.tee.forLocalRank(local_rank);
@@ -289,6 +300,9 @@ void ElasticAgent::Impl::runFor(Clock::duration d) {
 ElasticAgent::Impl::Outcome ElasticAgent::Impl::waitForWorkers() {
   for (;;) {
     if (stop_signal_ != 0) return Outcome::kStoppedBySignal;
+    if (round_event_) {
+      return round_event_->kind == rendezvous::RoundEvent::Kind::kEnded ? Outcome::kRoundEnded : Outcome::kStoreLost;
+    }
     bool running = false;
     for (const Worker& w : workers_) {
       if (w.failed()) return Outcome::kFailed;
@@ -315,6 +329,7 @@ void ElasticAgent::Impl::stopWorkers(int signal) {
     signalRunning(SIGKILL);
     while (anyRunning()) runFor(std::chrono::seconds(1));
   }
+  stopping_ = false;
 }
 
 // A worker's children may outlive it in its process group; none may outlive the attempt.
@@ -379,6 +394,51 @@ std::vector<WorkerFailure> ElasticAgent::Impl::collectFailures() const {
   return failures;
 }
 
+// The rendezvous blocks (possibly for minutes, waiting for nodes); it runs on its own
+// thread so that a signal still stops ddprun at once.
+std::optional<rendezvous::RendezvousResult> ElasticAgent::Impl::formRound() {
+  bool ready = false;
+  auto pending = std::async(std::launch::async, [this, &ready] {
+    struct Notify {
+      Impl* self;
+      bool* ready;
+      ~Notify() { asio::post(self->io_, [r = ready] { *r = true; }); }
+    } notify{this, &ready};
+    return rendezvous_->nextRound();
+  });
+  while (!ready && stop_signal_ == 0) runFor(std::chrono::hours(1));
+  if (!ready) {
+    rendezvous_->interrupt();
+    pending.wait();
+    return std::nullopt;
+  }
+  return pending.get();
+}
+
+void ElasticAgent::Impl::watchRound(int round) {
+  round_ = round;
+  round_event_.reset();
+  rendezvous_->watch([this](rendezvous::RoundEvent event) {
+    asio::post(io_, [this, event] {
+      if (event.round == round_ && !round_event_) round_event_ = event;
+    });
+  });
+}
+
+// Ends the job for this node: the exit barrier, then the exit code.
+int ElasticAgent::Impl::finishJob(int exit_code) {
+  rendezvous_->finish();
+  return exit_code;
+}
+
+// This node's workers are done; the job is done when every node's are. Until then a
+// failure elsewhere re-forms the job and this node's workers run again.
+int ElasticAgent::Impl::afterSuccess() {
+  rendezvous_->markDone();
+  while (!round_event_ && stop_signal_ == 0) runFor(std::chrono::hours(1));
+  return 0;
+}
+
 int ElasticAgent::Impl::run() {
   ::signal(SIGPIPE, SIG_IGN);
   // Orphaned grandchildren of workers come to us, so we can reap and account for them.
@@ -387,7 +447,8 @@ int ElasticAgent::Impl::run() {
   armStopSignals();
   armUserSignals();
 
-  rendezvous::SingleNodeRendezvous rendezvous(config_.rendezvous);
+  rendezvous_ = std::make_unique<rendezvous::DynamicRendezvous>(config_.rendezvous, config_.nproc_per_node);
+  const std::string& node = rendezvous_->nodeName();
   base_env_ = currentEnvironment();
   auto prefix_env = base_env_.find(env::kLogLinePrefixTemplate);
   prefix_template_ = prefix_env != base_env_.end() ? prefix_env->second : kDefaultPrefixTemplate;
@@ -400,41 +461,72 @@ int ElasticAgent::Impl::run() {
         "tune it for your application as needed");
   }
 
-  for (int attempt = 0;; ++attempt) {
-    rendezvous::RendezvousResult rdzv = rendezvous.next();
+  for (;; ++attempt_) {
+    std::optional<rendezvous::RendezvousResult> rdzv = formRound();
+    if (!rdzv) return 128 + stop_signal_;
     try {
-      startWorkers(attempt, rdzv);
+      startWorkers(attempt_, *rdzv);
     } catch (const DdprunError& e) {
       log_->error("cannot start workers: {}", e.what());
       stopWorkers(SIGKILL);
       endAttempt();
-      return kExitWorkersFailed;
+      rendezvous_->endRound("final:" + node);
+      return finishJob(kExitWorkersFailed);
     }
+    watchRound(rdzv->round);
     Outcome outcome = waitForWorkers();
     if (outcome == Outcome::kSucceeded) {
       endAttempt();
-      log_->info("all {} workers finished successfully", workers_.size());
-      return kExitOk;
+      afterSuccess();
+      if (stop_signal_ == 0 && round_event_->kind == rendezvous::RoundEvent::Kind::kEnded &&
+          round_event_->reason == "done") {
+        log_->info("all {} workers finished successfully", workers_.size());
+        return finishJob(kExitOk);
+      }
+      outcome = stop_signal_ != 0 ? Outcome::kStoppedBySignal
+                : round_event_->kind == rendezvous::RoundEvent::Kind::kEnded ? Outcome::kRoundEnded
+                                                                              : Outcome::kStoreLost;
     }
     if (outcome == Outcome::kStoppedBySignal) {
       stopWorkers(stop_signal_);
       endAttempt();
+      rendezvous_->endRound("abort:" + node + ":" + signalName(stop_signal_));
+      finishJob(0);
       return 128 + stop_signal_;
     }
-    std::vector<WorkerFailure> failures = collectFailures();
-    stopWorkers(SIGTERM);
-    endAttempt();
-    stopping_ = false;
-    if (stop_signal_ != 0) return 128 + stop_signal_;
-    if (attempt < config_.max_restarts) {
-      const auto& first = failures.front();
-      log_->warn("restarting the worker group after rank {} failed (restart {} of {})", first.rank, attempt + 1,
-                 config_.max_restarts);
+    if (outcome == Outcome::kStoreLost) {
+      log_->error("lost the rendezvous store at {}: {}; stopping the workers", rendezvous_->storeAddress(),
+                  round_event_->reason);
+      stopWorkers(SIGTERM);
+      endAttempt();
+      return kExitRendezvous;
+    }
+    if (outcome == Outcome::kRoundEnded) {
+      const std::string reason = round_event_->reason;
+      stopWorkers(SIGTERM);
+      endAttempt();
+      if (rendezvous::DynamicRendezvous::isFinal(reason)) {
+        log_->error("the job failed on another node ({}); stopping", reason);
+        return finishJob(kExitWorkersFailed);
+      }
+      if (stop_signal_ != 0) return 128 + stop_signal_;
+      log_->warn("re-forming the job ({})", reason);
       continue;
     }
-    std::string report = formatFailureReport(config_.entry_name, failures);
-    writeAll(STDERR_FILENO, report);
-    return kExitWorkersFailed;
+    // A local worker failed.
+    std::vector<WorkerFailure> failures = collectFailures();
+    const bool final = rdzv->restart_count >= config_.max_restarts;
+    const std::string standing = rendezvous_->endRound((final ? "final:" : "fail:") + node);
+    stopWorkers(SIGTERM);
+    endAttempt();
+    if (stop_signal_ != 0) return 128 + stop_signal_;
+    if (!final && !rendezvous::DynamicRendezvous::isFinal(standing)) {
+      log_->warn("restarting the worker group after rank {} failed (restart {} of {})", failures.front().rank,
+                 rdzv->restart_count + 1, config_.max_restarts);
+      continue;
+    }
+    writeAll(STDERR_FILENO, formatFailureReport(config_.entry_name, failures));
+    return finishJob(kExitWorkersFailed);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#define BOOST_BIND_GLOBAL_PLACEHOLDERS
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 

@@ -10,11 +10,11 @@ namespace ddprun::agent {
 
 std::vector<WorkerPlace> assignPlaces(int nproc_per_node, const rendezvous::RendezvousResult& rdzv) {
   std::vector<WorkerPlace> places;
-  const int world_size = nproc_per_node * rdzv.group_world_size;
+  const int world_size = rdzv.world_size;
   for (int local_rank = 0; local_rank < nproc_per_node; ++local_rank) {
     WorkerPlace place;
     place.local_rank = local_rank;
-    place.rank = rdzv.group_rank * nproc_per_node + local_rank;
+    place.rank = rdzv.rank_base + local_rank;
     place.world_size = world_size;
     place.local_world_size = nproc_per_node;
     place.role_rank = place.rank;
@@ -31,8 +31,7 @@ bool setsOmpNumThreads(const std::map<std::string, std::string>& base, int nproc
 std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::string> base,
                                                      const AgentConfig& config,
                                                      const rendezvous::RendezvousResult& rdzv,
-                                                     const WorkerPlace& place, int restart_count,
-                                                     const std::string& error_file) {
+                                                     const WorkerPlace& place, const std::string& error_file) {
   const bool set_omp = setsOmpNumThreads(base, config.nproc_per_node);
   auto& e = base;
   e[env::kRank] = std::to_string(place.rank);
@@ -46,7 +45,7 @@ std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::
   e[env::kRoleName] = config.role;
   e[env::kMasterAddr] = rdzv.master_addr;
   e[env::kMasterPort] = std::to_string(rdzv.master_port);
-  e[env::kRestartCount] = std::to_string(restart_count);
+  e[env::kRestartCount] = std::to_string(rdzv.restart_count);
   e[env::kMaxRestarts] = std::to_string(config.max_restarts);
   e[env::kRunId] = config.rendezvous.run_id;
   e[env::kUseAgentStore] = rdzv.use_agent_store ? "True" : "False";

@@ -19,8 +19,8 @@ struct WorkerPlace {
   int role_world_size = 1;
 };
 
-// Places of this node's workers: node-major, as torchrun assigns them when every node
-// runs the same number of workers.
+// Places of this node's workers: RANK is contiguous per node, starting at the prefix sum
+// of the local world sizes of the nodes before it (rdzv.rank_base).
 std::vector<WorkerPlace> assignPlaces(int nproc_per_node, const rendezvous::RendezvousResult& rdzv);
 
 // Returns `base` (the agent's own environment) with the contract variables set.
@@ -28,8 +28,7 @@ std::vector<WorkerPlace> assignPlaces(int nproc_per_node, const rendezvous::Rend
 std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::string> base,
                                                      const AgentConfig& config,
                                                      const rendezvous::RendezvousResult& rdzv,
-                                                     const WorkerPlace& place, int restart_count,
-                                                     const std::string& error_file);
+                                                     const WorkerPlace& place, const std::string& error_file);
 
 // True when the agent will set OMP_NUM_THREADS itself (and should say so once).
 bool setsOmpNumThreads(const std::map<std::string, std::string>& base, int nproc_per_node);

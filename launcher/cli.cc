@@ -7,6 +7,7 @@
 
 #include "agent/log_layout.h"
 #include "common/error.h"
+#include "common/logging.h"
 #include "launcher/nproc.h"
 #include "launcher/parse_number.h"
 #include "launcher/program_resolver.h"
@@ -173,6 +174,10 @@ agent::AgentConfig buildConfig(RawFlags& f, const std::vector<std::string>& prog
   }
   rdzv.backend = f.rdzv_backend;
   rdzv.conf = parseRdzvConf(f.rdzv_conf);
+  // Values are checked now, so a typo stops ddprun before anything starts.
+  for (const auto& key : rendezvous::parseRendezvousSettings(rdzv.conf).unknown_keys) {
+    logger("launcher")->warn("--rdzv_conf key '{}' is not used by ddprun", key);
+  }
   if (!f.rdzv_endpoint.empty()) checkEndpoint(f.rdzv_endpoint);
   rdzv.endpoint = f.rdzv_endpoint;
   if (f.rdzv_id.empty()) throw UsageError("--rdzv_id must not be empty");

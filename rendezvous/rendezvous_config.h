@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ddprun::rendezvous {
 
@@ -23,10 +24,30 @@ struct RendezvousConfig {
   std::map<std::string, std::string> conf;  // --rdzv_conf key=value pairs.
 };
 
+// --rdzv_conf, parsed: torchrun's keys plus ddprun's. Durations in the conf are seconds.
+struct RendezvousSettings {
+  std::chrono::milliseconds join_timeout{600000};      // join_timeout (alias: timeout): a round must form.
+  std::chrono::milliseconds last_call_timeout{30000};  // last_call_timeout: wait after MIN nodes joined.
+  std::chrono::milliseconds close_timeout{30000};      // close_timeout: wait for peers when the job ends.
+  std::chrono::milliseconds read_timeout{60000};       // read_timeout: one store operation.
+  std::chrono::milliseconds keep_alive_interval{5000}; // keep_alive_interval.
+  int keep_alive_max_attempt = 3;                      // keep_alive_max_attempt: misses before eviction.
+  std::optional<bool> is_host;                         // is_host: unset = decide from the endpoint.
+  std::string token_file;                              // token_file (DDPRUN_TOKEN wins).
+  std::vector<std::string> unknown_keys;               // passed through by torchrun; we warn.
+};
+
+// Parses config.conf. Throws UsageError naming the key for a bad value.
+RendezvousSettings parseRendezvousSettings(const std::map<std::string, std::string>& conf);
+
 // The job as one node sees it after a round of rendezvous.
 struct RendezvousResult {
+  int round = 0;                 // rendezvous round; every re-formation starts a new one.
   int group_rank = 0;            // this node's rank among nodes (GROUP_RANK).
   int group_world_size = 1;      // number of nodes in the job (GROUP_WORLD_SIZE).
+  int rank_base = 0;             // RANK of this node's local rank 0.
+  int world_size = 1;            // WORLD_SIZE: all workers of all nodes.
+  int restart_count = 0;         // TORCHELASTIC_RESTART_COUNT: job-wide restarts after failures.
   std::string master_addr;       // MASTER_ADDR for the workers.
   int master_port = 0;           // MASTER_PORT for the workers.
   bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE.

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -25,7 +26,11 @@ using wire::Command;
 
 namespace {
 
-constexpr size_t kReadChunk = 64 * 1024;
+// A connection starts with a small buffer and grows it only to what a request needs, so
+// thousands of idle clients cost little.
+constexpr size_t kMinReadSpace = 4096;
+constexpr size_t kIdleBufferBytes = 64 * 1024;
+using Clock = std::chrono::steady_clock;
 
 template <class T>
 void put(std::string& out, T value) {
@@ -78,6 +83,7 @@ class StoreServer::Impl {
   friend class Connection;
 
   void accept();
+  void sweepStalled();
   void closeConnection(ConnectionId id, const std::string& reason, bool is_error);
   void deliver(const StoreEffects& effects);
   void send(ConnectionId id, std::string bytes);
@@ -86,6 +92,7 @@ class StoreServer::Impl {
   std::shared_ptr<spdlog::logger> log_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
+  asio::steady_timer sweep_timer_;
   int port_ = 0;
   StoreState state_;
   std::unordered_map<ConnectionId, std::shared_ptr<Connection>> connections_;
@@ -97,7 +104,7 @@ class StoreServer::Impl {
 class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(Impl& server, ConnectionId id, tcp::socket socket)
-      : server_(server), id_(id), socket_(std::move(socket)), request_timer_(server.io_) {
+      : server_(server), id_(id), socket_(std::move(socket)) {
     boost::system::error_code ec;
     auto remote = socket_.remote_endpoint(ec);
     peer_ = ec ? "unknown peer" : remote.address().to_string() + ":" + std::to_string(remote.port());
@@ -111,7 +118,6 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
 
   void close() {
     boost::system::error_code ignored;
-    request_timer_.cancel();
     socket_.close(ignored);
     closed_ = true;
   }
@@ -124,19 +130,26 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
 
   void waitSatisfied() { send(std::string(1, static_cast<char>(wire::WaitResponse::kStopWaiting))); }
 
+  // True when a request has been incomplete for longer than the request timeout.
+  bool stalled(Clock::time_point now) const {
+    return partial_since_ && now - *partial_since_ > server_.options_.request_timeout;
+  }
+
+
  private:
   void readMore() {
-    if (closed_ || reading_) return;
-    if (pending_.size() + writing_.size() > server_.options_.max_pending_reply_bytes) {
-      read_paused_ = true;  // resumes once the client reads its replies
-      return;
-    }
-    if (in_.size() - in_len_ < kReadChunk) in_.resize(in_len_ + kReadChunk);
+    if (closed_ || reading_ || paused()) return;
+    size_t want = std::max(in_len_ + kMinReadSpace, need_at_least_);
+    if (in_.size() < want) in_.resize(want);
     reading_ = true;
     socket_.async_read_some(
         asio::buffer(in_.data() + in_len_, in_.size() - in_len_),
         [self = shared_from_this()](const boost::system::error_code& ec, size_t n) { self->onRead(ec, n); });
   }
+
+  // A client that does not read its replies is not read from either, so its replies
+  // cannot pile up without bound.
+  bool paused() const { return pending_.size() + writing_.size() > server_.options_.max_pending_reply_bytes; }
 
   void onRead(const boost::system::error_code& ec, size_t n) {
     reading_ = false;
@@ -150,10 +163,13 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
     readMore();
   }
 
-  // Handles every complete request in the buffer. Returns false when the connection closed.
+  // Handles every complete request in the buffer (until the client's unread replies reach
+  // the limit). Returns false when the connection closed.
   bool processBuffered() {
     size_t offset = 0;
-    while (offset < in_len_) {
+    bool completed_any = false;
+    need_at_least_ = 0;
+    while (offset < in_len_ && !paused()) {
       std::span<const uint8_t> rest(in_.data() + offset, in_len_ - offset);
       if (generation_ == wire::Generation::kUnknown) {
         generation_ = detectGeneration(rest);
@@ -170,41 +186,29 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         server_.closeConnection(id_, "bad request: " + parsed.error, true);
         return false;
       }
-      if (parsed.status == ParseStatus::kNeedMore) break;
+      if (parsed.status == ParseStatus::kNeedMore) {
+        need_at_least_ = parsed.need_at_least;
+        break;
+      }
       offset += parsed.consumed;
+      completed_any = true;
       if (!handle(request)) return false;
     }
     if (offset > 0) {
       std::memmove(in_.data(), in_.data() + offset, in_len_ - offset);
       in_len_ -= offset;
     }
-    if (in_.size() > 4 * kReadChunk && in_len_ < kReadChunk) in_.resize(kReadChunk);
-    armRequestTimer();
-    return true;
-  }
-
-  // A request that has started must finish within request_timeout: a client trickling
-  // bytes (or stalled half-way) loses its connection rather than holding state forever.
-  void armRequestTimer() {
-    if (in_len_ == 0) {
-      if (timer_armed_) request_timer_.cancel();
-      timer_armed_ = false;
-      return;
+    if (in_len_ == 0 && in_.size() > kIdleBufferBytes) {
+      in_.clear();
+      in_.shrink_to_fit();
     }
-    if (timer_armed_) return;
-    timer_armed_ = true;
-    request_timer_.expires_after(server_.options_.request_timeout);
-    request_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-      if (ec || self->closed_ || !self->timer_armed_) return;
-      self->timer_armed_ = false;
-      if (self->in_len_ > 0) {
-        self->server_.closeConnection(self->id_,
-                                      "request incomplete after " +
-                                          std::to_string(self->server_.options_.request_timeout.count()) +
-                                          " ms (slow or stalled client)",
-                                      true);
-      }
-    });
+    // The deadline covers one request: it restarts whenever a request completes.
+    if (in_len_ == 0) {
+      partial_since_.reset();
+    } else if (completed_any || !partial_since_) {
+      partial_since_ = Clock::now();
+    }
+    return true;
   }
 
   bool reject(const std::string& reason) {
@@ -346,17 +350,15 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
                           return;
                         }
                         self->flush();
-                        if (self->read_paused_) {
-                          self->read_paused_ = false;
-                          self->readMore();
-                        }
+                        // Requests held back while the client's replies piled up.
+                        if (!self->paused() && self->in_len_ > 0 && !self->processBuffered()) return;
+                        self->readMore();
                       });
   }
 
   Impl& server_;
   ConnectionId id_;
   tcp::socket socket_;
-  asio::steady_timer request_timer_;
   std::string peer_;
   std::vector<uint8_t> in_;
   size_t in_len_ = 0;
@@ -364,8 +366,8 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   std::string writing_;
   bool writing_in_flight_ = false;
   bool reading_ = false;
-  bool read_paused_ = false;
-  bool timer_armed_ = false;
+  size_t need_at_least_ = 0;
+  std::optional<Clock::time_point> partial_since_;
   bool closed_ = false;
   bool authenticated_ = false;
   wire::Generation generation_ = wire::Generation::kUnknown;
@@ -374,7 +376,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
 };
 
 StoreServer::Impl::Impl(StoreServerOptions options)
-    : options_(std::move(options)), log_(logger("store")), acceptor_(io_) {
+    : options_(std::move(options)), log_(logger("store")), acceptor_(io_), sweep_timer_(io_) {
   boost::system::error_code ec;
   std::string host = options_.host == "localhost" ? "127.0.0.1" : options_.host;
   auto address = asio::ip::make_address(host, ec);
@@ -389,6 +391,7 @@ StoreServer::Impl::Impl(StoreServerOptions options)
   }
   port_ = acceptor_.local_endpoint().port();
   accept();
+  sweepStalled();
   thread_ = std::thread([this] { io_.run(); });
   log_->debug("store listening on {}:{}{}", options_.host, port_, options_.token.empty() ? "" : " (token required)");
 }
@@ -397,6 +400,7 @@ StoreServer::Impl::~Impl() {
   asio::post(io_, [this] {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
+    sweep_timer_.cancel();
     for (auto& [id, connection] : connections_) connection->close();
     connections_.clear();
     connection_count_ = 0;
@@ -418,6 +422,28 @@ void StoreServer::Impl::accept() {
       log_->warn("store: accept failed: {}", ec.message());
     }
     accept();
+  });
+}
+
+// One timer for all connections (not one per request): every quarter of the request
+// timeout, close the connections whose current request has been incomplete too long.
+void StoreServer::Impl::sweepStalled() {
+  auto period = std::max(std::chrono::milliseconds(20), options_.request_timeout / 4);
+  sweep_timer_.expires_after(period);
+  sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    const auto now = Clock::now();
+    std::vector<ConnectionId> stalled;
+    for (const auto& [id, connection] : connections_) {
+      if (connection->stalled(now)) stalled.push_back(id);
+    }
+    for (ConnectionId id : stalled) {
+      closeConnection(id,
+                      "request incomplete after " + std::to_string(options_.request_timeout.count()) +
+                          " ms (slow or stalled client)",
+                      true);
+    }
+    sweepStalled();
   });
 }
 

@@ -241,25 +241,24 @@ void TcpStoreClient::interrupt() {
 template <class Fn>
 auto TcpStoreClient::run(const char* op, const std::string& subject, bool retry_safe, Fn&& fn) {
   std::lock_guard lock(mutex_);
-  auto fail = [&](const std::string& why, bool timed_out) -> StoreError {
+  // Throws (never returns) so that a timeout keeps its type.
+  auto fail = [&](const std::string& why, bool timed_out) {
     std::string message = std::string("store ") + op + (subject.empty() ? "" : "(" + subject + ")") + ": " + why +
                           " (server " + serverName() + ")";
-    if (timed_out) return StoreTimeout(message);
-    return StoreError(message);
+    if (timed_out) throw StoreTimeout(message);
+    throw StoreError(message);
   };
   for (int attempt = 0;; ++attempt) {
-    if (interrupted_) throw fail("interrupted", false);
+    if (interrupted_) fail("interrupted", false);
     try {
       if (!connection_) connect();
       return fn(*connection_);
     } catch (const IoFailure& f) {
       connection_.reset();
-      if (f.timed_out) {
-        throw fail("timed out after " + std::to_string(options_.timeout.count()) + " ms", true);
-      }
-      if (!retry_safe || attempt > 0 || interrupted_) throw fail(f.what, false);
-    } catch (const StoreError& e) {
-      throw fail(e.what(), false);
+      if (f.timed_out) fail("timed out after " + std::to_string(options_.timeout.count()) + " ms", true);
+      if (!retry_safe || attempt > 0 || interrupted_) fail(f.what, false);
+    } catch (const StoreTimeout& e) {
+      fail(e.what(), true);
     }
   }
 }
@@ -273,10 +272,7 @@ void TcpStoreClient::set(const std::string& key, const std::string& value) {
   });
 }
 
-void TcpStoreClient::waitLocked(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
-                                const char* op, const std::string& subject) {
-  (void)op;
-  (void)subject;
+void TcpStoreClient::waitLocked(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   std::string req = frame(Command::kWait);
   put<uint64_t>(req, keys.size());
   for (const auto& key : keys) putBytes(req, key);
@@ -305,16 +301,12 @@ void TcpStoreClient::waitLocked(const std::vector<std::string>& keys, std::chron
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   std::string subject = keys.size() == 1 ? "key=" + keys[0] : std::to_string(keys.size()) + " keys";
-  try {
-    run("wait", subject, true, [&](Connection&) { waitLocked(keys, timeout, "wait", subject); });
-  } catch (const StoreTimeout&) {
-    throw;
-  }
+  run("wait", subject, true, [&](Connection&) { waitLocked(keys, timeout); });
 }
 
 std::string TcpStoreClient::get(const std::string& key) {
   return run("get", "key=" + key, true, [&](Connection& c) {
-    waitLocked({key}, options_.timeout, "get", key);
+    waitLocked({key}, options_.timeout);
     std::string req = frame(Command::kGet);
     putBytes(req, key);
     c.send(req, Clock::now() + options_.timeout);
@@ -382,7 +374,7 @@ void TcpStoreClient::append(const std::string& key, const std::string& value) {
 
 std::vector<std::string> TcpStoreClient::multiGet(const std::vector<std::string>& keys) {
   return run("multi_get", std::to_string(keys.size()) + " keys", true, [&](Connection& c) {
-    waitLocked(keys, options_.timeout, "multi_get", "");
+    waitLocked(keys, options_.timeout);
     std::string req = frame(Command::kMultiGet);
     put<uint64_t>(req, keys.size());
     for (const auto& key : keys) putBytes(req, key);
@@ -419,7 +411,7 @@ void TcpStoreClient::queuePush(const std::string& key, const std::string& value)
 
 std::string TcpStoreClient::queuePop(const std::string& key, std::chrono::milliseconds timeout) {
   return run("queue_pop", "key=" + key, false, [&](Connection& c) {
-    waitLocked({key}, timeout, "queue_pop", key);
+    waitLocked({key}, timeout);
     std::string req = frame(Command::kQueuePop);
     putBytes(req, key);
     c.send(req, Clock::now() + options_.timeout);

@@ -59,8 +59,8 @@ class TcpStoreClient final : public Store {
   template <class Fn>
   auto run(const char* op, const std::string& subject, bool retry_safe, Fn&& fn);
   void connect();
-  void waitLocked(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, const char* op,
-                  const std::string& subject);
+  // WAIT on the held connection; on timeout withdraws it (CANCEL_WAIT) and throws StoreTimeout.
+  void waitLocked(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
   StoreClientOptions options_;
   std::mutex mutex_;

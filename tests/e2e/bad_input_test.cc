@@ -51,9 +51,14 @@ TEST_CASE("help prints the flags and exits 0", "[e2e][bad_input]") {
   CHECK_THAT(r.out, Catch::Contains("training_script"));
 }
 
-TEST_CASE("a multi-node job is refused with the rendezvous exit code", "[e2e][bad_input]") {
-  auto r = run({ddprunPath(), "--nnodes=2", "--node_rank=0", "--no_python", "true"});
+TEST_CASE("an unreachable rendezvous store fails with exit 3 within join_timeout", "[e2e][bad_input]") {
+  auto start = std::chrono::steady_clock::now();
+  // Node 1 of a static job whose node 0 never comes up (port 1 is never served).
+  auto r = run({ddprunPath(), "--nnodes=2", "--node_rank=1", "--master_addr=127.0.0.1", "--master_port=1",
+                "--rdzv_conf=join_timeout=1", "--no_python", "true"},
+               {}, 30s);
   REQUIRE(r.finished);
   CHECK(r.exit_code == 3);
-  CHECK_THAT(r.err, Catch::Contains("multi-node"));
+  CHECK_THAT(r.err, Catch::Contains("127.0.0.1:1"));
+  CHECK(std::chrono::steady_clock::now() - start < 15s);
 }

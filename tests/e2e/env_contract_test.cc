@@ -47,7 +47,7 @@ TEST_CASE("workers get torchrun's environment contract", "[e2e][env]") {
       CHECK(valueOf(r.out, rank, "TORCHELASTIC_RESTART_COUNT") == "0");
       CHECK(valueOf(r.out, rank, "TORCHELASTIC_MAX_RESTARTS") == "2");
       CHECK(valueOf(r.out, rank, "TORCHELASTIC_RUN_ID") == run_id);
-      CHECK(valueOf(r.out, rank, "TORCHELASTIC_USE_AGENT_STORE") == "False");
+      CHECK(valueOf(r.out, rank, "TORCHELASTIC_USE_AGENT_STORE") == "True");
       CHECK(valueOf(r.out, rank, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
       CHECK(valueOf(r.out, rank, "OMP_NUM_THREADS") == (nproc > 1 ? "1" : "<unset>"));
       std::string error_file = valueOf(r.out, rank, "TORCHELASTIC_ERROR_FILE");

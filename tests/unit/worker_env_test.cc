@@ -5,9 +5,12 @@
 using namespace ddprun::agent;
 
 TEST_CASE("places are node-major with contiguous global ranks", "[worker_env]") {
+  // Node 2 of 3, after nodes with 3 and 5 workers: ranks 8..11 of 12.
   ddprun::rendezvous::RendezvousResult rdzv;
   rdzv.group_rank = 2;
   rdzv.group_world_size = 3;
+  rdzv.rank_base = 8;
+  rdzv.world_size = 12;
   auto places = assignPlaces(4, rdzv);
   REQUIRE(places.size() == 4);
   for (int i = 0; i < 4; ++i) {
@@ -29,8 +32,11 @@ TEST_CASE("the environment contract is complete and keeps the user's own setting
   ddprun::rendezvous::RendezvousResult rdzv;
   rdzv.master_addr = "127.0.0.1";
   rdzv.master_port = 29555;
+  rdzv.world_size = 2;
+  rdzv.restart_count = 2;
+  rdzv.use_agent_store = true;
   auto places = assignPlaces(2, rdzv);
-  auto env = workerEnvironment({{"PATH", "/bin"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}}, config, rdzv, places[1], 2,
+  auto env = workerEnvironment({{"PATH", "/bin"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}}, config, rdzv, places[1],
                                "/tmp/e.json");
   CHECK(env.at("RANK") == "1");
   CHECK(env.at("LOCAL_RANK") == "1");
@@ -46,7 +52,7 @@ TEST_CASE("the environment contract is complete and keeps the user's own setting
   CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "2");
   CHECK(env.at("TORCHELASTIC_MAX_RESTARTS") == "3");
   CHECK(env.at("TORCHELASTIC_RUN_ID") == "job1");
-  CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
+  CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
   CHECK(env.at("TORCHELASTIC_ERROR_FILE") == "/tmp/e.json");
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
   CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "0");
@@ -58,10 +64,10 @@ TEST_CASE("OMP_NUM_THREADS is left alone for one worker or when the user set it"
   AgentConfig config;
   ddprun::rendezvous::RendezvousResult rdzv;
   config.nproc_per_node = 1;
-  auto one = workerEnvironment({}, config, rdzv, assignPlaces(1, rdzv)[0], 0, "e");
+  auto one = workerEnvironment({}, config, rdzv, assignPlaces(1, rdzv)[0], "e");
   CHECK(one.count("OMP_NUM_THREADS") == 0);
   config.nproc_per_node = 2;
-  auto user = workerEnvironment({{"OMP_NUM_THREADS", "4"}}, config, rdzv, assignPlaces(2, rdzv)[0], 0, "e");
+  auto user = workerEnvironment({{"OMP_NUM_THREADS", "4"}}, config, rdzv, assignPlaces(2, rdzv)[0], "e");
   CHECK(user.at("OMP_NUM_THREADS") == "4");
   CHECK_FALSE(setsOmpNumThreads({{"OMP_NUM_THREADS", "4"}}, 2));
   CHECK(setsOmpNumThreads({}, 2));

@@ -1,0 +1,449 @@
+#include "rendezvous/dynamic_rendezvous.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "rendezvous/local_addresses.h"
+#include "rendezvous/store_server.h"
+#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/token_auth.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr int kStaticDefaultPort = 29500;
+constexpr int kC10dDefaultPort = 29400;
+
+bool isIpLiteral(const std::string& host) {
+  in6_addr buf{};
+  return ::inet_pton(AF_INET, host.c_str(), &buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), &buf) == 1;
+}
+
+milliseconds remaining(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  return left.count() > 0 ? left : milliseconds(1);
+}
+
+std::string hostName() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+// One participant's entry in a round: "<node name>|<address>|<nproc>".
+struct NodeEntry {
+  std::string name;
+  std::string address;
+  int nproc = 0;
+};
+
+std::string encode(const NodeEntry& e) { return e.name + "|" + e.address + "|" + std::to_string(e.nproc); }
+
+NodeEntry decode(const std::string& text) {
+  NodeEntry e;
+  auto a = text.find('|');
+  auto b = text.find('|', a == std::string::npos ? a : a + 1);
+  if (a == std::string::npos || b == std::string::npos) throw RendezvousError("malformed node entry '" + text + "'");
+  e.name = text.substr(0, a);
+  e.address = text.substr(a + 1, b - a - 1);
+  e.nproc = std::atoi(text.c_str() + b + 1);
+  return e;
+}
+
+}  // namespace
+
+class DynamicRendezvous::Impl {
+ public:
+  Impl(RendezvousConfig config, int nproc_per_node);
+  ~Impl() { stopWatching(); }
+
+  RendezvousResult nextRound();
+  void watch(std::function<void(RoundEvent)> on_event);
+  std::string endRound(const std::string& reason);
+  void markDone();
+  void stopWatching();
+  void finish();
+  void interrupt();
+
+  std::string node_name_;
+  std::string store_host_;
+  int store_port_ = 0;
+  std::unique_ptr<StoreServer> host_server_;
+
+ private:
+  std::string key(int round, const std::string& name) const {
+    return prefix_ + "r" + std::to_string(round) + "/" + name;
+  }
+  // Joins round r. Returns false when this node arrived after the round closed.
+  bool join(int round, Clock::time_point deadline, int& index, int& participants);
+  int restartCountFor(int round);
+  void publishWorkerStore(int round);
+  RendezvousError error(int round, const std::string& what) const {
+    return RendezvousError(fmt::format("round {} of job '{}' (store {}:{}): {}", round, config_.run_id, store_host_,
+                                       store_port_, what));
+  }
+  StoreClientOptions clientOptions(milliseconds connect_timeout) const {
+    StoreClientOptions o;
+    o.host = store_host_;
+    o.port = store_port_;
+    o.timeout = settings_.read_timeout;
+    o.connect_timeout = connect_timeout;
+    o.token = token_;
+    return o;
+  }
+
+  RendezvousConfig config_;
+  RendezvousSettings settings_;
+  int nproc_;
+  std::string token_;
+  std::string prefix_;
+  std::string advertise_address_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::unique_ptr<TcpStoreClient> client_;
+  std::unique_ptr<StoreServer> worker_store_;
+
+  // The current round, as this node took part in it.
+  bool in_round_ = false;
+  int round_ = -1;
+  int group_rank_ = 0;
+  std::vector<NodeEntry> nodes_;
+  int restart_count_ = 0;
+  std::mutex end_mutex_;
+  std::string end_reason_;  // of round_, once known
+
+  std::thread watcher_;
+  std::unique_ptr<TcpStoreClient> watcher_client_;
+  std::atomic<bool> stop_watching_{false};
+};
+
+DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node)
+    : config_(std::move(config)),
+      settings_(parseRendezvousSettings(config_.conf)),
+      nproc_(nproc_per_node),
+      log_(logger("rendezvous")) {
+  token_ = loadToken(settings_.token_file);
+  prefix_ = "rdzv/" + config_.run_id + "/";
+  node_name_ = fmt::format("{}:{}", hostName(), ::getpid());
+  bool should_host = false;
+  bool host_explicit = false;
+  std::string bind_host = "0.0.0.0";
+  if (config_.standalone) {
+    store_host_ = "127.0.0.1";
+    store_port_ = 0;
+    should_host = host_explicit = true;
+    bind_host = store_host_;
+  } else if (config_.backend == "static") {
+    store_host_ = config_.master_addr;
+    store_port_ = config_.master_port ? *config_.master_port : (config_.max_nodes == 1 ? 0 : kStaticDefaultPort);
+    should_host = host_explicit = config_.node_rank == 0;
+    if (isIpLiteral(store_host_) && isLocalAddress(store_host_)) bind_host = store_host_;
+  } else {
+    splitHostPort(config_.endpoint, store_host_, store_port_, kC10dDefaultPort);
+    host_explicit = settings_.is_host.has_value();
+    should_host = settings_.is_host.value_or(isLocalAddress(store_host_));
+    if (store_host_ == "localhost") bind_host = "127.0.0.1";
+    if (isIpLiteral(store_host_) && isLocalAddress(store_host_)) bind_host = store_host_;
+  }
+  if (should_host) {
+    try {
+      StoreServerOptions options;
+      options.host = bind_host;
+      options.port = store_port_;
+      options.token = token_;
+      host_server_ = std::make_unique<StoreServer>(options);
+      store_port_ = host_server_->port();
+      if (store_host_ == "0.0.0.0") store_host_ = "127.0.0.1";
+      log_->debug("hosting the rendezvous store on {}:{}", bind_host, store_port_);
+    } catch (const SystemError& e) {
+      // Another agent on this host already serves the endpoint: join it as a client.
+      if (host_explicit || e.code() != EADDRINUSE) throw RendezvousError(std::string("cannot host the store: ") + e.what());
+      log_->debug("rendezvous store {}:{} is already served on this host; joining it", store_host_, store_port_);
+    }
+  }
+  try {
+    client_ = std::make_unique<TcpStoreClient>(clientOptions(settings_.join_timeout));
+  } catch (const StoreError& e) {
+    throw RendezvousError(e.what());
+  }
+  advertise_address_ = config_.local_addr.empty() ? client_->localAddress() : config_.local_addr;
+}
+
+int DynamicRendezvous::Impl::restartCountFor(int round) {
+  int previous_count = 0;
+  std::string previous_end;
+  if (round == 0) {
+    previous_end = "start";
+  } else if (in_round_ && round_ == round - 1) {
+    std::lock_guard lock(end_mutex_);
+    previous_count = restart_count_;
+    previous_end = end_reason_;
+  }
+  if (previous_end.empty()) {
+    previous_count = std::stoi(client_->get(key(round - 1, "restarts")));
+    previous_end = client_->get(key(round - 1, "end"));
+  }
+  int count = previous_count + (DynamicRendezvous::isFailure(previous_end) ? 1 : 0);
+  client_->compareSet(key(round, "restarts"), "", std::to_string(count));
+  return count;
+}
+
+bool DynamicRendezvous::Impl::join(int round, Clock::time_point deadline, int& index, int& participants) {
+  NodeEntry me{node_name_, advertise_address_, nproc_};
+  const std::string closed = key(round, "closed");
+  if (config_.backend == "static" && !config_.standalone) {
+    const int n = config_.max_nodes;
+    index = config_.node_rank + 1;
+    client_->set(key(round, "node/" + std::to_string(index)), encode(me));
+    std::vector<std::string> all;
+    for (int i = 1; i <= n; ++i) all.push_back(key(round, "node/" + std::to_string(i)));
+    try {
+      client_->wait(all, remaining(deadline));
+    } catch (const StoreTimeout&) {
+      int present = 0;
+      for (const auto& k : all) present += client_->check({k}) ? 1 : 0;
+      throw error(round, fmt::format("only {} of {} nodes joined within join_timeout ({} s)", present, n,
+                                     settings_.join_timeout.count() / 1000));
+    }
+    participants = n;
+    return true;
+  }
+  const int min_nodes = config_.standalone ? 1 : config_.min_nodes;
+  const int max_nodes = config_.standalone ? 1 : config_.max_nodes;
+  index = static_cast<int>(client_->add(key(round, "count"), 1));
+  client_->set(key(round, "node/" + std::to_string(index)), encode(me));
+  if (index == max_nodes) {
+    client_->compareSet(closed, "", std::to_string(max_nodes));
+  } else if (index >= min_nodes && index < max_nodes) {
+    // Last call: whoever's timer fires first closes the round with everyone there by then.
+    try {
+      client_->wait({closed}, std::min(settings_.last_call_timeout, remaining(deadline)));
+    } catch (const StoreTimeout&) {
+      int count = static_cast<int>(client_->add(key(round, "count"), 0));
+      client_->compareSet(closed, "", std::to_string(std::min(count, max_nodes)));
+    }
+  }
+  try {
+    client_->wait({closed}, remaining(deadline));
+  } catch (const StoreTimeout&) {
+    int count = static_cast<int>(client_->add(key(round, "count"), 0));
+    throw error(round, fmt::format("only {} of at least {} nodes joined within join_timeout ({} s)", count, min_nodes,
+                                   settings_.join_timeout.count() / 1000));
+  }
+  participants = std::stoi(client_->get(closed));
+  if (index <= participants) return true;
+  // Late: the job formed without us. If it has room, ask it to re-form (scale up);
+  // otherwise wait until its round ends for another reason.
+  if (participants < max_nodes) {
+    log_->info("job is running with {} node(s); asking it to re-form to take this node in", participants);
+    client_->compareSet(key(round, "end"), "", "join:" + node_name_);
+  } else {
+    log_->info("job is full ({} nodes); waiting for a place", max_nodes);
+    try {
+      client_->wait({key(round, "end")}, remaining(deadline));
+    } catch (const StoreTimeout&) {
+      throw error(round, "the job stayed full for join_timeout; no place for this node");
+    }
+  }
+  return false;
+}
+
+RendezvousResult DynamicRendezvous::Impl::nextRound() {
+  stopWatching();
+  worker_store_.reset();
+  const auto deadline = Clock::now() + settings_.join_timeout;
+  int round = 0;
+  try {
+    round = in_round_ ? round_ + 1 : static_cast<int>(client_->add(prefix_ + "round", 0));
+    for (;;) {
+      if (round > 0) client_->compareSet(prefix_ + "round", std::to_string(round - 1), std::to_string(round));
+      int index = 0, participants = 0;
+      if (!join(round, deadline, index, participants)) {
+        ++round;
+        continue;
+      }
+      std::vector<std::string> node_keys;
+      for (int i = 1; i <= participants; ++i) node_keys.push_back(key(round, "node/" + std::to_string(i)));
+      std::vector<NodeEntry> nodes;
+      for (const auto& text : client_->multiGet(node_keys)) nodes.push_back(decode(text));
+
+      RendezvousResult result;
+      result.round = round;
+      result.group_rank = index - 1;
+      result.group_world_size = participants;
+      result.world_size = 0;
+      for (int i = 0; i < participants; ++i) {
+        if (i < result.group_rank) result.rank_base += nodes[i].nproc;
+        result.world_size += nodes[i].nproc;
+      }
+      result.restart_count = restartCountFor(round);
+      if (result.group_rank == 0) publishWorkerStore(round);
+      std::string master = client_->get(key(round, "master"));
+      auto colon = master.rfind(':');
+      result.master_addr = master.substr(0, colon);
+      result.master_port = std::atoi(master.c_str() + colon + 1);
+      result.use_agent_store = true;
+
+      in_round_ = true;
+      round_ = round;
+      group_rank_ = result.group_rank;
+      nodes_ = std::move(nodes);
+      restart_count_ = result.restart_count;
+      {
+        std::lock_guard lock(end_mutex_);
+        end_reason_.clear();
+      }
+      log_->debug("round {} formed: {} node(s), this node is group rank {}, world size {}", round, participants,
+                  result.group_rank, result.world_size);
+      return result;
+    }
+  } catch (const StoreError& e) {
+    throw error(round, e.what());
+  }
+}
+
+// Static jobs without a token give the workers the rendezvous store itself, as torchrun
+// does (MASTER_PORT = --master_port): then keys the previous round's workers left are wiped
+// first, while every node's workers are stopped. Otherwise the group-rank-0 node starts a
+// fresh token-free store for the round on its own address.
+void DynamicRendezvous::Impl::publishWorkerStore(int round) {
+  const bool share_rendezvous_store =
+      config_.backend == "static" && !config_.standalone && token_.empty() && host_server_;
+  if (share_rendezvous_store) {
+    for (const auto& stale : client_->listKeys()) {
+      if (stale.rfind("rdzv/", 0) != 0) client_->deleteKey(stale);
+    }
+    client_->set(key(round, "master"), config_.master_addr + ":" + std::to_string(store_port_));
+    return;
+  }
+  StoreServerOptions options;
+  options.host = isIpLiteral(advertise_address_) ? advertise_address_ : "0.0.0.0";
+  worker_store_ = std::make_unique<StoreServer>(options);
+  client_->set(key(round, "master"), advertise_address_ + ":" + std::to_string(worker_store_->port()));
+}
+
+void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
+  stopWatching();
+  stop_watching_ = false;
+  try {
+    watcher_client_ = std::make_unique<TcpStoreClient>(clientOptions(settings_.read_timeout));
+  } catch (const StoreError& e) {
+    on_event(RoundEvent{RoundEvent::Kind::kStoreLost, round_, e.what()});
+    return;
+  }
+  const int round = round_;
+  const int n = static_cast<int>(nodes_.size());
+  const int me = group_rank_;
+  watcher_ = std::thread([this, on_event = std::move(on_event), round, n, me] {
+    TcpStoreClient& store = *watcher_client_;
+    const std::string end = key(round, "end");
+    const std::string my_beat = key(round, "hb/" + std::to_string(me));
+    const int successor = (me + 1) % n;
+    int64_t last_seen = -1;
+    int misses = 0;
+    try {
+      store.add(my_beat, 1);
+      for (;;) {
+        try {
+          store.wait({end}, settings_.keep_alive_interval);
+          std::string reason = store.get(end);
+          {
+            std::lock_guard lock(end_mutex_);
+            end_reason_ = reason;
+          }
+          if (!stop_watching_) on_event(RoundEvent{RoundEvent::Kind::kEnded, round, reason});
+          return;
+        } catch (const StoreTimeout&) {
+          if (stop_watching_) return;
+        }
+        store.add(my_beat, 1);
+        if (n < 2) continue;
+        // Each node watches the next one's keep-alives: linear cost over the job.
+        int64_t seen = store.add(key(round, "hb/" + std::to_string(successor)), 0);
+        misses = seen == last_seen ? misses + 1 : 0;
+        last_seen = seen;
+        if (misses >= settings_.keep_alive_max_attempt) {
+          log_->warn("node {} missed {} keep-alives; evicting it", nodes_[successor].name, misses);
+          store.compareSet(end, "", "evict:" + nodes_[successor].name);
+        }
+      }
+    } catch (const StoreError& e) {
+      if (!stop_watching_) on_event(RoundEvent{RoundEvent::Kind::kStoreLost, round, e.what()});
+    }
+  });
+}
+
+void DynamicRendezvous::Impl::stopWatching() {
+  stop_watching_ = true;
+  if (watcher_client_) watcher_client_->interrupt();
+  if (watcher_.joinable()) watcher_.join();
+  watcher_client_.reset();
+}
+
+std::string DynamicRendezvous::Impl::endRound(const std::string& reason) {
+  stopWatching();
+  std::string standing;
+  try {
+    standing = client_->compareSet(key(round_, "end"), "", reason);
+  } catch (const StoreError& e) {
+    log_->warn("cannot record the end of round {}: {}", round_, e.what());
+    standing = reason;
+  }
+  std::lock_guard lock(end_mutex_);
+  end_reason_ = standing;
+  return standing;
+}
+
+void DynamicRendezvous::Impl::finish() {
+  stopWatching();
+  if (!in_round_) return;
+  const int64_t n = static_cast<int64_t>(nodes_.size());
+  try {
+    if (client_->add(key(round_, "exited"), 1) >= n) client_->set(key(round_, "all_exited"), "1");
+    // The host serves the store: it leaves last, so no peer loses the store while it
+    // still reads how the job ended.
+    if (host_server_) client_->wait({key(round_, "all_exited")}, settings_.close_timeout);
+  } catch (const StoreError& e) {
+    log_->debug("exit barrier of round {}: {}", round_, e.what());
+  }
+}
+
+void DynamicRendezvous::Impl::interrupt() {
+  client_->interrupt();
+  stop_watching_ = true;
+  if (watcher_client_) watcher_client_->interrupt();
+}
+
+void DynamicRendezvous::Impl::markDone() {
+  int64_t done = client_->add(key(round_, "done"), 1);
+  if (done >= static_cast<int64_t>(nodes_.size())) client_->compareSet(key(round_, "end"), "", "done");
+}
+
+DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node)
+    : impl_(std::make_unique<Impl>(std::move(config), nproc_per_node)) {}
+DynamicRendezvous::~DynamicRendezvous() = default;
+RendezvousResult DynamicRendezvous::nextRound() { return impl_->nextRound(); }
+void DynamicRendezvous::watch(std::function<void(RoundEvent)> on_event) { impl_->watch(std::move(on_event)); }
+std::string DynamicRendezvous::endRound(const std::string& reason) { return impl_->endRound(reason); }
+void DynamicRendezvous::markDone() { impl_->markDone(); }
+void DynamicRendezvous::stopWatching() { impl_->stopWatching(); }
+void DynamicRendezvous::finish() { impl_->finish(); }
+void DynamicRendezvous::interrupt() { impl_->interrupt(); }
+const std::string& DynamicRendezvous::nodeName() const { return impl_->node_name_; }
+std::string DynamicRendezvous::storeAddress() const {
+  return impl_->store_host_ + ":" + std::to_string(impl_->store_port_);
+}
+bool DynamicRendezvous::hostsStore() const { return impl_->host_server_ != nullptr; }
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,75 @@
+// The rendezvous of a ddprun job: static (--rdzv_backend=static, fixed --nnodes and
+// --node_rank) and dynamic (c10d, --nnodes=MIN:MAX), on the agents' own store. The state
+// machine is described in rendezvous/PROTOCOL.md; in short, each re-formation of the job
+// is a numbered round whose state is a handful of keys per node (no shared blob), and a
+// round ends, for every node at once, when any node writes its end reason.
+//
+// It also hosts the stores: the rendezvous store (on the host agent: --standalone, static
+// node 0, or the c10d endpoint's host) and, on the group-rank-0 node of each round, a
+// fresh workers' store (MASTER_ADDR/MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE=True).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "rendezvous/rendezvous_config.h"
+
+namespace ddprun::rendezvous {
+
+// How a round ended, seen by a node that did not end it itself (or did: it is delivered
+// to everyone). Reasons are "done", "fail:<node>", "final:<node>", "abort:<node>:<signal>",
+// "join:<node>", "evict:<node>".
+struct RoundEvent {
+  enum class Kind { kEnded, kStoreLost };
+  Kind kind = Kind::kEnded;
+  int round = 0;
+  std::string reason;
+};
+
+class DynamicRendezvous {
+ public:
+  // Validates the config, hosts the rendezvous store if this node should, and connects.
+  // Throws RendezvousError (unreachable store, bad endpoint) or UsageError.
+  DynamicRendezvous(RendezvousConfig config, int nproc_per_node);
+  ~DynamicRendezvous();
+  DynamicRendezvous(const DynamicRendezvous&) = delete;
+  DynamicRendezvous& operator=(const DynamicRendezvous&) = delete;
+
+  // Joins the next round and blocks until it forms (up to join_timeout). Throws
+  // RendezvousError naming the round, the store and what was missing.
+  RendezvousResult nextRound();
+
+  // Starts watching the current round: keep-alives for this node, eviction of a silent
+  // peer, and the round's end. `on_event` runs once, on the watcher's thread.
+  void watch(std::function<void(RoundEvent)> on_event);
+  // Ends the current round with `reason` unless another node ended it first; returns the
+  // reason that stands. Stops the watcher first.
+  std::string endRound(const std::string& reason);
+  // This node's workers all succeeded; the last node to say so ends the round with "done".
+  void markDone();
+  // Stops the watcher thread (idempotent).
+  void stopWatching();
+  // The job is over for this node (however it ended): the exit barrier. Non-hosts check
+  // out; the store's host waits up to close_timeout for everyone to check out.
+  void finish();
+  // From another thread: makes a blocked nextRound() fail at once (ddprun was signalled).
+  void interrupt();
+
+  // This node's name in end reasons and logs: host:pid.
+  const std::string& nodeName() const;
+  // "host:port" of the rendezvous store.
+  std::string storeAddress() const;
+  bool hostsStore() const;
+
+  static bool isFailure(const std::string& reason) { return reason.rfind("fail:", 0) == 0; }
+  static bool isFinal(const std::string& reason) {
+    return reason.rfind("final:", 0) == 0 || reason.rfind("abort:", 0) == 0;
+  }
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,60 @@
+#include "rendezvous/rendezvous_config.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "common/error.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+std::chrono::milliseconds seconds(const std::string& key, const std::string& text) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value <= 0) {
+    throw UsageError("--rdzv_conf " + key + "=" + text + ": expected a positive number of seconds");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(value * 1000 + 0.5));
+}
+
+bool boolean(const std::string& key, const std::string& text) {
+  if (text == "1" || text == "true" || text == "True" || text == "yes") return true;
+  if (text == "0" || text == "false" || text == "False" || text == "no") return false;
+  throw UsageError("--rdzv_conf " + key + "=" + text + ": expected true or false");
+}
+
+}  // namespace
+
+RendezvousSettings parseRendezvousSettings(const std::map<std::string, std::string>& conf) {
+  RendezvousSettings s;
+  for (const auto& [key, value] : conf) {
+    if (key == "join_timeout" || key == "timeout") {
+      s.join_timeout = seconds(key, value);
+    } else if (key == "last_call_timeout") {
+      s.last_call_timeout = seconds(key, value);
+    } else if (key == "close_timeout") {
+      s.close_timeout = seconds(key, value);
+    } else if (key == "read_timeout") {
+      s.read_timeout = seconds(key, value);
+    } else if (key == "keep_alive_interval") {
+      s.keep_alive_interval = seconds(key, value);
+    } else if (key == "keep_alive_max_attempt") {
+      char* end = nullptr;
+      long n = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n < 1 || n > 1000) {
+        throw UsageError("--rdzv_conf keep_alive_max_attempt=" + value + ": expected an integer 1-1000");
+      }
+      s.keep_alive_max_attempt = static_cast<int>(n);
+    } else if (key == "is_host") {
+      s.is_host = boolean(key, value);
+    } else if (key == "token_file") {
+      if (value.empty()) throw UsageError("--rdzv_conf token_file= needs a path");
+      s.token_file = value;
+    } else {
+      s.unknown_keys.push_back(key);
+    }
+  }
+  return s;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,438 @@
+// Every store operation through TcpStoreClient against an in-process StoreServer, with
+// torch's semantics: ADD keeps decimal strings, compare_set's rules, waits released by
+// other clients, and a timed-out wait that leaves its client usable.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <future>
+#include <thread>
+
+#include "tests/rendezvous/store_test_util.h"
+#include "tests/support/test_process.h"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+using ddprun::testing::eventually;
+
+namespace {
+
+using Keys = std::vector<std::string>;
+
+long msSince(Clock::time_point start) {
+  return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+}
+
+// Runs `fn` on another thread after `delay`; the destructor joins, so no test leaves it behind.
+class Later {
+ public:
+  template <class Fn>
+  Later(std::chrono::milliseconds delay, Fn fn)
+      : thread_([delay, fn = std::move(fn)]() mutable {
+          std::this_thread::sleep_for(delay);
+          fn();
+        }) {}
+  ~Later() { thread_.join(); }
+
+ private:
+  std::thread thread_;
+};
+
+// Runs `fn`, which must fail with StoreTimeout (not just any StoreError: callers retry
+// on one and give up on the other) and a message that says so.
+template <class Fn>
+void expectTimesOut(Fn fn) {
+  try {
+    fn();
+    FAIL("returned instead of timing out");
+  } catch (const StoreTimeout& e) {
+    CHECK_THAT(e.what(), Catch::Contains("timed out after"));
+  } catch (const StoreError& e) {
+    FAIL("a plain StoreError instead of StoreTimeout: " << e.what());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("client: set and get round-trip any bytes", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  store.set("a", "1");
+  CHECK(store.get("a") == "1");
+  store.set("a", "overwritten");
+  CHECK(store.get("a") == "overwritten");
+  const std::string binary("\0\x01\xff\n\r", 5);
+  store.set("binary", binary);
+  CHECK(store.get("binary") == binary);
+  store.set("empty", "");
+  CHECK(store.get("empty").empty());
+  CHECK(store.check({"empty"}));  // an empty value still exists
+  std::string big(3 * 1024 * 1024 + 17, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 % 251);
+  store.set("big", big);
+  CHECK(store.get("big") == big);
+  // Keys are bytes too.
+  store.set(std::string("k\0ey", 4), "nul");
+  CHECK(store.get(std::string("k\0ey", 4)) == "nul");
+  CHECK_FALSE(store.check({"k"}));
+}
+
+TEST_CASE("client: another client sees a value at once", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient writer(clientOptions(server.port()));
+  TcpStoreClient reader(clientOptions(server.port()));
+  writer.set("shared", "from writer");
+  CHECK(reader.get("shared") == "from writer");
+}
+
+TEST_CASE("client: get waits for a key that another client sets later", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient reader(clientOptions(server.port()));
+  auto start = Clock::now();
+  Later writer(300ms, [&] { TcpStoreClient(clientOptions(server.port())).set("late", "arrived"); });
+  CHECK(reader.get("late") == "arrived");
+  CHECK(msSince(start) >= 250);
+}
+
+TEST_CASE("client: add keeps a decimal string", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  CHECK(store.add("n", 5) == 5);
+  CHECK(store.get("n") == "5");
+  CHECK(store.add("n", -7) == -2);
+  CHECK(store.get("n") == "-2");
+  CHECK(store.add("n", 0) == -2);
+  // A value set as text counts too, as torch's stoll reads it.
+  store.set("text", "40");
+  CHECK(store.add("text", 2) == 42);
+  CHECK(store.get("text") == "42");
+  CHECK(store.add("big", int64_t{1} << 40) == int64_t{1} << 40);
+  CHECK(store.get("big") == "1099511627776");
+}
+
+TEST_CASE("client: add to a non-numeric value fails, and the client recovers", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  store.set("word", "hello");
+  CHECK_THROWS_AS(store.add("word", 1), StoreError);
+  CHECK(store.get("word") == "hello");  // unchanged; the client reconnected
+  CHECK(store.add("other", 3) == 3);
+}
+
+TEST_CASE("client: compare_set follows torch's rules", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  SECTION("missing key and empty expected: created") {
+    CHECK(store.compareSet("k", "", "first") == "first");
+    CHECK(store.get("k") == "first");
+  }
+  SECTION("missing key and non-empty expected: returns expected, creates nothing") {
+    CHECK(store.compareSet("k", "guess", "new") == "guess");
+    CHECK_FALSE(store.check({"k"}));
+    CHECK(store.numKeys() == 0);
+  }
+  SECTION("match: swapped") {
+    store.set("k", "old");
+    CHECK(store.compareSet("k", "old", "new") == "new");
+    CHECK(store.get("k") == "new");
+  }
+  SECTION("mismatch: returns the current value, unchanged") {
+    store.set("k", "current");
+    CHECK(store.compareSet("k", "stale", "new") == "current");
+    CHECK(store.get("k") == "current");
+  }
+  SECTION("existing key and empty expected: no swap") {
+    store.set("k", "taken");
+    CHECK(store.compareSet("k", "", "mine") == "taken");
+    CHECK(store.get("k") == "taken");
+  }
+}
+
+TEST_CASE("client: check reports whether all keys exist", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  CHECK_FALSE(store.check({"a"}));
+  store.set("a", "1");
+  CHECK(store.check({"a"}));
+  CHECK_FALSE(store.check({"a", "b"}));
+  store.set("b", "2");
+  CHECK(store.check({"a", "b"}));
+  CHECK(store.check({}));
+}
+
+TEST_CASE("client: wait returns when another client sets the keys", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient waiter(clientOptions(server.port()));
+  TcpStoreClient setter(clientOptions(server.port()));
+  SECTION("one key") {
+    auto start = Clock::now();
+    Later later(300ms, [&] { setter.set("ready", "1"); });
+    waiter.wait({"ready"}, 10s);
+    CHECK(msSince(start) >= 250);
+    CHECK(waiter.check({"ready"}));
+  }
+  SECTION("all of several keys, not just the first") {
+    auto start = Clock::now();
+    Later later(200ms, [&] {
+      setter.set("x", "1");
+      std::this_thread::sleep_for(300ms);
+      setter.add("y", 1);
+    });
+    waiter.wait({"x", "y"}, 10s);
+    CHECK(msSince(start) >= 450);
+    CHECK(waiter.check({"x", "y"}));
+  }
+  SECTION("keys already there: at once") {
+    setter.set("here", "1");
+    auto start = Clock::now();
+    waiter.wait({"here"}, 10s);
+    waiter.wait({}, 10s);
+    CHECK(msSince(start) < 1000);
+  }
+}
+
+TEST_CASE("client: a wait that times out throws StoreTimeout and leaves the client usable", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient waiter(clientOptions(server.port()));
+  TcpStoreClient other(clientOptions(server.port()));
+  auto start = Clock::now();
+  expectTimesOut([&] { waiter.wait({"never"}, 300ms); });
+  auto elapsed = msSince(start);
+  CHECK(elapsed >= 280);
+  CHECK(elapsed < 3000);
+  // The wait was withdrawn: setting the key now must not leave a stray reply that the
+  // next request would read as its answer.
+  other.set("never", "now");
+  CHECK(waiter.ping(0x1234abcd) == 0x1234abcd);
+  CHECK(waiter.add("counter", 7) == 7);
+  CHECK(waiter.get("never") == "now");
+  CHECK(waiter.numKeys() == 2);
+  // And it can wait again.
+  Later later(200ms, [&] { other.set("second", "1"); });
+  waiter.wait({"second"}, 10s);
+  CHECK(waiter.check({"second"}));
+  CHECK(server.connectionCount() == 2);  // the same connections all along
+}
+
+TEST_CASE("client: get of a key that never comes times out", "[client]") {
+  StoreServer server(localServerOptions());
+  auto options = clientOptions(server.port());
+  options.timeout = 300ms;
+  TcpStoreClient store(options);
+  auto start = Clock::now();
+  expectTimesOut([&] { store.get("absent"); });
+  CHECK(msSince(start) < 5000);
+  store.set("present", "yes");
+  CHECK(store.get("present") == "yes");
+}
+
+TEST_CASE("client: numKeys counts keys, not queues", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  CHECK(store.numKeys() == 0);
+  store.set("a", "1");
+  store.add("b", 1);
+  store.append("c", "x");
+  CHECK(store.numKeys() == 3);
+  store.set("a", "again");
+  CHECK(store.numKeys() == 3);
+  store.queuePush("q", "item");
+  CHECK(store.numKeys() == 3);
+  store.deleteKey("a");
+  CHECK(store.numKeys() == 2);
+}
+
+TEST_CASE("client: deleteKey removes a key once", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  store.set("d", "1");
+  CHECK(store.deleteKey("d"));
+  CHECK_FALSE(store.check({"d"}));
+  CHECK_FALSE(store.deleteKey("d"));
+  CHECK_FALSE(store.deleteKey("never-set"));
+  // A deleted counter starts again from zero.
+  store.add("n", 10);
+  store.deleteKey("n");
+  CHECK(store.add("n", 1) == 1);
+}
+
+TEST_CASE("client: append creates, then concatenates", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  store.append("log", "a");
+  CHECK(store.get("log") == "a");
+  store.append("log", "bc");
+  store.append("log", std::string("\0d", 2));
+  CHECK(store.get("log") == std::string("abc\0d", 5));
+}
+
+TEST_CASE("client: multiSet and multiGet keep the order of keys", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  store.multiSet({"m1", "m2", "m3"}, {"one", "", "three"});
+  CHECK(store.multiGet({"m3", "m1", "m2"}) == Keys{"three", "one", ""});
+  CHECK(store.get("m2").empty());
+  CHECK(store.multiGet({}).empty());
+  CHECK_THROWS_AS(store.multiSet({"a", "b"}, {"1"}), StoreError);
+  SECTION("multiGet waits for keys set later") {
+    TcpStoreClient setter(clientOptions(server.port()));
+    Later later(200ms, [&] { setter.set("late", "L"); });
+    CHECK(store.multiGet({"m1", "late"}) == Keys{"one", "L"});
+  }
+}
+
+TEST_CASE("client: queues are FIFO and pop waits for a push", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  CHECK(store.queueLength("q") == 0);
+  store.queuePush("q", "first");
+  store.queuePush("q", "second");
+  store.queuePush("q", std::string("\0third", 6));
+  CHECK(store.queueLength("q") == 3);
+  CHECK(store.queuePop("q", 5s) == "first");
+  CHECK(store.queuePop("q", 5s) == "second");
+  CHECK(store.queuePop("q", 5s) == std::string("\0third", 6));
+  CHECK(store.queueLength("q") == 0);
+  CHECK_FALSE(store.check({"q"}));  // an empty queue does not count as a key
+
+  SECTION("pop blocks until another thread pushes") {
+    TcpStoreClient pusher(clientOptions(server.port()));
+    auto start = Clock::now();
+    Later later(300ms, [&] { pusher.queuePush("jobs", "job-1"); });
+    CHECK(store.queuePop("jobs", 10s) == "job-1");
+    CHECK(msSince(start) >= 250);
+    CHECK(store.queueLength("jobs") == 0);
+  }
+  SECTION("one push releases one of two poppers") {
+    TcpStoreClient popper2(clientOptions(server.port()));
+    TcpStoreClient pusher(clientOptions(server.port()));
+    auto a = std::async(std::launch::async, [&] { return store.queuePop("work", 10s); });
+    auto b = std::async(std::launch::async, [&] { return popper2.queuePop("work", 10s); });
+    std::this_thread::sleep_for(200ms);
+    pusher.queuePush("work", "only");
+    bool a_done = a.wait_for(3s) == std::future_status::ready;
+    bool b_done = b.wait_for(a_done ? 500ms : 3s) == std::future_status::ready;
+    CHECK(a_done != b_done);  // exactly one got it
+    pusher.queuePush("work", "second");
+    std::vector<std::string> got{a.get(), b.get()};
+    std::sort(got.begin(), got.end());
+    CHECK(got == Keys{"only", "second"});
+  }
+  SECTION("pop on an empty queue times out and the client stays usable") {
+    auto start = Clock::now();
+    expectTimesOut([&] { store.queuePop("empty", 300ms); });
+    CHECK(msSince(start) < 3000);
+    store.queuePush("empty", "now");
+    CHECK(store.queuePop("empty", 5s) == "now");
+  }
+  SECTION("queues and keys of the same name are separate") {
+    store.set("both", "key-value");
+    store.queuePush("both", "queued");
+    CHECK(store.get("both") == "key-value");
+    CHECK(store.queuePop("both", 5s) == "queued");
+    CHECK(store.get("both") == "key-value");
+  }
+}
+
+TEST_CASE("client: listKeys lists every key, not queues", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  CHECK(store.listKeys().empty());
+  store.set("b", "1");
+  store.add("a", 1);
+  store.set("c/d", "2");
+  store.queuePush("q", "x");
+  auto keys = store.listKeys();
+  std::sort(keys.begin(), keys.end());
+  CHECK(keys == Keys{"a", "b", "c/d"});
+  store.deleteKey("b");
+  keys = store.listKeys();
+  std::sort(keys.begin(), keys.end());
+  CHECK(keys == Keys{"a", "c/d"});
+}
+
+TEST_CASE("client: ping echoes the nonce", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient store(clientOptions(server.port()));
+  CHECK(store.ping(0) == 0);
+  CHECK(store.ping(42) == 42);
+  CHECK(store.ping(0xffffffffu) == 0xffffffffu);
+}
+
+TEST_CASE("client: PrefixStore keeps each job's keys apart", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient inner(clientOptions(server.port()));
+  PrefixStore job1("rdzv/job1/", inner);
+  PrefixStore job2("rdzv/job2/", inner);
+  job1.set("rank0", "a");
+  job2.set("rank0", "b");
+  CHECK(job1.get("rank0") == "a");
+  CHECK(job2.get("rank0") == "b");
+  CHECK(inner.get("rdzv/job1/rank0") == "a");
+  CHECK(job1.add("count", 2) == 2);
+  CHECK(job2.check({"rank0"}));
+  CHECK_FALSE(job2.check({"count"}));
+  auto keys = job1.listKeys();
+  std::sort(keys.begin(), keys.end());
+  CHECK(keys == Keys{"count", "rank0"});
+}
+
+TEST_CASE("client: connecting to a port with no server fails within connect_timeout", "[client]") {
+  int port = 0;
+  {
+    StoreServer gone(localServerOptions());
+    port = gone.port();
+  }
+  auto options = clientOptions(port);
+  options.connect_timeout = 500ms;
+  auto start = Clock::now();
+  CHECK_THROWS_AS(TcpStoreClient(options), StoreError);
+  CHECK(msSince(start) < 5000);
+}
+
+TEST_CASE("client: a client retries until a late server comes up", "[client]") {
+  // Reserve a port by starting and stopping a server, then start it again a little later.
+  int port = 0;
+  {
+    StoreServer probe(localServerOptions());
+    port = probe.port();
+  }
+  std::unique_ptr<StoreServer> server;
+  auto options = clientOptions(port);
+  options.connect_timeout = 10s;
+  Later later(300ms, [&] {
+    auto server_options = localServerOptions();
+    server_options.port = port;
+    server = std::make_unique<StoreServer>(server_options);
+  });
+  TcpStoreClient store(options);
+  store.set("up", "yes");
+  CHECK(store.get("up") == "yes");
+}
+
+TEST_CASE("client: interrupt releases a blocked wait at once", "[client]") {
+  StoreServer server(localServerOptions());
+  TcpStoreClient waiter(clientOptions(server.port()));
+  auto blocked = std::async(std::launch::async, [&] { waiter.wait({"never"}, 20s); });
+  std::this_thread::sleep_for(200ms);
+  auto start = Clock::now();
+  waiter.interrupt();
+  REQUIRE(blocked.wait_for(5s) == std::future_status::ready);
+  CHECK_THROWS_AS(blocked.get(), StoreError);
+  CHECK(msSince(start) < 2000);
+  CHECK_THROWS_AS(waiter.set("after", "1"), StoreError);
+  // The server forgets the interrupted client.
+  CHECK(eventually([&] { return server.connectionCount() == 0; }, 5s));
+}
+
+// Regression: run() used to rethrow the StoreTimeout of a wait as a plain StoreError.
+TEST_CASE("client: every wait-based call that times out throws StoreTimeout", "[client]") {
+  StoreServer server(localServerOptions());
+  auto options = clientOptions(server.port());
+  options.timeout = 300ms;
+  TcpStoreClient store(options);
+  expectTimesOut([&] { store.wait({"never"}, 300ms); });
+  expectTimesOut([&] { store.get("never"); });
+  expectTimesOut([&] { store.multiGet({"here", "never"}); });
+  expectTimesOut([&] { store.queuePop("never", 300ms); });
+  CHECK(store.ping(1) == 1);
+  CHECK(server.connectionCount() == 1);  // no reconnects: each wait was withdrawn
+}
