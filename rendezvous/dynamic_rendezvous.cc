@@ -86,8 +86,16 @@ class DynamicRendezvous::Impl {
   std::string key(int round, const std::string& name) const {
     return prefix_ + "r" + std::to_string(round) + "/" + name;
   }
-  // Joins round r. Returns false when this node arrived after the round closed.
-  bool join(int round, Clock::time_point deadline, int& index, int& participants);
+  // Where this node stands in a round it tried to join.
+  struct Seat {
+    bool late = false;      // arrived after the round closed: try the next one
+    int index = 0;          // 1-based arrival order (static: node_rank + 1)
+    int participants = 0;   // nodes in the round
+    int rank_base = 0;      // RANK of this node's local rank 0
+    int world_size = 0;     // all workers of the round
+  };
+  Seat join(int round, Clock::time_point deadline);
+  Seat joinStatic(int round, Clock::time_point deadline);
   int restartCountFor(int round);
   void publishWorkerStore(int round);
   RendezvousError error(int round, const std::string& what) const {
@@ -118,7 +126,7 @@ class DynamicRendezvous::Impl {
   bool in_round_ = false;
   int round_ = -1;
   int group_rank_ = 0;
-  std::vector<NodeEntry> nodes_;
+  int participants_ = 0;
   int restart_count_ = 0;
   std::mutex end_mutex_;
   std::string end_reason_;  // of round_, once known
@@ -199,54 +207,78 @@ int DynamicRendezvous::Impl::restartCountFor(int round) {
   return count;
 }
 
-bool DynamicRendezvous::Impl::join(int round, Clock::time_point deadline, int& index, int& participants) {
-  NodeEntry me{node_name_, advertise_address_, nproc_};
-  const std::string closed = key(round, "closed");
-  if (config_.backend == "static" && !config_.standalone) {
-    const int n = config_.max_nodes;
-    index = config_.node_rank + 1;
-    client_->set(key(round, "node/" + std::to_string(index)), encode(me));
-    std::vector<std::string> all;
-    for (int i = 1; i <= n; ++i) all.push_back(key(round, "node/" + std::to_string(i)));
-    try {
-      client_->wait(all, remaining(deadline));
-    } catch (const StoreTimeout&) {
-      int present = 0;
-      for (const auto& k : all) present += client_->check({k}) ? 1 : 0;
-      throw error(round, fmt::format("only {} of {} nodes joined within join_timeout ({} s)", present, n,
-                                     settings_.join_timeout.count() / 1000));
-    }
-    participants = n;
-    return true;
+// Static: the node's place is its --node_rank; the round closes when all N are there.
+// N is small in practice, so every node reads every entry to sum the local world sizes.
+DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::joinStatic(int round, Clock::time_point deadline) {
+  const int n = config_.max_nodes;
+  Seat seat;
+  seat.index = config_.node_rank + 1;
+  seat.participants = n;
+  client_->set(key(round, "node/" + std::to_string(seat.index)), encode({node_name_, advertise_address_, nproc_}));
+  std::vector<std::string> all;
+  for (int i = 1; i <= n; ++i) all.push_back(key(round, "node/" + std::to_string(i)));
+  try {
+    client_->wait(all, remaining(deadline));
+  } catch (const StoreTimeout&) {
+    int present = 0;
+    for (const auto& k : all) present += client_->check({k}) ? 1 : 0;
+    throw error(round, fmt::format("only {} of {} nodes joined within join_timeout ({} s)", present, n,
+                                   settings_.join_timeout.count() / 1000));
   }
+  auto entries = client_->multiGet(all);
+  for (int i = 0; i < n; ++i) {
+    int nproc = decode(entries[i]).nproc;
+    if (i < seat.index - 1) seat.rank_base += nproc;
+    seat.world_size += nproc;
+  }
+  return seat;
+}
+
+// Dynamic: one ADD gives both the arrival order and the prefix sum of local world sizes
+// (the counter holds count << 32 | workers), so joining costs O(1) store operations per
+// node however large the job: no node ever reads the whole membership.
+DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::time_point deadline) {
+  if (config_.backend == "static" && !config_.standalone) return joinStatic(round, deadline);
+  constexpr int64_t kOneNode = int64_t{1} << 32;
+  auto nodesOf = [](int64_t ticket) { return static_cast<int>(ticket >> 32); };
+  auto workersOf = [](int64_t ticket) { return static_cast<int>(ticket & 0xffffffff); };
+  const std::string closed = key(round, "closed");
   const int min_nodes = config_.standalone ? 1 : config_.min_nodes;
   const int max_nodes = config_.standalone ? 1 : config_.max_nodes;
-  index = static_cast<int>(client_->add(key(round, "count"), 1));
-  client_->set(key(round, "node/" + std::to_string(index)), encode(me));
-  if (index == max_nodes) {
-    client_->compareSet(closed, "", std::to_string(max_nodes));
-  } else if (index >= min_nodes && index < max_nodes) {
-    // Last call: whoever's timer fires first closes the round with everyone there by then.
+
+  Seat seat;
+  const int64_t ticket = client_->add(key(round, "count"), kOneNode + nproc_);
+  seat.index = nodesOf(ticket);
+  seat.rank_base = workersOf(ticket) - nproc_;
+  client_->set(key(round, "node/" + std::to_string(seat.index)), encode({node_name_, advertise_address_, nproc_}));
+  if (seat.index == max_nodes) {
+    client_->compareSet(closed, "", std::to_string(ticket));
+  } else if (seat.index >= min_nodes && seat.index < max_nodes) {
+    // Last call: whoever's timer fires first closes the round with everyone there by
+    // then; once MAX nodes are in, the MAX-th node closes it itself.
     try {
       client_->wait({closed}, std::min(settings_.last_call_timeout, remaining(deadline)));
     } catch (const StoreTimeout&) {
-      int count = static_cast<int>(client_->add(key(round, "count"), 0));
-      client_->compareSet(closed, "", std::to_string(std::min(count, max_nodes)));
+      const int64_t now = client_->add(key(round, "count"), 0);
+      if (nodesOf(now) < max_nodes) client_->compareSet(closed, "", std::to_string(now));
     }
   }
   try {
     client_->wait({closed}, remaining(deadline));
   } catch (const StoreTimeout&) {
-    int count = static_cast<int>(client_->add(key(round, "count"), 0));
+    const int count = nodesOf(client_->add(key(round, "count"), 0));
     throw error(round, fmt::format("only {} of at least {} nodes joined within join_timeout ({} s)", count, min_nodes,
                                    settings_.join_timeout.count() / 1000));
   }
-  participants = std::stoi(client_->get(closed));
-  if (index <= participants) return true;
+  const int64_t formed = std::stoll(client_->get(closed));
+  seat.participants = nodesOf(formed);
+  seat.world_size = workersOf(formed);
+  if (seat.index <= seat.participants) return seat;
   // Late: the job formed without us. If it has room, ask it to re-form (scale up);
   // otherwise wait until its round ends for another reason.
-  if (participants < max_nodes) {
-    log_->info("job is running with {} node(s); asking it to re-form to take this node in", participants);
+  seat.late = true;
+  if (seat.participants < max_nodes) {
+    log_->info("job is running with {} node(s); asking it to re-form to take this node in", seat.participants);
     client_->compareSet(key(round, "end"), "", "join:" + node_name_);
   } else {
     log_->info("job is full ({} nodes); waiting for a place", max_nodes);
@@ -256,7 +288,7 @@ bool DynamicRendezvous::Impl::join(int round, Clock::time_point deadline, int& i
       throw error(round, "the job stayed full for join_timeout; no place for this node");
     }
   }
-  return false;
+  return seat;
 }
 
 RendezvousResult DynamicRendezvous::Impl::nextRound() {
@@ -268,25 +300,17 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
     round = in_round_ ? round_ + 1 : static_cast<int>(client_->add(prefix_ + "round", 0));
     for (;;) {
       if (round > 0) client_->compareSet(prefix_ + "round", std::to_string(round - 1), std::to_string(round));
-      int index = 0, participants = 0;
-      if (!join(round, deadline, index, participants)) {
+      const Seat seat = join(round, deadline);
+      if (seat.late) {
         ++round;
         continue;
       }
-      std::vector<std::string> node_keys;
-      for (int i = 1; i <= participants; ++i) node_keys.push_back(key(round, "node/" + std::to_string(i)));
-      std::vector<NodeEntry> nodes;
-      for (const auto& text : client_->multiGet(node_keys)) nodes.push_back(decode(text));
-
       RendezvousResult result;
       result.round = round;
-      result.group_rank = index - 1;
-      result.group_world_size = participants;
-      result.world_size = 0;
-      for (int i = 0; i < participants; ++i) {
-        if (i < result.group_rank) result.rank_base += nodes[i].nproc;
-        result.world_size += nodes[i].nproc;
-      }
+      result.group_rank = seat.index - 1;
+      result.group_world_size = seat.participants;
+      result.rank_base = seat.rank_base;
+      result.world_size = seat.world_size;
       result.restart_count = restartCountFor(round);
       if (result.group_rank == 0) publishWorkerStore(round);
       std::string master = client_->get(key(round, "master"));
@@ -298,13 +322,13 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
       in_round_ = true;
       round_ = round;
       group_rank_ = result.group_rank;
-      nodes_ = std::move(nodes);
+      participants_ = seat.participants;
       restart_count_ = result.restart_count;
       {
         std::lock_guard lock(end_mutex_);
         end_reason_.clear();
       }
-      log_->debug("round {} formed: {} node(s), this node is group rank {}, world size {}", round, participants,
+      log_->debug("round {} formed: {} node(s), this node is group rank {}, world size {}", round, seat.participants,
                   result.group_rank, result.world_size);
       return result;
     }
@@ -343,7 +367,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
     return;
   }
   const int round = round_;
-  const int n = static_cast<int>(nodes_.size());
+  const int n = participants_;
   const int me = group_rank_;
   watcher_ = std::thread([this, on_event = std::move(on_event), round, n, me] {
     TcpStoreClient& store = *watcher_client_;
@@ -374,8 +398,9 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
         misses = seen == last_seen ? misses + 1 : 0;
         last_seen = seen;
         if (misses >= settings_.keep_alive_max_attempt) {
-          log_->warn("node {} missed {} keep-alives; evicting it", nodes_[successor].name, misses);
-          store.compareSet(end, "", "evict:" + nodes_[successor].name);
+          std::string name = decode(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
+          log_->warn("node {} missed {} keep-alives; evicting it", name, misses);
+          store.compareSet(end, "", "evict:" + name);
         }
       }
     } catch (const StoreError& e) {
@@ -408,7 +433,7 @@ std::string DynamicRendezvous::Impl::endRound(const std::string& reason) {
 void DynamicRendezvous::Impl::finish() {
   stopWatching();
   if (!in_round_) return;
-  const int64_t n = static_cast<int64_t>(nodes_.size());
+  const int64_t n = participants_;
   try {
     if (client_->add(key(round_, "exited"), 1) >= n) client_->set(key(round_, "all_exited"), "1");
     // The host serves the store: it leaves last, so no peer loses the store while it
@@ -427,7 +452,7 @@ void DynamicRendezvous::Impl::interrupt() {
 
 void DynamicRendezvous::Impl::markDone() {
   int64_t done = client_->add(key(round_, "done"), 1);
-  if (done >= static_cast<int64_t>(nodes_.size())) client_->compareSet(key(round_, "end"), "", "done");
+  if (done >= participants_) client_->compareSet(key(round_, "end"), "", "done");
 }
 
 DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node)

@@ -20,6 +20,18 @@ TEST_CASE("a PyTorch DDP script (gloo, CPU) trains under ddprun --standalone", "
   CHECK_THAT(r.out, Catch::Contains("rank 0/2: started"));
 }
 
+TEST_CASE("with a rendezvous token, Python workers still get a token-free workers' store", "[e2e][torch]") {
+  auto env = kDebianPython;
+  env["DDPRUN_TOKEN"] = "job-secret";
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", sourceDir() + "/trainers/elastic_ddp.py",
+                "--steps", "5"},
+               env, 240s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.out, "replicas in sync") == 2);
+}
+
 TEST_CASE("a Python worker's exception reaches the report through torch's @record", "[e2e][torch]") {
   TempDir dir;
   std::string script = dir.file("boom.py");
