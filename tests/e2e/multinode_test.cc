@@ -225,9 +225,30 @@ TEST_CASE("an agent killed mid-job is evicted and the others finish with a small
     CHECK(agents[i]->exitCode() == 0);
     CHECK_THAT(agents[i]->err(), Catch::Contains("re-forming the job (evict:"));
     bool saw_small_world = false;
-    for (const auto& l : workerLines(agents[i]->out())) saw_small_world |= l.groups == 2 && l.world == 2;
+    for (const auto& l : workerLines(agents[i]->out())) {
+      if (l.groups != 2) continue;
+      saw_small_world = l.world == 2;
+      CHECK(l.restart == 0);  // re-forming the job does not use up a restart
+    }
     CHECK(saw_small_world);
   }
+}
+
+TEST_CASE("survivors below the minimum fail with a clear message", "[e2e][multinode]") {
+  const int port = freePort();
+  const std::string conf = "keep_alive_interval=0.2,keep_alive_max_attempt=3,join_timeout=2";
+  const std::string script = std::string(kPrintEnv) + "; exec sleep 60";
+  std::vector<std::unique_ptr<TestProcess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    std::string host = i == 0 ? ",is_host=true" : ",is_host=false";
+    agents.push_back(
+        std::make_unique<TestProcess>(withWorker(agentArgs(2, 2, 1, port, "toofew", conf + host), script)));
+  }
+  for (auto& agent : agents) REQUIRE(agent->waitForOutput("W rank=", 30s));
+  ::kill(agents[1]->pid(), SIGKILL);
+  REQUIRE(agents[0]->wait(30s));
+  CHECK(agents[0]->exitCode() == 3);
+  CHECK_THAT(agents[0]->err(), Catch::Contains("only 1 of at least 2 nodes joined"));
 }
 
 TEST_CASE("a node that arrives late makes the job grow", "[e2e][multinode]") {
