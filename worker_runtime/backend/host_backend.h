@@ -1,0 +1,54 @@
+// The CPU backend of a process group: the TCP mesh of the group's ranks, one thread
+// that runs the group's collectives in the order they were issued (as every rank must
+// issue them), and the P2P engine. A collective that fails (a peer died, a timeout) leaves
+// the streams at unknown positions, so every later collective fails with the same error
+// instead of exchanging garbage.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "rendezvous/store.h"
+#include "worker_runtime/collectives/algorithms.h"
+#include "worker_runtime/transport/p2p_engine.h"
+#include "worker_runtime/transport/tcp_mesh.h"
+#include "worker_runtime/work.h"
+
+namespace ddprun::runtime {
+
+class HostBackend {
+ public:
+  // Connects the group (blocks up to `timeout`; throws PeerError / StoreError).
+  HostBackend(rendezvous::Store& store, const std::string& prefix, int rank, int size, const std::string& address,
+              std::chrono::milliseconds timeout);
+  ~HostBackend();
+
+  int rank() const { return mesh_.rank(); }
+  int size() const { return mesh_.size(); }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Queues a collective; it runs after every earlier one, with a deadline of `timeout`
+  // from when it starts. Returns at once. Thread-safe.
+  WorkPtr enqueue(std::function<void(CollectiveContext&)> collective);
+  P2PEngine& p2p() { return p2p_; }
+
+ private:
+  void run();
+
+  std::chrono::milliseconds timeout_;
+  TcpMesh mesh_;
+  P2PEngine p2p_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::pair<std::function<void(CollectiveContext&)>, WorkPtr>> queue_;
+  bool stopping_ = false;
+  std::exception_ptr broken_;
+  std::vector<uint8_t> scratch_;
+  std::thread thread_;
+};
+
+}  // namespace ddprun::runtime

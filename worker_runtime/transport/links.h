@@ -1,0 +1,48 @@
+// How the collective algorithms move bytes: a set of transfers to and from peers that
+// progress together (full duplex) until all are done. Implementations: the TCP mesh;
+// the algorithms never know which one they run on.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "common/error.h"
+
+namespace ddprun::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+// A peer failed, vanished, or did not answer in time. The message names the operation,
+// the peer rank and its address.
+class PeerError : public DdprunError {
+ public:
+  using DdprunError::DdprunError;
+};
+
+struct Transfer {
+  int peer = 0;
+  bool send = false;
+  void* data = nullptr;  // for a send: read only
+  size_t bytes = 0;
+  // For receives: called with the number of bytes received so far, whenever it crosses
+  // a multiple of progress_step (and at the end), so a reduction can follow the data in.
+  std::function<void(size_t received)> on_progress;
+  size_t progress_step = 0;
+  size_t done = 0;  // progress, maintained by the implementation
+};
+
+class Links {
+ public:
+  virtual ~Links() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Runs every transfer to completion, all at once. Throws PeerError (naming `what` and
+  // the peer) on a broken connection or when `deadline` passes. Not thread-safe.
+  virtual void exchange(std::span<Transfer> transfers, Clock::time_point deadline, const char* what) = 0;
+};
+
+}  // namespace ddprun::runtime

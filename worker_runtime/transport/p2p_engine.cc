@@ -1,0 +1,210 @@
+#include "worker_runtime/transport/p2p_engine.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace ddprun::runtime {
+namespace {
+
+struct IoError {
+  std::string what;
+};
+
+}  // namespace
+
+P2PEngine::P2PEngine(TcpMesh& mesh) : mesh_(mesh), peers_(mesh.size()) {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw DdprunError(std::string("eventfd: ") + std::strerror(errno));
+  thread_ = std::thread([this] { run(); });
+}
+
+P2PEngine::~P2PEngine() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake();
+  thread_.join();
+  ::close(wake_fd_);
+}
+
+void P2PEngine::wake() {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+}
+
+WorkPtr P2PEngine::send(int peer, int64_t tag, const void* data, size_t bytes, Clock::time_point deadline,
+                        std::function<void()> on_success) {
+  auto work = std::make_shared<Work>();
+  Op op{work, tag, const_cast<char*>(static_cast<const char*>(data)), bytes, deadline, {}, 0, std::move(on_success)};
+  uint64_t size = bytes;
+  std::memcpy(op.header, &tag, 8);
+  std::memcpy(op.header + 8, &size, 8);
+  {
+    std::lock_guard lock(mutex_);
+    if (!peers_[peer].broken.empty()) {
+      work->complete(std::make_exception_ptr(PeerError(peers_[peer].broken)));
+      return work;
+    }
+    peers_[peer].sends.push_back(op);
+  }
+  wake();
+  return work;
+}
+
+WorkPtr P2PEngine::recv(int peer, int64_t tag, void* data, size_t bytes, Clock::time_point deadline,
+                        std::function<void()> on_success) {
+  auto work = std::make_shared<Work>();
+  {
+    std::lock_guard lock(mutex_);
+    if (!peers_[peer].broken.empty()) {
+      work->complete(std::make_exception_ptr(PeerError(peers_[peer].broken)));
+      return work;
+    }
+    peers_[peer].recvs.push_back(
+        Op{work, tag, static_cast<char*>(data), bytes, deadline, {}, 0, std::move(on_success)});
+  }
+  wake();
+  return work;
+}
+
+// A failed or timed-out message leaves the stream at an unknown position: nothing more
+// can be exchanged with that peer, so every pending and later op fails with the reason.
+void P2PEngine::failPeer(int peer, const std::string& why) {
+  Peer& p = peers_[peer];
+  if (p.broken.empty()) p.broken = why;
+  auto error = std::make_exception_ptr(PeerError(p.broken));
+  for (auto& op : p.sends) op.work->complete(error);
+  for (auto& op : p.recvs) op.work->complete(error);
+  p.sends.clear();
+  p.recvs.clear();
+}
+
+bool P2PEngine::progressSend(int peer, Op& op) {
+  const int fd = mesh_.fd(peer, Channel::kPointToPoint);
+  while (op.done < 16 + op.bytes) {
+    const char* src = op.done < 16 ? op.header + op.done : op.data + (op.done - 16);
+    size_t want = op.done < 16 ? 16 - op.done : op.bytes - (op.done - 16);
+    ssize_t n = ::send(fd, src, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      op.done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    throw IoError{std::string("connection broken: ") + std::strerror(errno)};
+  }
+  return true;
+}
+
+bool P2PEngine::progressRecv(int peer, Op& op) {
+  const int fd = mesh_.fd(peer, Channel::kPointToPoint);
+  while (op.done < 16 + op.bytes) {
+    char* dst = op.done < 16 ? op.header + op.done : op.data + (op.done - 16);
+    size_t want = op.done < 16 ? 16 - op.done : op.bytes - (op.done - 16);
+    ssize_t n = ::recv(fd, dst, want, MSG_DONTWAIT);
+    if (n > 0) {
+      op.done += static_cast<size_t>(n);
+      if (op.done == 16) {
+        int64_t tag = 0;
+        uint64_t size = 0;
+        std::memcpy(&tag, op.header, 8);
+        std::memcpy(&size, op.header + 8, 8);
+        if (tag != op.tag || size != op.bytes) {
+          throw IoError{fmt::format("message mismatch: expected tag {} with {} bytes, rank {} sent tag {} with {} bytes",
+                                    op.tag, op.bytes, peer, tag, size)};
+        }
+      }
+      continue;
+    }
+    if (n == 0) throw IoError{"connection closed (peer died?)"};
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+    throw IoError{std::string("connection broken: ") + std::strerror(errno)};
+  }
+  return true;
+}
+
+void P2PEngine::succeed(Op& op) {
+  try {
+    if (op.on_success) op.on_success();
+    op.work->complete();
+  } catch (...) {
+    op.work->complete(std::current_exception());
+  }
+}
+
+void P2PEngine::run() {
+  std::vector<pollfd> fds;
+  std::vector<int> fd_peer;
+  for (;;) {
+    fds.clear();
+    fd_peer.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fd_peer.push_back(-1);
+    Clock::time_point nearest = Clock::time_point::max();
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) {
+        for (size_t peer = 0; peer < peers_.size(); ++peer) failPeer(static_cast<int>(peer), "process group destroyed");
+        return;
+      }
+      for (size_t peer = 0; peer < peers_.size(); ++peer) {
+        const Peer& p = peers_[peer];
+        short events = (p.sends.empty() ? 0 : POLLOUT) | (p.recvs.empty() ? 0 : POLLIN);
+        if (events == 0) continue;
+        fds.push_back({mesh_.fd(static_cast<int>(peer), Channel::kPointToPoint), events, 0});
+        fd_peer.push_back(static_cast<int>(peer));
+        if (!p.sends.empty()) nearest = std::min(nearest, p.sends.front().deadline);
+        if (!p.recvs.empty()) nearest = std::min(nearest, p.recvs.front().deadline);
+      }
+    }
+    int timeout_ms = -1;
+    if (nearest != Clock::time_point::max()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(nearest - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left + 1, 0, 1 << 30));
+    }
+    ::poll(fds.data(), fds.size(), timeout_ms);
+    if (fds[0].revents) {
+      uint64_t drained;
+      [[maybe_unused]] ssize_t n = ::read(wake_fd_, &drained, sizeof drained);
+    }
+    std::lock_guard lock(mutex_);
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      const int peer = fd_peer[i];
+      Peer& p = peers_[peer];
+      try {
+        while (!p.sends.empty() && progressSend(peer, p.sends.front())) {
+          succeed(p.sends.front());
+          p.sends.pop_front();
+        }
+        while (!p.recvs.empty() && progressRecv(peer, p.recvs.front())) {
+          succeed(p.recvs.front());
+          p.recvs.pop_front();
+        }
+      } catch (const IoError& e) {
+        failPeer(peer, fmt::format("point-to-point with rank {} ({}): {}", peer, mesh_.peerAddress(peer), e.what));
+      }
+    }
+    const auto now = Clock::now();
+    for (size_t peer = 0; peer < peers_.size(); ++peer) {
+      Peer& p = peers_[peer];
+      bool expired = (!p.sends.empty() && p.sends.front().deadline <= now) ||
+                     (!p.recvs.empty() && p.recvs.front().deadline <= now);
+      if (expired) {
+        failPeer(static_cast<int>(peer), fmt::format("point-to-point with rank {} ({}): timed out", peer,
+                                                     mesh_.peerAddress(static_cast<int>(peer))));
+      }
+    }
+  }
+}
+
+}  // namespace ddprun::runtime

@@ -1,0 +1,67 @@
+// Point-to-point messages (send/recv/isend/irecv) over the mesh's P2P channel, progressed
+// by one background thread with poll(): any number of sends and receives to different
+// peers are in flight at once, so two ranks sending to each other never deadlock.
+// Messages between a pair are matched in order; each carries its tag and size, and a
+// receive whose tag or size differs fails with an error naming both (not a silent
+// mismatch).
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "worker_runtime/transport/tcp_mesh.h"
+#include "worker_runtime/work.h"
+
+namespace ddprun::runtime {
+
+class P2PEngine {
+ public:
+  explicit P2PEngine(TcpMesh& mesh);
+  ~P2PEngine();
+  P2PEngine(const P2PEngine&) = delete;
+  P2PEngine& operator=(const P2PEngine&) = delete;
+
+  // Both return at once; the data must stay valid until the Work completes. `on_success`
+  // (optional) runs on the engine's thread just before the Work completes successfully,
+  // and is destroyed afterwards either way (it may own the buffer). Thread-safe.
+  WorkPtr send(int peer, int64_t tag, const void* data, size_t bytes, Clock::time_point deadline,
+               std::function<void()> on_success = {});
+  WorkPtr recv(int peer, int64_t tag, void* data, size_t bytes, Clock::time_point deadline,
+               std::function<void()> on_success = {});
+
+ private:
+  struct Op {
+    WorkPtr work;
+    int64_t tag;
+    char* data;
+    size_t bytes;
+    Clock::time_point deadline;
+    char header[16];
+    size_t done = 0;  // header bytes first, then payload
+    std::function<void()> on_success;
+  };
+  struct Peer {
+    std::deque<Op> sends;
+    std::deque<Op> recvs;
+    std::string broken;  // once set, every op on this peer fails with it
+  };
+
+  void run();
+  void wake();
+  void failPeer(int peer, const std::string& why);
+  bool progressSend(int peer, Op& op);
+  bool progressRecv(int peer, Op& op);
+  static void succeed(Op& op);
+
+  TcpMesh& mesh_;
+  std::mutex mutex_;
+  std::vector<Peer> peers_;
+  bool stopping_ = false;
+  int wake_fd_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace ddprun::runtime

@@ -1,0 +1,42 @@
+// Full-duplex TCP connections between every pair of ranks of a group, set up through the
+// store: each rank listens, publishes its address, connects to every lower rank and
+// accepts every higher one. Two channels per pair: one for collectives (driven by
+// exchange(), in the order the collectives are issued) and one for point-to-point
+// messages (driven by the P2P engine), so the two never interleave on a socket.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rendezvous/store.h"
+#include "worker_runtime/transport/links.h"
+
+namespace ddprun::runtime {
+
+enum class Channel : uint8_t { kCollective = 0, kPointToPoint = 1 };
+
+class TcpMesh final : public Links {
+ public:
+  // `prefix` keeps this group's keys apart; `address` is where peers reach this rank.
+  // Blocks until connected to every peer or `timeout` passes (PeerError / StoreError).
+  TcpMesh(rendezvous::Store& store, const std::string& prefix, int rank, int size, const std::string& address,
+          std::chrono::milliseconds timeout);
+  ~TcpMesh() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void exchange(std::span<Transfer> transfers, Clock::time_point deadline, const char* what) override;
+
+  int fd(int peer, Channel channel) const;
+  const std::string& peerAddress(int peer) const { return addresses_[peer]; }
+
+ private:
+  int rank_;
+  int size_;
+  std::vector<std::string> addresses_;
+  std::vector<int> collective_fds_;
+  std::vector<int> p2p_fds_;
+};
+
+}  // namespace ddprun::runtime

@@ -1,0 +1,32 @@
+// The handle of an asynchronous operation, like torch's Work: wait() blocks until it is
+// done and rethrows its failure there (nothing is thrown across threads).
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+
+namespace ddprun::runtime {
+
+class Work {
+ public:
+  // True once the operation finished, successfully or not. Thread-safe, never blocks.
+  bool isCompleted() const;
+  // True once it finished without error.
+  bool isSuccess() const;
+  // Blocks until done; rethrows the operation's exception (PeerError, ...). Thread-safe.
+  void wait();
+  // Marks the operation done (called once, by whoever ran it).
+  void complete(std::exception_ptr error = nullptr);
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+}  // namespace ddprun::runtime
