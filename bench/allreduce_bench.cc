@@ -40,7 +40,14 @@ int main(int argc, char** argv) {
         auto start = std::chrono::steady_clock::now();
         dist::all_reduce(t);
         times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        wrong += (t != static_cast<float>(n)).sum().item<int64_t>() > 0 ? 1 : 0;
+        auto bad = (t != static_cast<float>(n)).nonzero();
+        if (bad.numel() > 0) {
+          const int64_t first = bad[0][0].item<int64_t>();
+          std::fprintf(stderr, "rank %d: %lld of %lld elements wrong, first [%lld] = %g (expected %d)\n", rank,
+                       static_cast<long long>(bad.size(0)), static_cast<long long>(numel),
+                       static_cast<long long>(first), t[first].item<float>(), n);
+          ++wrong;
+        }
       }
       std::sort(times.begin(), times.end());
       const double median = times[times.size() / 2];

@@ -1,11 +1,60 @@
 #include "worker_runtime/backend/host_backend.h"
 
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+
 namespace ddprun::runtime {
 
 HostBackend::HostBackend(rendezvous::Store& store, const std::string& prefix, int rank, int size,
                          const std::string& address, std::chrono::milliseconds timeout)
     : timeout_(timeout), mesh_(store, prefix, rank, size, address, timeout), p2p_(mesh_) {
+  setUpSharedMemory(store, prefix);
   thread_ = std::thread([this] { run(); });
+}
+
+namespace {
+
+// The same kernel instance: ranks with equal host names and boot ids share /dev/shm.
+std::string hostIdentity() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  return std::string(host) + "/" + boot_id;
+}
+
+}  // namespace
+
+void HostBackend::setUpSharedMemory(rendezvous::Store& store, const std::string& prefix) {
+  const int n = mesh_.size();
+  if (n < 2) return;
+  const char* setting = std::getenv("DDPRUN_SHM");
+  if (setting && std::string(setting) == "0") return;
+  store.set(prefix + "host/" + std::to_string(mesh_.rank()), hostIdentity());
+  std::vector<std::string> keys;
+  for (int q = 0; q < n; ++q) keys.push_back(prefix + "host/" + std::to_string(q));
+  auto hosts = store.multiGet(keys);
+  for (const auto& h : hosts) {
+    if (h != hosts[0]) return;  // not all on one host: TCP only
+  }
+  try {
+    shm_ = std::make_unique<ShmAllReduce>(
+        store, prefix, mesh_.rank(), n, timeout_,
+        [this](int q) {
+          pollfd pfd{mesh_.fd(q, Channel::kCollective), POLLRDHUP, 0};
+          return ::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+        },
+        [this](int q) { return fmt::format("rank {} ({})", q, mesh_.peerAddress(q)); });
+  } catch (const DdprunError& e) {
+    logger("runtime")->debug("shared memory all_reduce unavailable, using TCP: {}", e.what());
+  }
 }
 
 HostBackend::~HostBackend() {
@@ -44,7 +93,7 @@ void HostBackend::run() {
       continue;
     }
     try {
-      CollectiveContext ctx{mesh_, Clock::now() + timeout_, scratch_};
+      CollectiveContext ctx{mesh_, Clock::now() + timeout_, scratch_, shm_.get()};
       task(ctx);
       work->complete();
     } catch (...) {

@@ -1,4 +1,5 @@
-// The CPU backend of a process group: the TCP mesh of the group's ranks, one thread
+// The CPU backend of a process group: the TCP mesh of the group's ranks (plus a shared
+// memory all_reduce when all of them are on this host), one thread
 // that runs the group's collectives in the order they were issued (as every rank must
 // issue them), and the P2P engine. A collective that fails (a peer died, a timeout) leaves
 // the streams at unknown positions, so every later collective fails with the same error
@@ -14,6 +15,7 @@
 
 #include "rendezvous/store.h"
 #include "worker_runtime/collectives/algorithms.h"
+#include "worker_runtime/collectives/shm_all_reduce.h"
 #include "worker_runtime/transport/p2p_engine.h"
 #include "worker_runtime/transport/tcp_mesh.h"
 #include "worker_runtime/work.h"
@@ -35,13 +37,18 @@ class HostBackend {
   // from when it starts. Returns at once. Thread-safe.
   WorkPtr enqueue(std::function<void(CollectiveContext&)> collective);
   P2PEngine& p2p() { return p2p_; }
+  // Whether all_reduce goes through shared memory (every rank on this host, and
+  // DDPRUN_SHM is not 0).
+  bool usesSharedMemory() const { return shm_ != nullptr; }
 
  private:
   void run();
+  void setUpSharedMemory(rendezvous::Store& store, const std::string& prefix);
 
   std::chrono::milliseconds timeout_;
   TcpMesh mesh_;
   P2PEngine p2p_;
+  std::unique_ptr<ShmAllReduce> shm_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::pair<std::function<void(CollectiveContext&)>, WorkPtr>> queue_;

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "worker_runtime/collectives/shm_all_reduce.h"
+
 namespace ddprun::runtime {
 namespace {
 
@@ -135,6 +137,10 @@ void doublingAllReduce(CollectiveContext& ctx, uint8_t* buf, size_t count, DType
 
 void allReduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceOp op) {
   const int p = ctx.links.size();
+  if (ctx.shm && p > 1) {
+    ctx.shm->run(buf, count, dtype, op, ctx.deadline);
+    return;
+  }
   if (p > 1 && count > 0) {
     auto* data = static_cast<uint8_t*>(buf);
     if (count * dtypeSize(dtype) <= kSmallAllReduceBytes || count < static_cast<size_t>(p)) {

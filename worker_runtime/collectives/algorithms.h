@@ -17,10 +17,13 @@
 
 namespace ddprun::runtime {
 
+class ShmAllReduce;
+
 struct CollectiveContext {
   Links& links;
   Clock::time_point deadline;
   std::vector<uint8_t>& scratch;  // reused between calls; grows as needed
+  ShmAllReduce* shm = nullptr;    // set when every rank is on this host: all_reduce goes through it
 };
 
 // Messages up to this size take the latency-optimal all_reduce.

@@ -1,0 +1,133 @@
+#include "worker_runtime/collectives/shm_all_reduce.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace ddprun::runtime {
+
+struct ShmAllReduce::Control {
+  alignas(64) std::atomic<uint32_t> arrived;
+  alignas(64) std::atomic<uint32_t> generation;
+  // Last barrier generation each rank reached: names the ranks that are missing.
+  alignas(64) std::atomic<uint32_t> reached[1];
+};
+
+namespace {
+
+// Peers usually arrive within microseconds: spin that long (a futex round trip costs
+// more), then yield for a while, then sleep. PAUSE is avoided: under a hypervisor it can
+// trap and cost far more than the wait itself.
+constexpr auto kSpinFor = std::chrono::microseconds(50);
+constexpr auto kYieldFor = std::chrono::milliseconds(2);
+constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+
+size_t controlBytes(int size) {
+  size_t bytes = sizeof(std::atomic<uint32_t>) * (size + 1) + 3 * 64;
+  return (bytes + 4095) / 4096 * 4096;
+}
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds timeout) {
+  timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>((timeout.count() % 1000) * 1000000)};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+ShmAllReduce::ShmAllReduce(rendezvous::Store& store, const std::string& prefix, int rank, int size,
+                           std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
+                           std::function<std::string(int)> peer_name)
+    : rank_(rank), size_(size), peer_gone_(std::move(peer_gone)), peer_name_(std::move(peer_name)) {
+  const size_t control = controlBytes(size);
+  segment_ = std::make_unique<ShmSegment>(store, prefix, rank, size, control + 2 * size * kSlotBytes, timeout);
+  // A fresh segment is zero-filled: every counter starts at 0.
+  control_ = static_cast<Control*>(segment_->data());
+  slots_ = static_cast<uint8_t*>(segment_->data()) + control;
+}
+
+ShmAllReduce::~ShmAllReduce() = default;
+
+void ShmAllReduce::barrier(Clock::time_point deadline) {
+  const uint32_t target = ++generation_;
+  control_->reached[rank_].store(target, std::memory_order_relaxed);
+  if (control_->arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(size_ - 1)) {
+    control_->arrived.store(0, std::memory_order_relaxed);
+    control_->generation.store(target, std::memory_order_release);
+    futexWakeAll(&control_->generation);
+    return;
+  }
+  const auto start = Clock::now();
+  for (int spin = 0;; ++spin) {
+    const uint32_t seen = control_->generation.load(std::memory_order_acquire);
+    if (seen == target) return;
+    if ((spin & 63) != 0) continue;
+    const auto waited = Clock::now() - start;
+    if (waited < kSpinFor) continue;
+    if (waited < kYieldFor) {
+      std::this_thread::yield();
+      continue;
+    }
+    futexWait(&control_->generation, seen, kSleepSlice);
+    if (control_->generation.load(std::memory_order_acquire) == target) return;
+    // Who is missing, and is it dead or just late?
+    std::string missing;
+    for (int q = 0; q < size_; ++q) {
+      if (control_->reached[q].load(std::memory_order_relaxed) >= target) continue;
+      if (peer_gone_(q)) throw PeerError(fmt::format("all_reduce (shared memory): {} died", peer_name_(q)));
+      missing += (missing.empty() ? "" : ", ") + peer_name_(q);
+    }
+    if (Clock::now() >= deadline) {
+      throw PeerError(fmt::format("all_reduce (shared memory): timed out waiting for {}", missing));
+    }
+  }
+}
+
+// Per chunk, with share q = elements [len*q/n, len*(q+1)/n): each rank copies into its
+// slot only the shares the others reduce (its own share stays in its buffer), reduces its
+// own share in its own buffer (own data first, then ranks in order: one rank computes each
+// share, so every rank gets the same bits), publishes that result in its slot, and after
+// a barrier copies the others' results out. About half the memory traffic of copying
+// whole chunks in and out.
+void ShmAllReduce::run(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline) {
+  const size_t esize = dtypeSize(dtype);
+  const size_t per_chunk = kSlotBytes / esize;
+  auto* user = static_cast<uint8_t*>(buf);
+  for (size_t offset = 0; offset < count; offset += per_chunk, ++chunks_done_) {
+    const size_t len = std::min(per_chunk, count - offset);
+    // Sets alternate across calls too: a fast rank starting the next call (whose shares
+    // may fall elsewhere) writes the other set while a slow one still reads this one.
+    uint8_t* set = slots_ + (chunks_done_ % 2) * size_ * kSlotBytes;
+    uint8_t* chunk = user + offset * esize;
+    auto begin = [&](int q) { return len * q / size_ * esize; };
+    auto slot = [&](int q) { return set + q * kSlotBytes; };
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) std::memcpy(slot(rank_) + begin(q), chunk + begin(q), begin(q + 1) - begin(q));
+    }
+    barrier(deadline);
+    const size_t mine = begin(rank_), mine_bytes = begin(rank_ + 1) - mine;
+    if (mine_bytes > 0) {
+      for (int q = 0; q < size_; ++q) {
+        if (q != rank_) reduceInto(chunk + mine, slot(q) + mine, mine_bytes / esize, dtype, op);
+      }
+      if (op == ReduceOp::kAvg) divideBy(chunk + mine, mine_bytes / esize, dtype, size_);
+      std::memcpy(slot(rank_) + mine, chunk + mine, mine_bytes);
+    }
+    barrier(deadline);
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) std::memcpy(chunk + begin(q), slot(q) + begin(q), begin(q + 1) - begin(q));
+    }
+  }
+}
+
+}  // namespace ddprun::runtime

@@ -1,0 +1,49 @@
+// all_reduce through shared memory, for a group whose ranks all live on one host.
+// The buffer goes through in chunks; for each chunk every rank reduces its 1/n share
+// (vectorised loops, one rank per share, so every rank gets bitwise the same result) from
+// what the others copied into their slots, publishes it, and copies the others' shares
+// out (see run()). Two slot sets alternate, so one barrier per phase suffices. Barriers
+// spin briefly, then sleep on a futex; a rank that never arrives is reported by rank and
+// address within the deadline (sooner when its TCP connection shows it died).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "rendezvous/store.h"
+#include "worker_runtime/collectives/dtype.h"
+#include "worker_runtime/transport/links.h"
+#include "worker_runtime/transport/shm_segment.h"
+
+namespace ddprun::runtime {
+
+class ShmAllReduce {
+ public:
+  // Collective over the group. Throws DdprunError when shared memory is not usable here.
+  // `peer_gone(q)` answers whether rank q is known dead; `peer_name(q)` names it.
+  ShmAllReduce(rendezvous::Store& store, const std::string& prefix, int rank, int size,
+               std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
+               std::function<std::string(int)> peer_name);
+  ~ShmAllReduce();
+
+  // Same contract as allReduce() in algorithms.h. Throws PeerError.
+  void run(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline);
+
+  static constexpr size_t kSlotBytes = 1 << 20;
+
+ private:
+  struct Control;
+  void barrier(Clock::time_point deadline);
+
+  int rank_;
+  int size_;
+  std::unique_ptr<ShmSegment> segment_;
+  Control* control_;
+  uint8_t* slots_;
+  uint32_t generation_ = 0;
+  uint64_t chunks_done_ = 0;  // selects the slot set; advances identically on every rank
+  std::function<bool(int)> peer_gone_;
+  std::function<std::string(int)> peer_name_;
+};
+
+}  // namespace ddprun::runtime
