@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "worker_runtime/collectives/dtype.h"
@@ -169,6 +170,15 @@ long long firstMismatch(const std::vector<T>& acc, const std::vector<T>& in, Red
   return -1;
 }
 
+long long checkMini(DType dtype, ReduceOp op, const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  const MiniFormat f = dtype == DType::kFloat16 ? kHalf : kBf16;
+  return firstMismatch(a, b, op, dtype, [op, f](uint16_t x, uint16_t y, uint16_t got) {
+    const uint16_t want = encode(refOp(decode(x, f), decode(y, f), op), f);
+    if (isNanBits(want, f)) return isNanBits(got, f);
+    return got == want || (decode(got, f) == 0 && decode(want, f) == 0);
+  });
+}
+
 long long checkRandom(DType dtype, ReduceOp op, size_t count, uint64_t seed) {
   std::mt19937_64 rng(seed);
   switch (dtype) {
@@ -186,12 +196,7 @@ long long checkRandom(DType dtype, ReduceOp op, size_t count, uint64_t seed) {
     case DType::kFloat16:
     case DType::kBFloat16: {
       const MiniFormat f = dtype == DType::kFloat16 ? kHalf : kBf16;
-      auto a = randomMini(count, f, rng), b = randomMini(count, f, rng);
-      return firstMismatch(a, b, op, dtype, [op, f](uint16_t x, uint16_t y, uint16_t got) {
-        const uint16_t want = encode(refOp(decode(x, f), decode(y, f), op), f);
-        if (isNanBits(want, f)) return isNanBits(got, f);
-        return got == want || (decode(got, f) == 0 && decode(want, f) == 0);
-      });
+      return checkMini(dtype, op, randomMini(count, f, rng), randomMini(count, f, rng));
     }
     case DType::kInt32: {
       auto a = randomInts<int32_t>(count, rng), b = randomInts<int32_t>(count, rng);
@@ -266,6 +271,30 @@ TEST_CASE("every dtype and op matches the double reference", "[reduce]") {
   }
 }
 
+TEST_CASE("every float16 and bfloat16 bit pattern converts and rounds correctly", "[reduce][half]") {
+  // Each of the 65536 patterns against partners that hit the edges: zeros, one, the
+  // smallest and largest subnormal and normal, a half-ulp of one, inf, NaN.
+  const std::vector<uint16_t> halfPartners{0x0000, 0x8000, 0x3C00, 0xBC00, 0x0001, 0x03FF, 0x0400,
+                                           0x7BFF, 0x1000, 0x3800, 0x7C00, 0x7E00, 0xC500};
+  const std::vector<uint16_t> bf16Partners{0x0000, 0x8000, 0x3F80, 0xBF80, 0x0001, 0x007F, 0x0080,
+                                           0x7F7F, 0x3B80, 0x3F00, 0x7F80, 0x7FC0, 0xC0A0};
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    const auto& partners = dtype == DType::kFloat16 ? halfPartners : bf16Partners;
+    std::vector<uint16_t> a, b;
+    for (uint16_t partner : partners) {
+      for (uint32_t bits = 0; bits < 65536; ++bits) {
+        a.push_back(static_cast<uint16_t>(bits));
+        b.push_back(partner);
+      }
+    }
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax}) {
+      INFO(std::string(dtypeName(dtype)) << " " << reduceOpName(op));
+      CHECK(checkMini(dtype, op, a, b) == -1);
+      CHECK(checkMini(dtype, op, b, a) == -1);
+    }
+  }
+}
+
 TEST_CASE("count 0 touches nothing, even through null pointers", "[reduce]") {
   for (DType dtype : kAllTypes) {
     for (ReduceOp op : kAllOps) reduceInto(nullptr, nullptr, 0, dtype, op);
@@ -321,7 +350,7 @@ TEST_CASE("bfloat16 rounds to nearest even at known bit patterns", "[reduce][hal
   CHECK(reduceHalfPair(0x7F7F, 0x4000, b, ReduceOp::kProduct) == 0x7F80);
   CHECK(reduceHalfPair(0x0001, 0x0001, b, ReduceOp::kSum) == 0x0002);      // subnormals
   CHECK(reduceHalfPair(0x0001, 0x3F00, b, ReduceOp::kProduct) == 0x0000);  // ties to even 0
-  // A NaN whose payload sits only in the low bits must stay NaN, not round to inf.
+  // NaN inputs, signaling and negative ones included, stay NaN through the rounding.
   CHECK(isNanBits(reduceHalfPair(0x7F81, 0x3F80, b, ReduceOp::kSum), kBf16));
   CHECK(isNanBits(reduceHalfPair(0x3F80, 0xFF81, b, ReduceOp::kMax), kBf16));
 }

@@ -2,7 +2,6 @@
 
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -21,7 +20,7 @@ constexpr size_t kBlock = 256;
 // Float and integer kernels keep up with memory at the baseline SSE2, but the half-type
 // kernels are bound by their conversions, and AVX2/AVX-512 supply what SSE2 lacks (32->16
 // packs, blends, unsigned compares). GCC clones just those functions per target and picks
-// one at load time; float16 sum went from 1.3 to 6.5 GB/s on an AVX-512 host.
+// one at load time. Float16 sum on 16M elements: 1.3 GB/s (SSE2), 2.9 (AVX2), 6.3 (AVX-512).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DDPRUN_HALF_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -115,7 +114,7 @@ struct Float16 {
   }
 
   // The rounding technique is the one in Maratyszcza's FP16 library (which c10::Half
-  // uses), so finite results match torch bit for bit.
+  // uses), so every non-NaN result matches torch bit for bit.
   static uint16_t fromFloat(float f) {
     // Scaling |f| up by 2^112 turns anything above half's range into inf; scaling back by
     // 2^-110 leaves the value times 4, the headroom the addition below needs. Both
@@ -156,9 +155,6 @@ struct BFloat16 {
   }
 };
 
-// Computing in float and rounding once gives the correctly rounded half result for +, *,
-// and /: float's 24-bit significand is at least twice half's 11 bits plus two, so the
-// double rounding is innocuous (and so for bfloat16's 8 bits).
 template <typename T, typename Op, size_t N>
 inline void reduceFixed(T* __restrict acc, const T* __restrict in) {
   for (size_t i = 0; i < N; ++i) acc[i] = Op::apply(acc[i], in[i]);
@@ -169,6 +165,9 @@ void reduceTail(T* __restrict acc, const T* __restrict in, size_t n) {
   for (size_t i = 0; i < n; ++i) acc[i] = Op::apply(acc[i], in[i]);
 }
 
+// Computing in float and rounding once gives the correctly rounded half result for +, *,
+// and /: float's 24-bit significand is at least twice half's 11 bits plus two, so the
+// double rounding is innocuous (and so for bfloat16's 8 bits).
 template <typename H, typename Op, size_t N>
 inline void reduceHalfFixed(uint16_t* __restrict acc, const uint16_t* __restrict in) {
   for (size_t i = 0; i < N; ++i) {
