@@ -23,6 +23,8 @@ namespace ddprun::rendezvous {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using wire::Command;
+using wire::put;
+using wire::putBytes;
 
 namespace {
 
@@ -31,16 +33,6 @@ namespace {
 constexpr size_t kMinReadSpace = 4096;
 constexpr size_t kIdleBufferBytes = 64 * 1024;
 using Clock = std::chrono::steady_clock;
-
-template <class T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-
-void putBytes(std::string& out, const std::string& bytes) {
-  put<uint64_t>(out, bytes.size());
-  out += bytes;
-}
 
 const char* commandName(Command c) {
   switch (c) {

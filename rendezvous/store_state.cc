@@ -7,17 +7,6 @@
 #include "rendezvous/wire_protocol.h"
 
 namespace ddprun::rendezvous {
-namespace {
-
-void appendU64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
-
-void appendBytes(std::string& out, const std::string& bytes) {
-  appendU64(out, bytes.size());
-  out += bytes;
-}
-
-}  // namespace
-
 bool StoreState::exists(const std::string& key) const {
   if (data_.count(key)) return true;
   auto q = queues_.find(key);
@@ -44,9 +33,9 @@ void StoreState::notifyWatchers(const std::string& key, uint8_t kind, const std:
   if (it == watchers_.end()) return;
   static const std::string kEmpty;
   std::string frame(1, static_cast<char>(kind));
-  appendBytes(frame, key);
-  appendBytes(frame, old_value ? *old_value : kEmpty);
-  appendBytes(frame, new_value ? *new_value : kEmpty);
+  wire::putBytes(frame, key);
+  wire::putBytes(frame, old_value ? *old_value : kEmpty);
+  wire::putBytes(frame, new_value ? *new_value : kEmpty);
   for (ConnectionId watcher : it->second) effects.watch_messages.emplace_back(watcher, frame);
 }
 

@@ -21,6 +21,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using wire::Command;
+using wire::put;
+using wire::putBytes;
 
 int remainingMs(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -32,16 +34,6 @@ struct IoFailure {
   bool timed_out;
   std::string what;
 };
-
-template <class T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-
-void putBytes(std::string& out, const std::string& bytes) {
-  put<uint64_t>(out, bytes.size());
-  out += bytes;
-}
 
 std::string frame(Command command) { return std::string(1, static_cast<char>(command)); }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace ddprun::rendezvous::wire {
 
@@ -59,5 +60,17 @@ enum class Generation { kUnknown, kCurrent, kLegacy };
 
 inline constexpr size_t kAuthNonceBytes = 16;
 inline constexpr size_t kAuthMacBytes = 32;
+
+// Appends a fixed-width integer as it travels (little-endian, as the host stores it).
+template <class T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// Appends a string or byte vector: u64 length, then the bytes.
+inline void putBytes(std::string& out, const std::string& bytes) {
+  put<uint64_t>(out, bytes.size());
+  out += bytes;
+}
 
 }  // namespace ddprun::rendezvous::wire
