@@ -34,10 +34,8 @@ int remainingMs(Clock::time_point deadline) {
 void tune(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  // Large buffers keep a ring step's sends flowing while the receiver reduces.
-  int buf = 4 << 20;
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+  // Socket buffers are left to the kernel's autotuning (up to tcp_rmem's maximum):
+  // setting them by hand would switch autotuning off and cap them lower.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
