@@ -206,7 +206,7 @@ TEST_CASE("a worker failure on one node restarts every node with the same restar
 
 TEST_CASE("an agent killed mid-job is evicted and the others finish with a smaller world", "[e2e][multinode]") {
   const int port = freePort();
-  const std::string conf = "keep_alive_interval=0.2,keep_alive_max_attempt=3,last_call_timeout=0.5";
+  const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.5";
   // Workers wait while the world is 3 nodes; in a world of 2 they finish.
   const std::string script = std::string(kPrintEnv) + "; if [ $GROUP_WORLD_SIZE = 3 ]; then exec sleep 60; fi";
   std::vector<std::unique_ptr<TestProcess>> agents;
@@ -236,7 +236,7 @@ TEST_CASE("an agent killed mid-job is evicted and the others finish with a small
 
 TEST_CASE("survivors below the minimum fail with a clear message", "[e2e][multinode]") {
   const int port = freePort();
-  const std::string conf = "keep_alive_interval=0.2,keep_alive_max_attempt=3,join_timeout=2";
+  const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=2";
   const std::string script = std::string(kPrintEnv) + "; exec sleep 60";
   std::vector<std::unique_ptr<TestProcess>> agents;
   for (int i = 0; i < 2; ++i) {
@@ -276,7 +276,7 @@ TEST_CASE("a node that arrives late makes the job grow", "[e2e][multinode]") {
 
 TEST_CASE("the death of the store's host stops the others with a message naming it", "[e2e][multinode]") {
   const int port = freePort();
-  const std::string conf = "keep_alive_interval=0.2,read_timeout=3";
+  const std::string conf = "keep_alive_interval=0.5,read_timeout=3";
   std::vector<std::unique_ptr<TestProcess>> agents;
   for (int i = 0; i < 3; ++i) {
     std::string host = i == 0 ? ",is_host=true" : ",is_host=false";
@@ -292,7 +292,7 @@ TEST_CASE("the death of the store's host stops the others with a message naming 
   }
 }
 
-TEST_CASE("agents with the same token form a job; a wrong token cannot join", "[e2e][multinode]") {
+TEST_CASE("agents with the same token form a job and a wrong token cannot join", "[e2e][multinode]") {
   const int port = freePort();
   std::vector<std::unique_ptr<TestProcess>> agents;
   for (int i = 0; i < 2; ++i) {

@@ -103,7 +103,7 @@ expect_exit() {  # node, expected code, seconds, what
     return 1
   fi
 }
-fast="keep_alive_interval=0.2,keep_alive_max_attempt=3,last_call_timeout=0.5,read_timeout=3,join_timeout=30"
+fast="keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.5,read_timeout=3,join_timeout=30"
 
 passed=0
 failed=0
