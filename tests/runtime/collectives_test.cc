@@ -1,0 +1,400 @@
+// The collectives of ddprun::dist, end to end: ddprun_collectives_worker checks every
+// operation against results it computes on its own and reports by exit status, so these
+// tests only choose the matrix (ops x reduce ops x dtypes x sizes x world sizes), start
+// the workers (through ddprun, or directly for tcp:// and file:// init) and read the exits.
+// Both the sizes 0, 1, 7 and 1000003 (a prime: no world size divides it) run the whole
+// matrix at world sizes 1, 2, 3, 4 and 8; rooted collectives at 1000003 elements use every
+// root at world sizes 2 and 3, one rotating root elsewhere.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/test_process.h"
+
+using namespace ddprun::testing;
+
+namespace {
+
+std::string workerPath() { return binDir() + "/ddprun_collectives_worker"; }
+
+std::string tail(const std::string& text, size_t bytes = 4000) {
+  return text.size() <= bytes ? text : "..." + text.substr(text.size() - bytes);
+}
+
+std::string big() { return "1000003"; }
+
+// Runs the worker under ddprun with `nproc` workers.
+RunResult runWorkers(int nproc, const std::vector<std::string>& args, std::chrono::seconds timeout = 240s,
+                     const std::map<std::string, std::string>& env = {}) {
+  std::vector<std::string> argv = {ddprunPath(),       "--standalone", "--nproc_per_node=" + std::to_string(nproc),
+                                   "--term_timeout=5", "--no_python",  workerPath()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, env, timeout);
+}
+
+void requireAllOk(const RunResult& r, int nproc) {
+  INFO("stdout:\n" << tail(r.out));
+  INFO("stderr:\n" << tail(r.err));
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.out, "collectives ok") == nproc);
+  CHECK(countOf(r.err, "MISMATCH") == 0);
+}
+
+// A port that was free a moment ago (bound to port 0, then closed).
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Starts `world` workers directly (no ddprun) with the given init method.
+std::vector<std::unique_ptr<TestProcess>> startDirect(const std::string& init, int world,
+                                                      const std::vector<std::string>& args,
+                                                      std::map<std::string, std::string> env = {}) {
+  // No launcher contract in the environment: the init method alone must do.
+  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) env[name] = "";
+  env["OMP_NUM_THREADS"] = "1";
+  std::vector<std::unique_ptr<TestProcess>> procs;
+  for (int rank = 0; rank < world; ++rank) {
+    std::vector<std::string> argv = {
+        workerPath(), "--init", init, "--rank", std::to_string(rank), "--world-size", std::to_string(world)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    procs.push_back(std::make_unique<TestProcess>(argv, env));
+  }
+  return procs;
+}
+
+// Waits for every process until one shared deadline; returns whether all exited.
+bool waitAll(std::vector<std::unique_ptr<TestProcess>>& procs, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool all = true;
+  for (auto& p : procs) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    all = p->wait(std::max(left, std::chrono::milliseconds(1))) && all;
+  }
+  return all;
+}
+
+void requireDirectOk(std::vector<std::unique_ptr<TestProcess>>& procs, std::chrono::seconds timeout) {
+  const bool exited = waitAll(procs, timeout);
+  for (size_t rank = 0; rank < procs.size(); ++rank) {
+    INFO("rank " << rank << " stdout:\n" << tail(procs[rank]->out()));
+    INFO("rank " << rank << " stderr:\n" << tail(procs[rank]->err()));
+    REQUIRE(exited);
+    CHECK(procs[rank]->exitCode() == 0);
+    CHECK(countOf(procs[rank]->out(), "collectives ok") == 1);
+  }
+}
+
+// Worker processes (not ddprun) whose command line holds `marker`.
+std::vector<pid_t> workersWith(const std::string& marker) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = readFile(entry.path().string() + "/cmdline");
+    for (auto& ch : cmdline) {
+      if (ch == '\0') ch = ' ';
+    }
+    if (cmdline.find("ddprun_collectives_worker") != std::string::npos && cmdline.find(marker) != std::string::npos &&
+        processAlive(std::stoi(name))) {
+      pids.push_back(std::stoi(name));
+    }
+  }
+  return pids;
+}
+
+const std::vector<std::string> kSmall = {"--sizes", "0,1,7"};
+
+}  // namespace
+
+// ---- the whole matrix at sizes 0, 1 and 7, every world size ----
+
+TEST_CASE("every collective x reduce op x dtype at sizes 0 1 7 with world size 1", "[e2e][collectives]") {
+  requireAllOk(runWorkers(1, kSmall), 1);
+}
+
+TEST_CASE("every collective x reduce op x dtype at sizes 0 1 7 with world size 2", "[e2e][collectives]") {
+  requireAllOk(runWorkers(2, kSmall), 2);
+}
+
+TEST_CASE("every collective x reduce op x dtype at sizes 0 1 7 with world size 3", "[e2e][collectives]") {
+  requireAllOk(runWorkers(3, kSmall), 3);
+}
+
+TEST_CASE("every collective x reduce op x dtype at sizes 0 1 7 with world size 4", "[e2e][collectives]") {
+  requireAllOk(runWorkers(4, kSmall), 4);
+}
+
+TEST_CASE("every collective x reduce op x dtype at sizes 0 1 7 with world size 8", "[e2e][collectives]") {
+  requireAllOk(runWorkers(8, kSmall), 8);
+}
+
+TEST_CASE("every collective blocking only and async only at world size 3", "[e2e][collectives]") {
+  for (const char* mode : {"never", "always"}) {
+    INFO("--async " << mode);
+    requireAllOk(runWorkers(3, {"--sizes", "0,1,7", "--async", mode}), 3);
+  }
+}
+
+// ---- the whole matrix at 1000003 elements ----
+
+TEST_CASE("every collective x reduce op x dtype at 1000003 elements with world size 1", "[e2e][collectives][large]") {
+  requireAllOk(runWorkers(1, {"--sizes", big()}), 1);
+}
+
+TEST_CASE("every collective x reduce op x dtype at 1000003 elements with world size 2 from every root",
+          "[e2e][collectives][large]") {
+  requireAllOk(runWorkers(2, {"--sizes", big(), "--roots", "all"}), 2);
+}
+
+TEST_CASE("every collective x reduce op x dtype at 1000003 elements with world size 3 from every root",
+          "[e2e][collectives][large]") {
+  requireAllOk(runWorkers(3, {"--sizes", big(), "--roots", "all"}), 3);
+}
+
+TEST_CASE("every collective x reduce op x dtype at 1000003 elements with world size 4", "[e2e][collectives][large]") {
+  requireAllOk(runWorkers(4, {"--sizes", big()}), 4);
+}
+
+TEST_CASE("point to point and rooted collectives at 1000003 elements with world size 8", "[e2e][collectives][large]") {
+  requireAllOk(
+      runWorkers(8, {"--sizes", big(), "--ops", "send_recv,isend_irecv,broadcast,reduce,gather,scatter,barrier"}), 8);
+}
+
+TEST_CASE("all-to-all style collectives at 1000003 elements with world size 8", "[e2e][collectives][large]") {
+  requireAllOk(runWorkers(8, {"--sizes", big(), "--ops",
+                              "all_reduce,all_gather,reduce_scatter,all_to_all,all_to_all_uneven,noncontig,async"}),
+               8);
+}
+
+// ---- all_reduce's algorithms: shared memory on one host (the default), TCP otherwise ----
+
+TEST_CASE("all_reduce across the shared-memory slot size", "[e2e][collectives][large]") {
+  // 262147 float32 and 1048583 uint8 elements are just over one 1 MiB slot.
+  requireAllOk(runWorkers(3, {"--sizes", "262147,1048583", "--ops", "all_reduce,async"}), 3);
+}
+
+// DDPRUN_SHM=0 turns the shared-memory all_reduce off: the TCP algorithms run even on one
+// host. 16411 elements straddle the 64 KiB switch between recursive doubling and the ring
+// (float32 above, float16 below).
+TEST_CASE("all_reduce over TCP: recursive doubling and ring with world sizes 2 3 4", "[e2e][collectives][large]") {
+  for (int world : {2, 3, 4}) {
+    INFO("world size " << world);
+    requireAllOk(runWorkers(world, {"--sizes", "0,1,7,16411," + big(), "--ops", "all_reduce,noncontig,async"}, 240s,
+                            {{"DDPRUN_SHM", "0"}}),
+                 world);
+  }
+}
+
+TEST_CASE("all_reduce over TCP: recursive doubling and ring with world size 8", "[e2e][collectives][large]") {
+  requireAllOk(runWorkers(8, {"--sizes", "0,1,7,16411," + big(), "--ops", "all_reduce,noncontig,async"}, 240s,
+                          {{"DDPRUN_SHM", "0"}}),
+               8);
+}
+
+// ---- the checks themselves ----
+
+TEST_CASE("a wrong result is reported as one MISMATCH line and fails the job", "[e2e][collectives]") {
+  auto r = runWorkers(2, {"--ops", "all_reduce", "--sizes", "7", "--self-test-corrupt", "all_reduce"}, 60s);
+  INFO("stderr:\n" << tail(r.err));
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("MISMATCH op=all_reduce reduce=SUM dtype=float32 size=7 rank=0 team=world index=3 "
+                                    "got="));
+  CHECK_THAT(r.err, Catch::Contains("expected="));
+}
+
+// ---- subgroups ----
+
+TEST_CASE("every collective inside subgroups from new_group with world size 4", "[e2e][collectives][subgroup]") {
+  requireAllOk(runWorkers(4, {"--sizes", "0,1,7", "--teams", "even,odd,reversed,world"}), 4);
+}
+
+TEST_CASE("every collective inside subgroups from new_group with world size 5", "[e2e][collectives][subgroup]") {
+  requireAllOk(runWorkers(5, {"--sizes", "1,7", "--teams", "even,odd,reversed", "--dtypes", "float16,int32,uint8"}), 5);
+}
+
+TEST_CASE("large collectives inside subgroups with world size 8", "[e2e][collectives][subgroup][large]") {
+  requireAllOk(runWorkers(8, {"--sizes", "7," + big(), "--teams", "odd,reversed", "--dtypes", "float32,bfloat16",
+                              "--reduce-ops", "SUM,MAX,AVG", "--ops",
+                              "isend_irecv,broadcast,all_reduce,reduce,all_gather,gather,scatter,reduce_scatter,"
+                              "all_to_all_uneven"}),
+               8);
+}
+
+// ---- init methods other than env:// ----
+
+TEST_CASE("tcp:// init with 3 processes started directly", "[e2e][collectives][init]") {
+  auto procs =
+      startDirect("tcp://127.0.0.1:" + std::to_string(freePort()), 3, {"--sizes", "0,1,7", "--teams", "world,even"});
+  requireDirectOk(procs, 120s);
+}
+
+TEST_CASE("file:// init with 4 processes started directly", "[e2e][collectives][init]") {
+  TempDir dir;
+  auto procs = startDirect("file://" + dir.file("init"), 4, {"--sizes", "0,1,7", "--teams", "world,odd"});
+  requireDirectOk(procs, 120s);
+}
+
+// ---- a peer killed in the middle of a collective ----
+
+namespace {
+
+struct KillOutcome {
+  bool exited = false;
+  std::chrono::steady_clock::duration elapsed{};
+};
+
+// `world` processes (tcp:// init) loop on all_reduce of 4M floats; `victim` kills itself
+// with SIGKILL 500 ms in. The group timeout is 20 s.
+KillOutcome runKill(std::vector<std::unique_ptr<TestProcess>>& procs, int world, int victim, bool shm,
+                    const std::vector<std::string>& extra = {}) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> args = {"--die-after-ms", "500", "--victim", std::to_string(victim), "--timeout-s", "20"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  procs = startDirect("tcp://127.0.0.1:" + std::to_string(freePort()), world, args, {{"DDPRUN_SHM", shm ? "1" : "0"}});
+  KillOutcome outcome;
+  outcome.exited = waitAll(procs, 60s);
+  outcome.elapsed = std::chrono::steady_clock::now() - start;
+  return outcome;
+}
+
+std::string deadPeer(int victim) { return "rank " + std::to_string(victim) + " (127.0.0.1:"; }
+
+// Every survivor fails with exit code 3 and "peer error: ..." on stderr, well within the
+// timeout; the victim died of SIGKILL; nothing is left running.
+void requireSurvivorsFailed(std::vector<std::unique_ptr<TestProcess>>& procs, const KillOutcome& outcome, int victim) {
+  for (size_t rank = 0; rank < procs.size(); ++rank) {
+    auto& p = *procs[rank];
+    INFO("rank " << rank << " stdout:\n" << tail(p.out()) << "\nstderr:\n" << tail(p.err()));
+    REQUIRE(outcome.exited);
+    if (static_cast<int>(rank) == victim) {
+      CHECK(p.termSignal() == SIGKILL);
+      continue;
+    }
+    CHECK(p.exitCode() == 3);
+    CHECK(countOf(p.err(), "peer error: ") == 1);
+  }
+  // A closed connection is seen at once, long before the 20 s timeout.
+  CHECK(outcome.elapsed < 15s);
+  for (auto& p : procs) CHECK_FALSE(processAlive(p->pid()));
+}
+
+void requireAllNameTheDead(std::vector<std::unique_ptr<TestProcess>>& procs, int victim) {
+  for (size_t rank = 0; rank < procs.size(); ++rank) {
+    if (static_cast<int>(rank) == victim) continue;
+    INFO("rank " << rank << " stderr:\n" << tail(procs[rank]->err()));
+    CHECK_THAT(procs[rank]->err(), Catch::Contains("peer error: ") && Catch::Contains(deadPeer(victim)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a peer killed during shared-memory all_reduce: every other rank gets a PeerError naming it",
+          "[e2e][collectives][fault]") {
+  for (auto [world, victim] : {std::pair{3, 1}, std::pair{8, 5}}) {
+    INFO("world size " << world << ", victim " << victim);
+    std::vector<std::unique_ptr<TestProcess>> procs;
+    auto outcome = runKill(procs, world, victim, true);
+    requireSurvivorsFailed(procs, outcome, victim);
+    requireAllNameTheDead(procs, victim);
+  }
+}
+
+TEST_CASE("a peer killed during TCP all_reduce: every other rank fails at once", "[e2e][collectives][fault]") {
+  for (auto [world, victim] : {std::pair{3, 1}, std::pair{8, 5}}) {
+    INFO("world size " << world << ", victim " << victim);
+    std::vector<std::unique_ptr<TestProcess>> procs;
+    auto outcome = runKill(procs, world, victim, false);
+    requireSurvivorsFailed(procs, outcome, victim);
+    // The ring's next rank is always receiving from the victim: it sees the close itself.
+    const int next = (victim + 1) % world;
+    INFO("rank " << next << " stderr:\n" << tail(procs[next]->err()));
+    CHECK_THAT(procs[next]->err(), Catch::Contains(deadPeer(victim)));
+  }
+}
+
+TEST_CASE("a peer killed during TCP all_reduce while the survivors linger: all fail within the timeout",
+          "[e2e][collectives][fault]") {
+  // Survivors keep their connections open for 20 s after their error, so nobody learns of
+  // the death from a neighbour's exit: ranks that do not talk to the dead one must run
+  // into the group timeout (4 s), not hang.
+  std::vector<std::unique_ptr<TestProcess>> procs;
+  const auto start = std::chrono::steady_clock::now();
+  procs = startDirect("tcp://127.0.0.1:" + std::to_string(freePort()), 8,
+                      {"--die-after-ms", "500", "--victim", "5", "--timeout-s", "4", "--linger-ms", "20000"},
+                      {{"DDPRUN_SHM", "0"}});
+  for (int rank = 0; rank < 8; ++rank) {
+    if (rank == 5) continue;
+    auto& p = *procs[rank];
+    const auto left = 12s - (std::chrono::steady_clock::now() - start);
+    INFO("rank " << rank << " stderr:\n" << tail(p.err()));
+    CHECK(p.waitForOutput("peer error: ", std::chrono::duration_cast<std::chrono::milliseconds>(left)));
+  }
+  CHECK_THAT(procs[6]->err(), Catch::Contains(deadPeer(5)));
+  // The processes are still lingering; the TestProcess destructors kill them.
+}
+
+// Known bug: over TCP a rank learns of a death only from the connection it is blocked on.
+// Ranks that are not (at that moment) sending to or receiving from the dead rank fail when
+// a neighbour exits and name that neighbour, or, if it lingers, time out naming a live
+// rank; even with 3 ranks the victim's left neighbour may have its send already buffered
+// and hear of it first from the other survivor's exit.
+TEST_CASE("a peer killed during TCP all_reduce: every other rank names it", "[e2e][collectives][fault][.known-bug]") {
+  for (auto [world, victim] : {std::pair{3, 1}, std::pair{8, 5}}) {
+    INFO("world size " << world << ", victim " << victim);
+    std::vector<std::unique_ptr<TestProcess>> procs;
+    auto outcome = runKill(procs, world, victim, false);
+    requireSurvivorsFailed(procs, outcome, victim);
+    requireAllNameTheDead(procs, victim);
+  }
+}
+
+TEST_CASE("a peer killed during all_reduce under ddprun: root cause first and no worker left",
+          "[e2e][collectives][fault]") {
+  // A unique element count marks this run's workers on the process table.
+  const std::string marker = std::to_string((4 << 20) + ::getpid() % 100000);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = runWorkers(4, {"--die-after-ms", "500", "--victim", "2", "--timeout-s", "20", "--big-count", marker}, 90s);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  INFO("stdout:\n" << tail(r.out));
+  INFO("stderr:\n" << tail(r.err));
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 1);
+  // The killed rank is the root cause, whatever the survivors did meanwhile.
+  const auto root = r.err.find("Root cause (first failure):");
+  REQUIRE(root != std::string::npos);
+  const std::string first = r.err.substr(root, 400);
+  CHECK_THAT(first, Catch::Contains("rank      : 2 ") && Catch::Contains("killed by SIGKILL"));
+  CHECK(elapsed < 40s);
+  CHECK(eventually([&] { return workersWith(marker).empty(); }, 5s));
+}
+
+// ---- the tutorial's ring allreduce, rewritten on isend/recv ----
+
+TEST_CASE("the ring_allreduce trainer matches all_reduce with 3 workers", "[e2e][collectives][trainer]") {
+  auto r =
+      run({ddprunPath(), "--standalone", "--nproc_per_node=3", "--no_python", binDir() + "/ring_allreduce"}, {}, 60s);
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.out, "ring allreduce [6, 12, 18, 24, 30, 36, ...] == dist::all_reduce") == 3);
+}
