@@ -25,7 +25,7 @@ namespace {
 // Peers usually arrive within microseconds: spin that long (a futex round trip costs
 // more), then yield for a while, then sleep. PAUSE is avoided: under a hypervisor it can
 // trap and cost far more than the wait itself.
-constexpr auto kSpinFor = std::chrono::microseconds(50);
+constexpr auto kSpinFor = std::chrono::microseconds(5);
 constexpr auto kYieldFor = std::chrono::milliseconds(2);
 constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 
