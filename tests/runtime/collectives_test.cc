@@ -14,7 +14,9 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -317,6 +319,32 @@ TEST_CASE("a peer killed during shared-memory all_reduce: every other rank gets 
     requireSurvivorsFailed(procs, outcome, victim);
     requireAllNameTheDead(procs, victim);
   }
+}
+
+namespace {
+
+std::set<std::string> ddprunShmSegments() {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("ddprun-", 0) == 0) names.insert(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("no shared-memory segment is left in /dev/shm, during a job or after kill -9", "[e2e][collectives][fault]") {
+  const auto before = ddprunShmSegments();
+  std::vector<std::unique_ptr<TestProcess>> procs;
+  procs = startDirect("tcp://127.0.0.1:" + std::to_string(freePort()), 3,
+                      {"--die-after-ms", "1500", "--victim", "1", "--timeout-s", "20"}, {{"DDPRUN_SHM", "1"}});
+  // While the ranks are in their all_reduce loop, the segment is mapped but already
+  // unlinked; after the victim's SIGKILL and everyone's exit, nothing remains either.
+  std::this_thread::sleep_for(1000ms);
+  CHECK(ddprunShmSegments() == before);
+  REQUIRE(waitAll(procs, 60s));
+  CHECK(ddprunShmSegments() == before);
 }
 
 TEST_CASE("a peer killed during TCP all_reduce: every other rank fails at once", "[e2e][collectives][fault]") {
