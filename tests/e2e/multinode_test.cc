@@ -18,18 +18,6 @@ using namespace ddprun::testing;
 
 namespace {
 
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Worker lines look like: "W rank=3 world=6 group=1 groups=3 restart=0 run=job master=127.0.0.1:4321"
 const char* kPrintEnv =
     "echo W rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK groups=$GROUP_WORLD_SIZE "
@@ -65,9 +53,28 @@ std::vector<std::string> agentArgs(int nnodes_min, int nnodes_max, int nproc, in
   return args;
 }
 
+// Starts `count` agents of one c10d job whose first agent hosts the store (is_host), each
+// with one worker running `script`; returns once every worker has printed its line.
+std::vector<std::unique_ptr<TestProcess>> startHostedJob(int count, int min_nodes, int max_nodes, int port,
+                                                          const std::string& id, const std::string& conf,
+                                                          const std::string& script);
+
 std::vector<std::string> withWorker(std::vector<std::string> args, const std::string& script) {
   args.insert(args.end(), {"--no_python", "sh", "-c", script});
   return args;
+}
+
+std::vector<std::unique_ptr<TestProcess>> startHostedJob(int count, int min_nodes, int max_nodes, int port,
+                                                          const std::string& id, const std::string& conf,
+                                                          const std::string& script) {
+  std::vector<std::unique_ptr<TestProcess>> agents;
+  for (int i = 0; i < count; ++i) {
+    const std::string host = i == 0 ? ",is_host=true" : ",is_host=false";
+    agents.push_back(std::make_unique<TestProcess>(
+        withWorker(agentArgs(min_nodes, max_nodes, 1, port, id, conf + host), script)));
+  }
+  for (auto& agent : agents) REQUIRE(agent->waitForOutput("W rank=", 30s));
+  return agents;
 }
 
 }  // namespace
@@ -209,13 +216,7 @@ TEST_CASE("an agent killed mid-job is evicted and the others finish with a small
   const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.5";
   // Workers wait while the world is 3 nodes; in a world of 2 they finish.
   const std::string script = std::string(kPrintEnv) + "; if [ $GROUP_WORLD_SIZE = 3 ]; then exec sleep 60; fi";
-  std::vector<std::unique_ptr<TestProcess>> agents;
-  for (int i = 0; i < 3; ++i) {
-    std::string host = i == 0 ? ",is_host=true" : ",is_host=false";
-    agents.push_back(
-        std::make_unique<TestProcess>(withWorker(agentArgs(2, 3, 1, port, "shrink", conf + host), script)));
-  }
-  for (auto& agent : agents) REQUIRE(agent->waitForOutput("W rank=", 30s));
+  auto agents = startHostedJob(3, 2, 3, port, "shrink", conf, script);
   // Agent 0 hosts the store; kill another one.
   ::kill(agents[2]->pid(), SIGKILL);
   REQUIRE(agents[2]->wait(10s));
@@ -238,13 +239,7 @@ TEST_CASE("survivors below the minimum fail with a clear message", "[e2e][multin
   const int port = freePort();
   const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=2";
   const std::string script = std::string(kPrintEnv) + "; exec sleep 60";
-  std::vector<std::unique_ptr<TestProcess>> agents;
-  for (int i = 0; i < 2; ++i) {
-    std::string host = i == 0 ? ",is_host=true" : ",is_host=false";
-    agents.push_back(
-        std::make_unique<TestProcess>(withWorker(agentArgs(2, 2, 1, port, "toofew", conf + host), script)));
-  }
-  for (auto& agent : agents) REQUIRE(agent->waitForOutput("W rank=", 30s));
+  auto agents = startHostedJob(2, 2, 2, port, "toofew", conf, script);
   ::kill(agents[1]->pid(), SIGKILL);
   REQUIRE(agents[0]->wait(30s));
   CHECK(agents[0]->exitCode() == 3);
@@ -277,13 +272,7 @@ TEST_CASE("a node that arrives late makes the job grow", "[e2e][multinode]") {
 TEST_CASE("the death of the store's host stops the others with a message naming it", "[e2e][multinode]") {
   const int port = freePort();
   const std::string conf = "keep_alive_interval=0.5,read_timeout=3";
-  std::vector<std::unique_ptr<TestProcess>> agents;
-  for (int i = 0; i < 3; ++i) {
-    std::string host = i == 0 ? ",is_host=true" : ",is_host=false";
-    agents.push_back(std::make_unique<TestProcess>(withWorker(agentArgs(3, 3, 1, port, "hostdeath", conf + host),
-                                                              std::string(kPrintEnv) + "; exec sleep 60")));
-  }
-  for (auto& agent : agents) REQUIRE(agent->waitForOutput("W rank=", 30s));
+  auto agents = startHostedJob(3, 3, 3, port, "hostdeath", conf, std::string(kPrintEnv) + "; exec sleep 60");
   ::kill(agents[0]->pid(), SIGKILL);
   for (int i = 1; i < 3; ++i) {
     REQUIRE(agents[i]->wait(30s));

@@ -53,19 +53,6 @@ void requireAllOk(const RunResult& r, int nproc) {
   CHECK(countOf(r.err, "MISMATCH") == 0);
 }
 
-// A port that was free a moment ago (bound to port 0, then closed).
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Starts `world` workers directly (no ddprun) with the given init method.
 std::vector<std::unique_ptr<TestProcess>> startDirect(const std::string& init, int world,
                                                       const std::vector<std::string>& args,

@@ -85,6 +85,10 @@ class TempDir {
   std::string path_;
 };
 
+// A loopback port that was free a moment ago (bound to port 0, then closed): for servers
+// that must be told their port in advance (ddprun's --rdzv_endpoint, tcp:// init).
+int freePort();
+
 // True when `pid` exists and is not a zombie.
 bool processAlive(pid_t pid);
 // Polls until `pred` holds or `timeout` passes; returns pred's last value.
