@@ -397,17 +397,19 @@ std::vector<WorkerFailure> ElasticAgent::Impl::collectFailures() const {
 // The rendezvous blocks (possibly for minutes, waiting for nodes); it runs on its own
 // thread so that a signal still stops ddprun at once.
 std::optional<rendezvous::RendezvousResult> ElasticAgent::Impl::formRound() {
-  bool ready = false;
-  auto pending = std::async(std::launch::async, [this, &ready] {
+  // Shared with the completion handler, which may run after this function returned (when
+  // a signal cut the wait short), so it cannot live on this stack frame.
+  auto ready = std::make_shared<bool>(false);
+  auto pending = std::async(std::launch::async, [this, ready] {
     struct Notify {
       Impl* self;
-      bool* ready;
+      std::shared_ptr<bool> ready;
       ~Notify() { asio::post(self->io_, [r = ready] { *r = true; }); }
-    } notify{this, &ready};
+    } notify{this, ready};
     return rendezvous_->nextRound();
   });
-  while (!ready && stop_signal_ == 0) runFor(std::chrono::hours(1));
-  if (!ready) {
+  while (!*ready && stop_signal_ == 0) runFor(std::chrono::hours(1));
+  if (!*ready) {
     rendezvous_->interrupt();
     pending.wait();
     return std::nullopt;
