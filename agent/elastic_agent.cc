@@ -106,7 +106,7 @@ class ElasticAgent::Impl {
   std::optional<rendezvous::RendezvousResult> formRound();
   void watchRound(int round);
   int finishJob(int exit_code);
-  int afterSuccess();
+  void afterSuccess();
   void stopWorkers(int signal);
   void clearProcessGroups();
   void drainOutput();
@@ -435,10 +435,13 @@ int ElasticAgent::Impl::finishJob(int exit_code) {
 
 // This node's workers are done; the job is done when every node's are. Until then a
 // failure elsewhere re-forms the job and this node's workers run again.
-int ElasticAgent::Impl::afterSuccess() {
-  rendezvous_->markDone();
+void ElasticAgent::Impl::afterSuccess() {
+  try {
+    rendezvous_->markDone();
+  } catch (const DdprunError& e) {
+    round_event_ = rendezvous::RoundEvent{rendezvous::RoundEvent::Kind::kStoreLost, round_, e.what()};
+  }
   while (!round_event_ && stop_signal_ == 0) runFor(std::chrono::hours(1));
-  return 0;
 }
 
 int ElasticAgent::Impl::run() {
@@ -518,11 +521,19 @@ int ElasticAgent::Impl::run() {
     // A local worker failed.
     std::vector<WorkerFailure> failures = collectFailures();
     const bool final = rdzv->restart_count >= config_.max_restarts;
-    const std::string standing = rendezvous_->endRound((final ? "final:" : "fail:") + node);
+    const std::string mine = (final ? "final:" : "fail:") + node;
+    const std::string standing = rendezvous_->endRound(mine);
     stopWorkers(SIGTERM);
     endAttempt();
     if (stop_signal_ != 0) return 128 + stop_signal_;
-    if (!final && !rendezvous::DynamicRendezvous::isFinal(standing)) {
+    // The round may already have ended for another reason (a node joined or failed first):
+    // then that reason decides, and this failure does not count as a restart of its own.
+    const bool decided_here = standing == mine;
+    if (!decided_here && !rendezvous::DynamicRendezvous::isFinal(standing)) {
+      log_->warn("re-forming the job ({}); rank {} failed meanwhile", standing, failures.front().rank);
+      continue;
+    }
+    if (decided_here && !final) {
       log_->warn("restarting the worker group after rank {} failed (restart {} of {})", failures.front().rank,
                  rdzv->restart_count + 1, config_.max_restarts);
       continue;
