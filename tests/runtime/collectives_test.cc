@@ -143,6 +143,21 @@ TEST_CASE("every collective blocking only and async only at world size 3", "[e2e
   }
 }
 
+// ---- the same matrix with shared memory forced off: every collective over TCP ----
+
+TEST_CASE("every collective x reduce op x dtype at sizes 0 1 7 over TCP only with world sizes 2 3 and 8",
+          "[e2e][collectives][tcp]") {
+  for (int world : {2, 3, 8}) {
+    INFO("world size " << world);
+    requireAllOk(runWorkers(world, kSmall, 240s, {{"DDPRUN_SHM", "0"}}), world);
+  }
+}
+
+TEST_CASE("every collective x reduce op x dtype at 1000003 elements over TCP only with world size 3",
+          "[e2e][collectives][tcp][large]") {
+  requireAllOk(runWorkers(3, {"--sizes", big()}, 240s, {{"DDPRUN_SHM", "0"}}), 3);
+}
+
 // ---- the whole matrix at 1000003 elements ----
 
 TEST_CASE("every collective x reduce op x dtype at 1000003 elements with world size 1", "[e2e][collectives][large]") {

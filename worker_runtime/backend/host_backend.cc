@@ -44,16 +44,19 @@ void HostBackend::setUpSharedMemory(rendezvous::Store& store, const std::string&
   for (const auto& h : hosts) {
     if (h != hosts[0]) return;  // not all on one host: TCP only
   }
+  auto gone = [this](int q) {
+    pollfd pfd{mesh_.fd(q, Channel::kCollective), POLLRDHUP, 0};
+    return ::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  };
+  auto name = [this](int q) { return fmt::format("rank {} ({})", q, mesh_.peerAddress(q)); };
   try {
-    shm_ = std::make_unique<ShmAllReduce>(
-        store, prefix, mesh_.rank(), n, timeout_,
-        [this](int q) {
-          pollfd pfd{mesh_.fd(q, Channel::kCollective), POLLRDHUP, 0};
-          return ::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-        },
-        [this](int q) { return fmt::format("rank {} ({})", q, mesh_.peerAddress(q)); });
+    shm_ = std::make_unique<ShmAllReduce>(store, prefix, mesh_.rank(), n, timeout_, gone, name);
+    shm_links_ = std::make_unique<ShmLinks>(store, prefix, mesh_.rank(), n, timeout_, gone, name);
   } catch (const DdprunError& e) {
-    logger("runtime")->debug("shared memory all_reduce unavailable, using TCP: {}", e.what());
+    // Both or neither: the segments are made collectively, so every rank lands here alike.
+    shm_.reset();
+    shm_links_.reset();
+    logger("runtime")->debug("shared memory unavailable, collectives use TCP: {}", e.what());
   }
 }
 
@@ -93,7 +96,8 @@ void HostBackend::run() {
       continue;
     }
     try {
-      CollectiveContext ctx{mesh_, Clock::now() + timeout_, scratch_, shm_.get()};
+      Links& links = shm_links_ ? static_cast<Links&>(*shm_links_) : static_cast<Links&>(mesh_);
+      CollectiveContext ctx{links, Clock::now() + timeout_, scratch_, shm_.get()};
       task(ctx);
       work->complete();
     } catch (...) {

@@ -1,5 +1,5 @@
-// The CPU backend of a process group: the TCP mesh of the group's ranks (plus a shared
-// memory all_reduce when all of them are on this host), one thread
+// The CPU backend of a process group: the TCP mesh of the group's ranks (collectives go
+// through shared memory instead when all of them are on this host), one thread
 // that runs the group's collectives in the order they were issued (as every rank must
 // issue them), and the P2P engine. A collective that fails (a peer died, a timeout) leaves
 // the streams at unknown positions, so every later collective fails with the same error
@@ -17,6 +17,7 @@
 #include "worker_runtime/collectives/algorithms.h"
 #include "worker_runtime/collectives/shm_all_reduce.h"
 #include "worker_runtime/transport/p2p_engine.h"
+#include "worker_runtime/transport/shm_links.h"
 #include "worker_runtime/transport/tcp_mesh.h"
 #include "worker_runtime/work.h"
 
@@ -37,8 +38,8 @@ class HostBackend {
   // from when it starts. Returns at once. Thread-safe.
   WorkPtr enqueue(std::function<void(CollectiveContext&)> collective);
   P2PEngine& p2p() { return p2p_; }
-  // Whether all_reduce goes through shared memory (every rank on this host, and
-  // DDPRUN_SHM is not 0).
+  // Whether collectives go through shared memory (every rank on this host, and DDPRUN_SHM
+  // is not 0): all_reduce with its own algorithm, the others over shared-memory links.
   bool usesSharedMemory() const { return shm_ != nullptr; }
 
  private:
@@ -49,6 +50,7 @@ class HostBackend {
   TcpMesh mesh_;
   P2PEngine p2p_;
   std::unique_ptr<ShmAllReduce> shm_;
+  std::unique_ptr<ShmLinks> shm_links_;  // the other collectives, when every rank is local
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::pair<std::function<void(CollectiveContext&)>, WorkPtr>> queue_;

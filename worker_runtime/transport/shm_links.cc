@@ -1,0 +1,138 @@
+#include "worker_runtime/transport/shm_links.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace ddprun::runtime {
+
+struct ShmLinks::Ring {
+  alignas(64) std::atomic<uint64_t> head;  // total bytes written by the sender
+  alignas(64) std::atomic<uint64_t> tail;  // total bytes taken by the receiver
+  alignas(64) uint8_t data[kRingBytes];
+};
+
+struct ShmLinks::Doorbell {
+  alignas(64) std::atomic<uint32_t> rings;  // bumped whenever a peer changes a shared ring
+};
+
+namespace {
+
+constexpr auto kSpinFor = std::chrono::microseconds(5);
+constexpr auto kYieldFor = std::chrono::milliseconds(2);
+constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+
+size_t doorbellBytes(int size) { return (sizeof(std::atomic<uint32_t>) * 16 * size + 4095) / 4096 * 4096; }
+
+}  // namespace
+
+ShmLinks::ShmLinks(rendezvous::Store& store, const std::string& prefix, int rank, int size,
+                   std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
+                   std::function<std::string(int)> peer_name)
+    : rank_(rank), size_(size), peer_gone_(std::move(peer_gone)), peer_name_(std::move(peer_name)) {
+  const size_t bytes = doorbellBytes(size) + sizeof(Ring) * size * size;
+  segment_ = std::make_unique<ShmSegment>(store, prefix + "links/", rank, size, bytes, timeout);
+  base_ = static_cast<uint8_t*>(segment_->data());  // zero-filled: every ring starts empty
+}
+
+ShmLinks::~ShmLinks() = default;
+
+ShmLinks::Doorbell* ShmLinks::doorbell(int rank) const {
+  return reinterpret_cast<Doorbell*>(base_ + sizeof(Doorbell) * rank);
+}
+
+ShmLinks::Ring* ShmLinks::ring(int from, int to) const {
+  return reinterpret_cast<Ring*>(base_ + doorbellBytes(size_) + sizeof(Ring) * (from * size_ + to));
+}
+
+size_t ShmLinks::progress(Transfer& t) {
+  Ring* r = t.send ? ring(rank_, t.peer) : ring(t.peer, rank_);
+  const uint64_t head = t.send ? r->head.load(std::memory_order_relaxed) : r->head.load(std::memory_order_acquire);
+  const uint64_t tail = t.send ? r->tail.load(std::memory_order_acquire) : r->tail.load(std::memory_order_relaxed);
+  const size_t room = t.send ? kRingBytes - static_cast<size_t>(head - tail) : static_cast<size_t>(head - tail);
+  const size_t n = std::min(room, t.bytes - t.done);
+  if (n == 0) return 0;
+  const uint64_t at = t.send ? head : tail;
+  const size_t offset = static_cast<size_t>(at % kRingBytes);
+  const size_t first = std::min(n, kRingBytes - offset);
+  auto* user = static_cast<uint8_t*>(t.data) + t.done;
+  if (t.send) {
+    std::memcpy(r->data + offset, user, first);
+    std::memcpy(r->data, user + first, n - first);
+    r->head.store(head + n, std::memory_order_release);
+  } else {
+    std::memcpy(user, r->data + offset, first);
+    std::memcpy(user + first, r->data, n - first);
+    r->tail.store(tail + n, std::memory_order_release);
+  }
+  const size_t before = t.done;
+  t.done += n;
+  // The peer may be asleep waiting for exactly this.
+  Doorbell* bell = doorbell(t.peer);
+  bell->rings.fetch_add(1, std::memory_order_release);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&bell->rings), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  if (!t.send && t.on_progress &&
+      (t.done == t.bytes || t.progress_step == 0 || t.done / t.progress_step != before / t.progress_step)) {
+    t.on_progress(t.done);
+  }
+  return n;
+}
+
+void ShmLinks::waitForPeers(uint32_t seen, Clock::time_point deadline, std::span<Transfer> transfers,
+                            const char* what) {
+  Doorbell* mine = doorbell(rank_);
+  timespec slice{0, static_cast<long>(std::chrono::nanoseconds(kSleepSlice).count())};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&mine->rings), FUTEX_WAIT, seen, &slice, nullptr, 0);
+  if (mine->rings.load(std::memory_order_acquire) != seen) return;
+  for (const auto& t : transfers) {
+    if (t.done == t.bytes) continue;
+    if (peer_gone_(t.peer)) {
+      throw PeerError(fmt::format("{}: {} {} died (shared memory)", what, t.send ? "sending to" : "receiving from",
+                                  peer_name_(t.peer)));
+    }
+  }
+  if (Clock::now() >= deadline) {
+    for (const auto& t : transfers) {
+      if (t.done == t.bytes) continue;
+      throw PeerError(fmt::format("{}: {} {} timed out (shared memory; peer hung or dead?)", what,
+                                  t.send ? "sending to" : "receiving from", peer_name_(t.peer)));
+    }
+  }
+}
+
+void ShmLinks::exchange(std::span<Transfer> transfers, Clock::time_point deadline, const char* what) {
+  for (auto& t : transfers) t.done = 0;
+  auto idle_since = Clock::now();
+  for (;;) {
+    // Read the doorbell first: a peer's change after this read wakes the wait below.
+    const uint32_t seen = doorbell(rank_)->rings.load(std::memory_order_acquire);
+    bool pending = false;
+    size_t moved = 0;
+    for (auto& t : transfers) {
+      if (t.done < t.bytes) moved += progress(t);
+      pending = pending || t.done < t.bytes;
+    }
+    if (!pending) return;
+    const auto now = Clock::now();
+    if (moved > 0) {
+      idle_since = now;
+      continue;
+    }
+    const auto idle = now - idle_since;
+    if (idle < kSpinFor) continue;
+    if (idle < kYieldFor) {
+      std::this_thread::yield();
+      continue;
+    }
+    waitForPeers(seen, deadline, transfers, what);
+  }
+}
+
+}  // namespace ddprun::runtime
