@@ -117,6 +117,20 @@ Staged stage(const at::Tensor& t, const char* what) {
   return Staged{t, t.is_contiguous() ? t : t.contiguous()};
 }
 
+// A list of equally sized tensors as one contiguous buffer, and back.
+at::Tensor flatten(const std::vector<at::Tensor>& list) {
+  std::vector<at::Tensor> pieces;
+  for (const auto& t : list) pieces.push_back(t.reshape({-1}));
+  return at::cat(pieces);
+}
+
+void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& list) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    const int64_t n = list[i].numel();
+    list[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(list[i].sizes()));
+  }
+}
+
 WorkPtr finish(WorkPtr work, bool async_op) {
   if (!async_op) work->wait();
   return work;
@@ -340,8 +354,7 @@ WorkPtr all_gather(std::vector<at::Tensor>& tensor_list, const at::Tensor& tenso
   auto outputs = tensor_list;
   return finish(g.backend().enqueue([in, flat, outputs](CollectiveContext& ctx) mutable {
     runtime::allGather(ctx, in.data(), flat.data_ptr(), in.bytes());
-    const int64_t n = in.buf.numel();
-    for (size_t i = 0; i < outputs.size(); ++i) outputs[i].copy_(flat.narrow(0, i * n, n).view(outputs[i].sizes()));
+    unflatten(flat, outputs);
   }), async_op);
 }
 
@@ -357,8 +370,7 @@ WorkPtr gather(const at::Tensor& tensor, std::vector<at::Tensor>* gather_list, i
   std::vector<at::Tensor> outputs = is_root ? *gather_list : std::vector<at::Tensor>{};
   return finish(g.backend().enqueue([in, flat, outputs, root](CollectiveContext& ctx) mutable {
     runtime::gather(ctx, in.data(), flat.defined() ? flat.data_ptr() : nullptr, in.bytes(), root);
-    const int64_t n = in.buf.numel();
-    for (size_t i = 0; i < outputs.size(); ++i) outputs[i].copy_(flat.narrow(0, i * n, n).view(outputs[i].sizes()));
+    unflatten(flat, outputs);
   }), async_op);
 }
 
@@ -371,9 +383,7 @@ WorkPtr scatter(at::Tensor& tensor, const std::vector<at::Tensor>* scatter_list,
   at::Tensor flat;
   if (is_root) {
     checkList(*scatter_list, tensor, g.size(), "scatter");
-    std::vector<at::Tensor> pieces;
-    for (const auto& t : *scatter_list) pieces.push_back(t.reshape({-1}));
-    flat = at::cat(pieces);
+    flat = flatten(*scatter_list);
   }
   auto out = stage(tensor, "scatter");
   return finish(g.backend().enqueue([out, flat, root](CollectiveContext& ctx) mutable {
@@ -386,9 +396,7 @@ WorkPtr reduce_scatter(at::Tensor& output, const std::vector<at::Tensor>& input_
                        const Group& group, bool async_op) {
   ProcessGroup& g = resolve(group);
   checkList(input_list, output, g.size(), "reduce_scatter");
-  std::vector<at::Tensor> pieces;
-  for (const auto& t : input_list) pieces.push_back(t.reshape({-1}));
-  auto flat = at::cat(pieces);
+  auto flat = flatten(input_list);
   auto out = stage(output, "reduce_scatter");
   const DType dtype = dtypeOf(output);
   return finish(g.backend().enqueue([out, flat, dtype, op](CollectiveContext& ctx) mutable {
