@@ -1,15 +1,12 @@
 #include "worker_runtime/collectives/shm_all_reduce.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <climits>
 #include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "worker_runtime/transport/shm_wait.h"
 
 namespace ddprun::runtime {
 
@@ -22,25 +19,9 @@ struct ShmAllReduce::Control {
 
 namespace {
 
-// Peers usually arrive within microseconds: spin that long (a futex round trip costs
-// more), then yield for a while, then sleep. PAUSE is avoided: under a hypervisor it can
-// trap and cost far more than the wait itself.
-constexpr auto kSpinFor = std::chrono::microseconds(5);
-constexpr auto kYieldFor = std::chrono::milliseconds(2);
-constexpr auto kSleepSlice = std::chrono::milliseconds(50);
-
 size_t controlBytes(int size) {
   size_t bytes = sizeof(std::atomic<uint32_t>) * (size + 1) + 3 * 64;
   return (bytes + 4095) / 4096 * 4096;
-}
-
-void futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds timeout) {
-  timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>((timeout.count() % 1000) * 1000000)};
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
-void futexWakeAll(std::atomic<uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 }  // namespace
@@ -64,7 +45,7 @@ void ShmAllReduce::barrier(Clock::time_point deadline) {
   if (control_->arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(size_ - 1)) {
     control_->arrived.store(0, std::memory_order_relaxed);
     control_->generation.store(target, std::memory_order_release);
-    futexWakeAll(&control_->generation);
+    shm_wait::wakeAll(&control_->generation);
     return;
   }
   const auto start = Clock::now();
@@ -73,12 +54,12 @@ void ShmAllReduce::barrier(Clock::time_point deadline) {
     if (seen == target) return;
     if ((spin & 63) != 0) continue;
     const auto waited = Clock::now() - start;
-    if (waited < kSpinFor) continue;
-    if (waited < kYieldFor) {
+    if (waited < shm_wait::kSpinFor) continue;
+    if (waited < shm_wait::kYieldFor) {
       std::this_thread::yield();
       continue;
     }
-    futexWait(&control_->generation, seen, kSleepSlice);
+    shm_wait::sleepWhile(&control_->generation, seen);
     if (control_->generation.load(std::memory_order_acquire) == target) return;
     // Who is missing, and is it dead or just late?
     std::string missing;

@@ -1,15 +1,12 @@
 #include "worker_runtime/transport/shm_links.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <climits>
 #include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "worker_runtime/transport/shm_wait.h"
 
 namespace ddprun::runtime {
 
@@ -24,10 +21,6 @@ struct ShmLinks::Doorbell {
 };
 
 namespace {
-
-constexpr auto kSpinFor = std::chrono::microseconds(5);
-constexpr auto kYieldFor = std::chrono::milliseconds(2);
-constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 
 size_t doorbellBytes(int size) { return (sizeof(std::atomic<uint32_t>) * 16 * size + 4095) / 4096 * 4096; }
 
@@ -77,7 +70,7 @@ size_t ShmLinks::progress(Transfer& t) {
   // The peer may be asleep waiting for exactly this.
   Doorbell* bell = doorbell(t.peer);
   bell->rings.fetch_add(1, std::memory_order_release);
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&bell->rings), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  shm_wait::wakeAll(&bell->rings);
   if (!t.send && t.on_progress &&
       (t.done == t.bytes || t.progress_step == 0 || t.done / t.progress_step != before / t.progress_step)) {
     t.on_progress(t.done);
@@ -88,8 +81,7 @@ size_t ShmLinks::progress(Transfer& t) {
 void ShmLinks::waitForPeers(uint32_t seen, Clock::time_point deadline, std::span<Transfer> transfers,
                             const char* what) {
   Doorbell* mine = doorbell(rank_);
-  timespec slice{0, static_cast<long>(std::chrono::nanoseconds(kSleepSlice).count())};
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&mine->rings), FUTEX_WAIT, seen, &slice, nullptr, 0);
+  shm_wait::sleepWhile(&mine->rings, seen);
   if (mine->rings.load(std::memory_order_acquire) != seen) return;
   for (const auto& t : transfers) {
     if (t.done == t.bytes) continue;
@@ -126,8 +118,8 @@ void ShmLinks::exchange(std::span<Transfer> transfers, Clock::time_point deadlin
       continue;
     }
     const auto idle = now - idle_since;
-    if (idle < kSpinFor) continue;
-    if (idle < kYieldFor) {
+    if (idle < shm_wait::kSpinFor) continue;
+    if (idle < shm_wait::kYieldFor) {
       std::this_thread::yield();
       continue;
     }
