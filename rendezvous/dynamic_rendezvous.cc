@@ -160,7 +160,8 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node)
   } else {
     splitHostPort(config_.endpoint, store_host_, store_port_, kC10dDefaultPort);
     host_explicit = settings_.is_host.has_value();
-    should_host = settings_.is_host.value_or(isLocalAddress(store_host_));
+    // Only resolve the endpoint (getaddrinfo) when is_host does not already decide.
+    should_host = settings_.is_host ? *settings_.is_host : isLocalAddress(store_host_);
     if (store_host_ == "localhost") bind_host = "127.0.0.1";
     if (isIpLiteral(store_host_) && isLocalAddress(store_host_)) bind_host = store_host_;
   }
