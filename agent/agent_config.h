@@ -27,6 +27,13 @@ struct AgentConfig {
   StdSpec redirects;                      // -r/--redirects; default none.
   StdSpec tee;                            // -t/--tee; default none.
   std::optional<std::set<int>> local_ranks_filter;  // --local_ranks_filter; unset: all.
+  // --node_cooldown: how long a node whose workers failed twice in a row sits out of the
+  // job (doubling with each further failure, up to node_cooldown_max); 0: never (torchrun).
+  std::chrono::milliseconds node_cooldown{0};
+  std::chrono::milliseconds node_cooldown_max{300000};  // --node_cooldown_max.
+  std::optional<int> health_check_port;   // --health_check_port; unset: no endpoint.
+  std::string health_check_addr = "0.0.0.0";  // --health_check_addr: where it listens.
+  std::optional<std::string> events_file;  // DDPRUN_EVENTS_FILE; unset: events only in --log_dir.
   rendezvous::RendezvousConfig rendezvous;
 };
 

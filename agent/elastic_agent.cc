@@ -19,9 +19,12 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "agent/error_file.h"
+#include "agent/event_log.h"
 #include "agent/failure_report.h"
+#include "agent/health_server.h"
 #include "agent/line_forwarder.h"
 #include "agent/log_layout.h"
+#include "agent/node_cooldown.h"
 #include "agent/orphan_guard.h"
 #include "agent/process_spawner.h"
 #include "agent/worker_env.h"
@@ -65,6 +68,22 @@ std::string expandPrefix(std::string text, const std::string& role, int rank, in
   return text;
 }
 
+// What a round's end reason means, in the words of the events file.
+const char* causeOf(const std::string& reason) {
+  if (reason == "done") return "done";
+  if (reason.rfind("fail:", 0) == 0) return "worker_failure";
+  if (reason.rfind("final:", 0) == 0) return "worker_failure_final";
+  if (reason.rfind("abort:", 0) == 0) return "stopped";
+  if (reason.rfind("join:", 0) == 0) return "node_joined";
+  if (reason.rfind("evict:", 0) == 0) return "node_evicted";
+  return "other";
+}
+
+// The states in which the health check answers 200.
+bool healthyState(const std::string& state) {
+  return state == "starting" || state == "joining" || state == "running" || state == "succeeded";
+}
+
 }  // namespace
 
 class ElasticAgent::Impl {
@@ -76,7 +95,8 @@ class ElasticAgent::Impl {
         host_(hostName()),
         child_signals_(io_, SIGCHLD),
         stop_signals_(io_, SIGINT, SIGTERM, SIGHUP),
-        user_signals_(io_, SIGUSR1, SIGUSR2) {
+        user_signals_(io_, SIGUSR1, SIGUSR2),
+        cooldown_(config_.node_cooldown, config_.node_cooldown_max) {
     stop_signals_.add(SIGQUIT);
   }
 
@@ -115,6 +135,19 @@ class ElasticAgent::Impl {
   void signalRunning(int signal);
   std::vector<WorkerFailure> collectFailures() const;
   void runFor(Clock::duration d);
+  int runRounds();
+
+  // Operating the job: the state others see (status, health check) and the events file.
+  void setState(const std::string& state);
+  rendezvous::AgentRecord statusRecord() const;
+  void refreshHealth();
+  void emit(const std::string& event, const JsonObject& fields = {});
+  void emitRound(const rendezvous::RendezvousResult& rdzv);
+  void emitRoundEnd(const std::string& reason, bool by_this_node);
+  // The cooldown of a flapping node: sits out for `duration` (or until the job ends).
+  // Returns the exit code when ddprun should end now, nothing when it should rejoin.
+  std::optional<int> sitOut(std::chrono::milliseconds duration);
+  int jobEndedAway(const std::string& reason);
 
   AgentConfig config_;
   OrphanGuard& guard_;
@@ -136,6 +169,19 @@ class ElasticAgent::Impl {
   int round_ = -1;
   std::optional<rendezvous::RoundEvent> round_event_;  // of round_, from the watcher thread
   int attempt_ = 0;            // worker group starts on this node: names attempt_<k> log dirs
+
+  rendezvous::RendezvousSettings settings_;
+  NodeCooldown cooldown_;
+  std::unique_ptr<EventLog> events_;
+  std::unique_ptr<HealthServer> health_;
+  std::string state_ = "starting";
+  std::optional<rendezvous::RendezvousResult> current_;         // the round the workers run (ran) in
+  std::optional<rendezvous::RendezvousResult> previous_round_;  // for scale and restart events
+  std::string last_end_reason_;
+  Clock::time_point attempt_start_;
+  int64_t cooldown_until_ms_ = 0;
+  int exit_code_ = -1;
+  bool store_lost_ = false;    // no more status records: a publish could wait on a dead store
 };
 
 ElasticAgent::ElasticAgent(AgentConfig config, OrphanGuard& guard)
@@ -190,6 +236,16 @@ void ElasticAgent::Impl::reapChildren() {
       } else {
         w.exit_code = WEXITSTATUS(status);
       }
+      JsonObject exit;
+      exit.add("rank", w.place.rank).add("local_rank", w.place.local_rank).add("pid", pid).add("attempt", attempt_);
+      if (w.signal) {
+        exit.addNull("exit_code").add("signal", signalName(w.signal));
+      } else {
+        exit.add("exit_code", w.exit_code).addNull("signal");
+      }
+      exit.add("failed", w.failed()).add("stopped_by_agent", w.stopped_by_agent);
+      emit("worker_exit", exit);
+      refreshHealth();
       if (w.failed()) {
         if (w.signal) {
           log_->warn("worker rank {} (pid {}) was killed by {}", w.place.rank, pid, signalName(w.signal));
@@ -231,7 +287,16 @@ void ElasticAgent::Impl::startWorkers(int attempt, const rendezvous::RendezvousR
              workers_.size() == 1 ? "" : "s", rdzv.rank_base, rdzv.rank_base + config_.nproc_per_node - 1,
              rdzv.world_size, rdzv.group_rank, rdzv.group_world_size, rdzv.restart_count, rdzv.master_addr,
              rdzv.master_port);
-  for (Worker& worker : workers_) startOneWorker(worker, attempt, rdzv);
+  for (Worker& worker : workers_) {
+    startOneWorker(worker, attempt, rdzv);
+    emit("worker_start", JsonObject()
+                             .add("rank", worker.place.rank)
+                             .add("local_rank", worker.place.local_rank)
+                             .add("pid", worker.pid)
+                             .add("attempt", attempt)
+                             .add("round", rdzv.round)
+                             .add("restart_count", rdzv.restart_count));
+  }
 }
 
 void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rendezvous::RendezvousResult& rdzv) {
@@ -408,7 +473,15 @@ std::optional<rendezvous::RendezvousResult> ElasticAgent::Impl::formRound() {
     } notify{this, ready};
     return rendezvous_->nextRound();
   });
-  while (!*ready && stop_signal_ == 0) runFor(std::chrono::hours(1));
+  // The node's status record keeps its heartbeat while it waits for the round.
+  auto next_beat = Clock::now() + settings_.keep_alive_interval;
+  while (!*ready && stop_signal_ == 0) {
+    runFor(std::max<Clock::duration>(next_beat - Clock::now(), std::chrono::milliseconds(1)));
+    if (!*ready && Clock::now() >= next_beat) {
+      rendezvous_->publishStatus(statusRecord());
+      next_beat = Clock::now() + settings_.keep_alive_interval;
+    }
+  }
   if (!*ready) {
     rendezvous_->interrupt();
     pending.wait();
@@ -429,6 +502,9 @@ void ElasticAgent::Impl::watchRound(int round) {
 
 // Ends the job for this node: the exit barrier, then the exit code.
 int ElasticAgent::Impl::finishJob(int exit_code) {
+  exit_code_ = exit_code;
+  // Published before the exit barrier: once everyone has checked out, the store's host leaves.
+  setState("exited");
   rendezvous_->finish();
   return exit_code;
 }
@@ -442,6 +518,157 @@ void ElasticAgent::Impl::afterSuccess() {
     round_event_ = rendezvous::RoundEvent{rendezvous::RoundEvent::Kind::kStoreLost, round_, e.what()};
   }
   while (!round_event_ && stop_signal_ == 0) runFor(std::chrono::hours(1));
+}
+
+void ElasticAgent::Impl::emit(const std::string& event, const JsonObject& fields) {
+  if (events_) events_->emit(event, fields);
+}
+
+rendezvous::AgentRecord ElasticAgent::Impl::statusRecord() const {
+  rendezvous::AgentRecord r;
+  r.state = state_;
+  r.nproc = config_.nproc_per_node;
+  r.max_restarts = config_.max_restarts;
+  if (current_) {
+    r.round = current_->round;
+    r.group_rank = current_->group_rank;
+    r.rank_base = current_->rank_base;
+    r.restarts = current_->restart_count;
+  }
+  r.consecutive_failures = cooldown_.consecutiveFailures();
+  r.cooldown_until_ms = cooldown_until_ms_;
+  r.exit_code = exit_code_;
+  return r;
+}
+
+void ElasticAgent::Impl::setState(const std::string& state) {
+  state_ = state;
+  if (rendezvous_ && !store_lost_) rendezvous_->publishStatus(statusRecord());
+  refreshHealth();
+}
+
+void ElasticAgent::Impl::refreshHealth() {
+  if (!health_) return;
+  const bool healthy = healthyState(state_);
+  JsonObject body;
+  body.add("status", healthy ? "ok" : "unavailable").add("state", state_);
+  body.add("node", rendezvous_->nodeName()).add("run_id", config_.rendezvous.run_id);
+  body.add("store", rendezvous_->storeAddress());
+  if (current_) {
+    body.add("round", current_->round)
+        .add("group_rank", current_->group_rank)
+        .add("group_world_size", current_->group_world_size)
+        .add("world_size", current_->world_size)
+        .add("first_rank", current_->rank_base)
+        .add("last_rank", current_->rank_base + config_.nproc_per_node - 1)
+        .add("restart_count", current_->restart_count);
+  } else {
+    body.addNull("round");
+  }
+  body.add("max_restarts", config_.max_restarts).add("consecutive_failures", cooldown_.consecutiveFailures());
+  if (state_ == "cooldown") body.add("cooldown_until", isoTimeUtc(cooldown_until_ms_));
+  if (exit_code_ >= 0) body.add("exit_code", exit_code_);
+  std::vector<JsonObject> workers;
+  for (const Worker& w : workers_) {
+    JsonObject o;
+    o.add("rank", w.place.rank).add("local_rank", w.place.local_rank).add("pid", w.pid).add("running", w.running);
+    workers.push_back(std::move(o));
+  }
+  body.add("workers", workers);
+  health_->update(healthy, body.str());
+}
+
+void ElasticAgent::Impl::emitRound(const rendezvous::RendezvousResult& rdzv) {
+  emit("rendezvous_round", JsonObject()
+                               .add("round", rdzv.round)
+                               .add("group_rank", rdzv.group_rank)
+                               .add("nodes", rdzv.group_world_size)
+                               .add("world_size", rdzv.world_size)
+                               .add("first_rank", rdzv.rank_base)
+                               .add("last_rank", rdzv.rank_base + config_.nproc_per_node - 1)
+                               .add("restart_count", rdzv.restart_count)
+                               .add("master", rdzv.master_addr + ":" + std::to_string(rdzv.master_port)));
+  if (previous_round_) {
+    const auto& prev = *previous_round_;
+    if (rdzv.group_world_size != prev.group_world_size) {
+      const bool down = rdzv.group_world_size < prev.group_world_size;
+      log_->info("the job scales {} from {} to {} node(s) ({})", down ? "down" : "up", prev.group_world_size,
+                 rdzv.group_world_size, last_end_reason_);
+      emit(down ? "scale_down" : "scale_up", JsonObject()
+                                                 .add("round", rdzv.round)
+                                                 .add("from_nodes", prev.group_world_size)
+                                                 .add("to_nodes", rdzv.group_world_size)
+                                                 .add("from_world_size", prev.world_size)
+                                                 .add("to_world_size", rdzv.world_size)
+                                                 .add("reason", last_end_reason_));
+    }
+    if (rdzv.restart_count > prev.restart_count) {
+      emit("restart", JsonObject()
+                          .add("round", rdzv.round)
+                          .add("restart_count", rdzv.restart_count)
+                          .add("max_restarts", config_.max_restarts)
+                          .add("reason", last_end_reason_));
+    }
+  }
+  previous_round_ = rdzv;
+}
+
+void ElasticAgent::Impl::emitRoundEnd(const std::string& reason, bool by_this_node) {
+  last_end_reason_ = reason;
+  emit("round_end", JsonObject()
+                        .add("round", current_ ? current_->round : -1)
+                        .add("reason", reason)
+                        .add("cause", causeOf(reason))
+                        .add("by_this_node", by_this_node));
+}
+
+std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration) {
+  rendezvous_->sitOut();
+  const auto until = Clock::now() + duration;
+  cooldown_until_ms_ = rendezvous::wallClockMillis() + duration.count();
+  const double seconds = std::chrono::duration<double>(duration).count();
+  log_->warn("this node's workers failed {} times in a row; it sits out of the job for {:.1f} s", 
+             cooldown_.consecutiveFailures(), seconds);
+  emit("node_cooldown", JsonObject()
+                            .add("consecutive_failures", cooldown_.consecutiveFailures())
+                            .add("seconds", seconds)
+                            .add("until", isoTimeUtc(cooldown_until_ms_)));
+  setState("cooldown");
+  // Meanwhile the job may end without this node: then so does this agent.
+  auto next_check = Clock::now() + settings_.keep_alive_interval;
+  for (;;) {
+    if (stop_signal_ != 0) return 128 + stop_signal_;
+    const auto now = Clock::now();
+    if (now >= until) break;
+    if (now < next_check) {
+      runFor(std::min(until, next_check) - now);
+      continue;
+    }
+    next_check = now + settings_.keep_alive_interval;
+    rendezvous_->publishStatus(statusRecord());
+    try {
+      if (auto reason = rendezvous_->jobEndedWhileAway()) return jobEndedAway(*reason);
+    } catch (const rendezvous::StoreError& e) {
+      log_->error("lost the rendezvous store at {} while sitting out: {}", rendezvous_->storeAddress(), e.what());
+      store_lost_ = true;
+      return kExitRendezvous;
+    }
+  }
+  cooldown_until_ms_ = 0;
+  log_->info("cooldown over; this node rejoins the job");
+  emit("cooldown_end", JsonObject().add("consecutive_failures", cooldown_.consecutiveFailures()));
+  return std::nullopt;
+}
+
+int ElasticAgent::Impl::jobEndedAway(const std::string& reason) {
+  const bool done = reason == "done";
+  if (done) {
+    log_->info("the job finished successfully while this node sat out");
+  } else {
+    log_->error("the job ended ({}) while this node sat out", reason);
+  }
+  emit("job_ended_while_away", JsonObject().add("reason", reason));
+  return finishJob(done ? kExitOk : kExitWorkersFailed);
 }
 
 int ElasticAgent::Impl::run() {
@@ -465,27 +692,80 @@ int ElasticAgent::Impl::run() {
         "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "
         "tune it for your application as needed");
   }
+  settings_ = rendezvous::parseRendezvousSettings(config_.rendezvous.conf);
+  std::vector<std::string> event_files;
+  if (!layout_->isTemporary()) event_files.push_back(layout_->runDir() + "/" + kEventsFileName);
+  if (config_.events_file) event_files.push_back(*config_.events_file);
+  events_ = std::make_unique<EventLog>(event_files, config_.rendezvous.run_id);
+  events_->setNode(node);
+  if (config_.health_check_port) {
+    health_ = std::make_unique<HealthServer>(config_.health_check_addr, *config_.health_check_port);
+    log_->info("health check at http://{}:{}/", config_.health_check_addr, health_->port());
+  }
+  JsonObject start;
+  start.add("store", rendezvous_->storeAddress())
+      .add("hosts_store", rendezvous_->hostsStore())
+      .add("nproc_per_node", config_.nproc_per_node)
+      .add("min_nodes", config_.rendezvous.min_nodes)
+      .add("max_nodes", config_.rendezvous.max_nodes)
+      .add("max_restarts", config_.max_restarts)
+      .add("node_cooldown_s", std::chrono::duration<double>(config_.node_cooldown).count())
+      .add("node_cooldown_max_s", std::chrono::duration<double>(config_.node_cooldown_max).count());
+  if (health_) start.add("health_check_port", health_->port());
+  emit("agent_start", start);
 
+  int code = 0;
+  try {
+    code = runRounds();
+  } catch (const DdprunError& e) {
+    exit_code_ = dynamic_cast<const RendezvousError*>(&e) ? kExitRendezvous : kExitWorkersFailed;
+    state_ = "exited";
+    refreshHealth();
+    emit("agent_exit", JsonObject().add("exit_code", exit_code_).add("error", e.what()));
+    throw;
+  }
+  exit_code_ = code;
+  state_ = "exited";
+  refreshHealth();
+  emit("agent_exit", JsonObject().add("exit_code", code));
+  return code;
+}
+
+int ElasticAgent::Impl::runRounds() {
+  const std::string& node = rendezvous_->nodeName();
   for (;; ++attempt_) {
-    std::optional<rendezvous::RendezvousResult> rdzv = formRound();
+    setState("joining");
+    std::optional<rendezvous::RendezvousResult> rdzv;
+    try {
+      rdzv = formRound();
+    } catch (const rendezvous::JobEndedError& e) {
+      return jobEndedAway(e.reason());
+    }
     if (!rdzv) return 128 + stop_signal_;
+    emitRound(*rdzv);
+    current_ = rdzv;
     try {
       startWorkers(attempt_, *rdzv);
     } catch (const DdprunError& e) {
       log_->error("cannot start workers: {}", e.what());
       stopWorkers(SIGKILL);
       endAttempt();
-      rendezvous_->endRound("final:" + node);
+      emitRoundEnd(rendezvous_->endRound("final:" + node), true);
       return finishJob(kExitWorkersFailed);
     }
+    attempt_start_ = Clock::now();
+    setState("running");
     watchRound(rdzv->round);
     Outcome outcome = waitForWorkers();
     if (outcome == Outcome::kSucceeded) {
       endAttempt();
+      setState("succeeded");
       afterSuccess();
       if (stop_signal_ == 0 && round_event_->kind == rendezvous::RoundEvent::Kind::kEnded &&
           round_event_->reason == "done") {
         log_->info("all {} workers finished successfully", workers_.size());
+        cooldown_.onSuccess();
+        emitRoundEnd("done", false);
         return finishJob(kExitOk);
       }
       outcome = stop_signal_ != 0 ? Outcome::kStoppedBySignal
@@ -493,21 +773,28 @@ int ElasticAgent::Impl::run() {
                                                                               : Outcome::kStoreLost;
     }
     if (outcome == Outcome::kStoppedBySignal) {
+      setState("stopping");
       stopWorkers(stop_signal_);
       endAttempt();
-      rendezvous_->endRound("abort:" + node + ":" + signalName(stop_signal_));
-      finishJob(0);
-      return 128 + stop_signal_;
+      const std::string mine = "abort:" + node + ":" + signalName(stop_signal_);
+      const std::string standing = rendezvous_->endRound(mine);
+      emitRoundEnd(standing, standing == mine);
+      return finishJob(128 + stop_signal_);
     }
     if (outcome == Outcome::kStoreLost) {
       log_->error("lost the rendezvous store at {}: {}; stopping the workers", rendezvous_->storeAddress(),
                   round_event_->reason);
+      store_lost_ = true;
+      emit("store_lost", JsonObject().add("round", rdzv->round).add("error", round_event_->reason));
+      setState("stopping");
       stopWorkers(SIGTERM);
       endAttempt();
       return kExitRendezvous;
     }
     if (outcome == Outcome::kRoundEnded) {
       const std::string reason = round_event_->reason;
+      emitRoundEnd(reason, false);
+      setState("stopping");
       stopWorkers(SIGTERM);
       endAttempt();
       if (rendezvous::DynamicRendezvous::isFinal(reason)) {
@@ -523,6 +810,8 @@ int ElasticAgent::Impl::run() {
     const bool final = rdzv->restart_count >= config_.max_restarts;
     const std::string mine = (final ? "final:" : "fail:") + node;
     const std::string standing = rendezvous_->endRound(mine);
+    emitRoundEnd(standing, standing == mine);
+    setState("stopping");
     stopWorkers(SIGTERM);
     endAttempt();
     if (stop_signal_ != 0) return 128 + stop_signal_;
@@ -533,9 +822,14 @@ int ElasticAgent::Impl::run() {
       log_->warn("re-forming the job ({}); rank {} failed meanwhile", standing, failures.front().rank);
       continue;
     }
+    const auto pause =
+        cooldown_.onFailure(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - attempt_start_));
     if (decided_here && !final) {
       log_->warn("restarting the worker group after rank {} failed (restart {} of {})", failures.front().rank,
                  rdzv->restart_count + 1, config_.max_restarts);
+      if (pause.count() > 0) {
+        if (auto code = sitOut(pause)) return *code;
+      }
       continue;
     }
     writeAll(STDERR_FILENO, formatFailureReport(config_.entry_name, failures));

@@ -1,10 +1,12 @@
 #include "launcher/cli.h"
 
+#include <cstdlib>
 #include <random>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "agent/event_log.h"
 #include "agent/log_layout.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -41,6 +43,10 @@ struct RawFlags {
   std::string local_addr;
   std::string start_method = "spawn";
   std::string term_timeout = "30";
+  std::string node_cooldown = "0";
+  std::string node_cooldown_max = "300";
+  std::string health_check_port;
+  std::string health_check_addr = "0.0.0.0";
 };
 
 // "--nproc_per_node" -> "--nproc_per_node,--nproc-per-node"; the PET_ name follows torchrun.
@@ -198,6 +204,19 @@ agent::AgentConfig buildConfig(RawFlags& f, const std::vector<std::string>& prog
   config.max_restarts = parseInt("--max_restarts", f.max_restarts, 0, 1 << 30, "a non-negative integer");
   config.monitor_interval = toMillis(parseSeconds("--monitor_interval", f.monitor_interval));
   config.term_timeout = toMillis(parseSeconds("--term_timeout", f.term_timeout));
+  config.node_cooldown = toMillis(parseSeconds("--node_cooldown", f.node_cooldown));
+  config.node_cooldown_max = toMillis(parseSeconds("--node_cooldown_max", f.node_cooldown_max));
+  if (config.node_cooldown > config.node_cooldown_max) {
+    throw UsageError("--node_cooldown " + f.node_cooldown + " is longer than --node_cooldown_max " + f.node_cooldown_max);
+  }
+  if (!f.health_check_port.empty()) {
+    config.health_check_port = parseInt("--health_check_port", f.health_check_port, 0, 65535, "a port number 0-65535");
+  }
+  config.health_check_addr = f.health_check_addr;
+  if (const char* events = std::getenv(agent::kEventsFileEnv); events && *events) {
+    agent::checkAppendable(events);
+    config.events_file = events;
+  }
   if (f.role.empty()) throw UsageError("--role must not be empty");
   config.role = f.role;
   config.redirects = agent::StdSpec::parse("--redirects", f.redirects);
@@ -258,6 +277,10 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   addOption(app, "", "--local_addr", f.local_addr, "Address of this node for the rendezvous (default: its host name).");
   addOption(app, "", "--start_method", f.start_method, "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are native processes.");
   addOption(app, "", "--term_timeout", f.term_timeout, "Seconds between SIGTERM and SIGKILL when stopping workers.");
+  addOption(app, "", "--node_cooldown", f.node_cooldown, "Seconds a node whose workers failed twice in a row sits out of the job, doubling with each further failure (0: never).");
+  addOption(app, "", "--node_cooldown_max", f.node_cooldown_max, "Longest cooldown of a failing node, in seconds.");
+  addOption(app, "", "--health_check_port", f.health_check_port, "Serve the agent's health on this port (HTTP GET: 200 and its state as JSON while healthy, else 503).");
+  addOption(app, "", "--health_check_addr", f.health_check_addr, "Address the health check listens on.");
   app.footer("positional arguments:\n  training_script [args...]   The program to launch in parallel, followed by its arguments.");
 
   try {

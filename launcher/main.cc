@@ -8,11 +8,13 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "launcher/cli.h"
+#include "launcher/status_command.h"
 
 int main(int argc, char** argv) {
   using namespace ddprun;
   configureLogging("ddprun");
   try {
+    if (launcher::isStatusCommand(argc, argv)) return launcher::runStatusCommand(argc, argv);
     launcher::ParsedCommandLine parsed = launcher::parseCommandLine(argc, argv);
     if (parsed.help_text) {
       std::fputs(parsed.help_text->c_str(), stdout);

@@ -76,6 +76,9 @@ class DynamicRendezvous::Impl {
   void stopWatching();
   void finish();
   void interrupt();
+  void publishStatus(const AgentRecord& record);
+  void sitOut();
+  std::optional<std::string> jobEndedWhileAway();
 
   std::string node_name_;
   std::string store_host_;
@@ -98,6 +101,10 @@ class DynamicRendezvous::Impl {
   Seat joinStatic(int round, Clock::time_point deadline);
   int restartCountFor(int round);
   void publishWorkerStore(int round);
+  // Refreshes the heartbeat of this node's published record through `store` (the
+  // watcher's own client); nothing before the first publishStatus().
+  void refreshStatus(Store& store);
+  static bool jobOver(const std::string& reason) { return reason == "done" || DynamicRendezvous::isFinal(reason); }
   RendezvousError error(int round, const std::string& what) const {
     return RendezvousError(fmt::format("round {} of job '{}' (store {}:{}): {}", round, config_.run_id, store_host_,
                                        store_port_, what));
@@ -134,6 +141,13 @@ class DynamicRendezvous::Impl {
   std::thread watcher_;
   std::unique_ptr<TcpStoreClient> watcher_client_;
   std::atomic<bool> stop_watching_{false};
+
+  std::mutex status_mutex_;
+  std::optional<AgentRecord> status_;  // the record last published, for the watcher's refreshes
+  std::unique_ptr<TcpStoreClient> status_client_;
+  bool registered_ = false;            // this node's name is in the job's agents list
+  bool sat_out_ = false;               // left its last round for a cooldown and has not joined since
+  int final_round_ = -1;               // the round whose end ended the job while this node sat out
 };
 
 DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node)
@@ -280,13 +294,24 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::ti
   seat.late = true;
   if (seat.participants < max_nodes) {
     log_->info("job is running with {} node(s); asking it to re-form to take this node in", seat.participants);
-    client_->compareSet(key(round, "end"), "", "join:" + node_name_);
+    const std::string standing = client_->compareSet(key(round, "end"), "", "join:" + node_name_);
+    if (sat_out_ && jobOver(standing)) {
+      final_round_ = round;
+      throw JobEndedError(standing);
+    }
   } else {
     log_->info("job is full ({} nodes); waiting for a place", max_nodes);
     try {
       client_->wait({key(round, "end")}, remaining(deadline));
     } catch (const StoreTimeout&) {
       throw error(round, "the job stayed full for join_timeout; no place for this node");
+    }
+    if (sat_out_) {
+      const std::string standing = client_->get(key(round, "end"));
+      if (jobOver(standing)) {
+        final_round_ = round;
+        throw JobEndedError(standing);
+      }
     }
   }
   return seat;
@@ -298,6 +323,9 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
   const auto deadline = Clock::now() + settings_.join_timeout;
   int round = 0;
   try {
+    if (sat_out_) {
+      if (auto reason = jobEndedWhileAway()) throw JobEndedError(*reason);
+    }
     round = in_round_ ? round_ + 1 : static_cast<int>(client_->add(prefix_ + "round", 0));
     for (;;) {
       if (round > 0) client_->compareSet(prefix_ + "round", std::to_string(round - 1), std::to_string(round));
@@ -321,6 +349,7 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
       result.use_agent_store = true;
 
       in_round_ = true;
+      sat_out_ = false;
       round_ = round;
       group_rank_ = result.group_rank;
       participants_ = seat.participants;
@@ -379,6 +408,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
     int misses = 0;
     try {
       store.add(my_beat, 1);
+      refreshStatus(store);
       for (;;) {
         try {
           store.wait({end}, settings_.keep_alive_interval);
@@ -393,6 +423,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
           if (stop_watching_) return;
         }
         store.add(my_beat, 1);
+        refreshStatus(store);
         if (n < 2) continue;
         // Each node watches the next one's keep-alives: linear cost over the job.
         int64_t seen = store.add(key(round, "hb/" + std::to_string(successor)), 0);
@@ -433,6 +464,17 @@ std::string DynamicRendezvous::Impl::endRound(const std::string& reason) {
 
 void DynamicRendezvous::Impl::finish() {
   stopWatching();
+  if (final_round_ >= 0) {
+    // The job ended while this node sat out: it has nothing to check out of, but as the
+    // store's host it still leaves after the last round's participants.
+    if (!host_server_) return;
+    try {
+      client_->wait({key(final_round_, "all_exited")}, settings_.close_timeout);
+    } catch (const StoreError& e) {
+      log_->debug("exit barrier of round {}: {}", final_round_, e.what());
+    }
+    return;
+  }
   if (!in_round_) return;
   const int64_t n = participants_;
   try {
@@ -451,6 +493,69 @@ void DynamicRendezvous::Impl::interrupt() {
   if (watcher_client_) watcher_client_->interrupt();
 }
 
+void DynamicRendezvous::Impl::publishStatus(const AgentRecord& record) {
+  AgentRecord r = record;
+  r.node = node_name_;
+  r.address = advertise_address_;
+  r.keep_alive_ms = settings_.keep_alive_interval.count();
+  r.keep_alive_max_attempt = settings_.keep_alive_max_attempt;
+  r.heartbeat_ms = wallClockMillis();
+  // Held across the SET: the watcher's refresh must not overwrite a newer state with an
+  // older one.
+  std::lock_guard lock(status_mutex_);
+  status_ = r;
+  try {
+    // Its own connection, which gives up quickly: status must never hold up the job, and
+    // the main client may be blocked in a rendezvous wait.
+    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(clientOptions(settings_.keep_alive_interval));
+    // The record first: a reader that finds the name in the list can GET it at once.
+    status_client_->set(prefix_ + agentRecordKey(node_name_), encodeAgentRecord(r));
+    if (!registered_) {
+      status_client_->append(prefix_ + agentsListKey(), node_name_ + "\n");
+      registered_ = true;
+    }
+  } catch (const StoreError& e) {
+    status_client_.reset();
+    log_->debug("cannot publish this node's status ({}): {}", r.state, e.what());
+  }
+}
+
+void DynamicRendezvous::Impl::refreshStatus(Store& store) {
+  std::lock_guard lock(status_mutex_);
+  if (!status_) return;
+  status_->heartbeat_ms = wallClockMillis();
+  store.set(prefix_ + agentRecordKey(node_name_), encodeAgentRecord(*status_));
+}
+
+void DynamicRendezvous::Impl::sitOut() {
+  stopWatching();
+  worker_store_.reset();
+  in_round_ = false;
+  sat_out_ = true;
+}
+
+// Through the status connection, which gives up within a keep-alive interval when the
+// store is gone (the main client would keep reconnecting for join_timeout).
+std::optional<std::string> DynamicRendezvous::Impl::jobEndedWhileAway() {
+  std::lock_guard lock(status_mutex_);
+  try {
+    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(clientOptions(settings_.keep_alive_interval));
+    TcpStoreClient& store = *status_client_;
+    const std::string round_key = prefix_ + "round";
+    if (!store.check({round_key})) return std::nullopt;
+    const int latest = std::stoi(store.get(round_key));
+    const std::string end = key(latest, "end");
+    if (!store.check({end})) return std::nullopt;
+    std::string reason = store.get(end);
+    if (!jobOver(reason)) return std::nullopt;
+    final_round_ = latest;
+    return reason;
+  } catch (const StoreError&) {
+    status_client_.reset();
+    throw;
+  }
+}
+
 void DynamicRendezvous::Impl::markDone() {
   int64_t done = client_->add(key(round_, "done"), 1);
   if (done >= participants_) client_->compareSet(key(round_, "end"), "", "done");
@@ -466,6 +571,9 @@ void DynamicRendezvous::markDone() { impl_->markDone(); }
 void DynamicRendezvous::stopWatching() { impl_->stopWatching(); }
 void DynamicRendezvous::finish() { impl_->finish(); }
 void DynamicRendezvous::interrupt() { impl_->interrupt(); }
+void DynamicRendezvous::publishStatus(const AgentRecord& record) { impl_->publishStatus(record); }
+void DynamicRendezvous::sitOut() { impl_->sitOut(); }
+std::optional<std::string> DynamicRendezvous::jobEndedWhileAway() { return impl_->jobEndedWhileAway(); }
 const std::string& DynamicRendezvous::nodeName() const { return impl_->node_name_; }
 std::string DynamicRendezvous::storeAddress() const {
   return impl_->store_host_ + ":" + std::to_string(impl_->store_port_);

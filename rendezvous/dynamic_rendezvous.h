@@ -11,8 +11,10 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "rendezvous/job_status.h"
 #include "rendezvous/rendezvous_config.h"
 
 namespace ddprun::rendezvous {
@@ -25,6 +27,18 @@ struct RoundEvent {
   Kind kind = Kind::kEnded;
   int round = 0;
   std::string reason;
+};
+
+// nextRound() of a node that sat out found the job already over ("done", "final:...",
+// "abort:..."): there is no round left to join.
+class JobEndedError : public RendezvousError {
+ public:
+  explicit JobEndedError(std::string reason)
+      : RendezvousError("the job ended (" + reason + ") while this node sat out"), reason_(std::move(reason)) {}
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
 };
 
 class DynamicRendezvous {
@@ -55,6 +69,22 @@ class DynamicRendezvous {
   void finish();
   // From another thread: makes a blocked nextRound() fail at once (ddprun was signalled).
   void interrupt();
+
+  // Publishes this node's record for `ddprun status` (node, address, heartbeat and the
+  // keep-alive fields are filled in here) and keeps it: the watcher refreshes its
+  // heartbeat every keep-alive interval while a round runs; call it again to refresh it
+  // at other times. Uses its own connection (connect timeout: one keep-alive interval),
+  // so it may be called while nextRound() blocks on another thread. Blocks for one or two
+  // store round trips; a store error is logged, not thrown (status is best effort). Call
+  // from one thread only.
+  void publishStatus(const AgentRecord& record);
+  // Leaves the current round without ending it and stays out of the next ones (cooldown
+  // of a flapping node): the next nextRound() starts from the job's latest round, and
+  // throws JobEndedError if the job ended meanwhile. Stops the watcher.
+  void sitOut();
+  // While sitting out: the reason the job ended ("done", "final:...", "abort:..."), or
+  // nothing while it goes on. A few store round trips; throws StoreError.
+  std::optional<std::string> jobEndedWhileAway();
 
   // This node's name in end reasons and logs: host:pid.
   const std::string& nodeName() const;

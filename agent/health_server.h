@@ -1,0 +1,42 @@
+// The agent's health-check endpoint (--health_check_port): a plain HTTP/1.1 server on
+// its own thread that answers GET / (or /health, /healthz) with 200 and the agent's state
+// as JSON while the agent is healthy, and 503 with the same body when it is not (sitting
+// out a cooldown, stopping, finished). One connection at a time, each bounded by a short
+// deadline, so a stalled client delays the next probe by at most that long. Anything but
+// GET/HEAD is 405; other paths are 404.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace ddprun::agent {
+
+class HealthServer {
+ public:
+  // Binds host:port (port 0: a free port) and starts answering. Throws UsageError when
+  // the address cannot be bound (port in use, not permitted).
+  HealthServer(const std::string& host, int port);
+  // Stops the thread and closes the socket; a probe in progress is cut off.
+  ~HealthServer();
+  HealthServer(const HealthServer&) = delete;
+  HealthServer& operator=(const HealthServer&) = delete;
+
+  int port() const { return port_; }
+  // What the next GET answers. Thread-safe.
+  void update(bool healthy, std::string body);
+
+ private:
+  void serve();
+  void answer(int fd);
+
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;  // eventfd: readable once the destructor wants the thread to end
+  int port_ = 0;
+  std::mutex mutex_;
+  bool healthy_ = true;
+  std::string body_ = "{}";
+  std::thread thread_;
+};
+
+}  // namespace ddprun::agent

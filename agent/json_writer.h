@@ -1,0 +1,75 @@
+// A JSON object written field by field, for the one-line records ddprun emits (events,
+// the health check's body, `ddprun status --json`). Writing only: ddprun never needs to
+// parse JSON beyond the few fields `ddprun status` reads back from its own events file.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace ddprun::agent {
+
+// `text` as a JSON string literal, quotes included (control characters escaped; UTF-8
+// passes through as it is).
+inline std::string jsonString(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+class JsonObject {
+ public:
+  JsonObject& add(std::string_view key, std::string_view value) { return raw(key, jsonString(value)); }
+  JsonObject& add(std::string_view key, const char* value) { return raw(key, jsonString(value)); }
+  JsonObject& add(std::string_view key, const std::string& value) { return raw(key, jsonString(value)); }
+  JsonObject& add(std::string_view key, bool value) { return raw(key, value ? "true" : "false"); }
+  template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  JsonObject& add(std::string_view key, T value) {
+    return raw(key, std::to_string(value));
+  }
+  JsonObject& add(std::string_view key, double value) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", value);
+    return raw(key, buf);
+  }
+  JsonObject& add(std::string_view key, const JsonObject& value) { return raw(key, value.str()); }
+  JsonObject& add(std::string_view key, const std::vector<JsonObject>& values) {
+    std::string list = "[";
+    for (size_t i = 0; i < values.size(); ++i) list += (i ? "," : "") + values[i].str();
+    return raw(key, list + "]");
+  }
+  JsonObject& addNull(std::string_view key) { return raw(key, "null"); }
+  // `json` must already be valid JSON.
+  JsonObject& raw(std::string_view key, std::string_view json) {
+    if (!body_.empty()) body_ += ",";
+    body_ += jsonString(key);
+    body_ += ":";
+    body_ += json;
+    return *this;
+  }
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  std::string body_;
+};
+
+}  // namespace ddprun::agent

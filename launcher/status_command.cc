@@ -1,0 +1,238 @@
+#include "launcher/status_command.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "agent/event_log.h"
+#include "agent/json_writer.h"
+#include "common/error.h"
+#include "rendezvous/local_addresses.h"
+#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/token_auth.h"
+
+namespace ddprun::launcher {
+namespace {
+namespace fs = std::filesystem;
+using agent::JsonObject;
+using rendezvous::AgentRecord;
+using rendezvous::JobStatus;
+
+constexpr auto kConnectTimeout = std::chrono::seconds(5);
+constexpr auto kOperationTimeout = std::chrono::seconds(10);
+
+// The value of a string field in one of ddprun's own JSON lines ("key":"value").
+std::optional<std::string> stringField(const std::string& line, const std::string& key) {
+  const std::string head = agent::jsonString(key) + ":\"";
+  auto at = line.find(head);
+  if (at == std::string::npos) return std::nullopt;
+  std::string value;
+  for (size_t i = at + head.size(); i < line.size(); ++i) {
+    if (line[i] == '"') return value;
+    if (line[i] == '\\' && i + 1 < line.size()) {
+      ++i;
+      value += line[i] == 'n' ? '\n' : line[i] == 't' ? '\t' : line[i];
+    } else {
+      value += line[i];
+    }
+  }
+  return std::nullopt;
+}
+
+// What the table shows as the node's state: its own word, unless it went silent.
+std::string shownState(const AgentRecord& a, int64_t now_ms) {
+  if (a.state == "exited") return "exited(" + std::to_string(a.exit_code) + ")";
+  if (rendezvous::agentLost(a, now_ms)) return "lost";
+  return a.state;
+}
+
+std::string ago(int64_t then_ms, int64_t now_ms) {
+  return fmt::format("{:.1f}s ago", std::max<int64_t>(0, now_ms - then_ms) / 1000.0);
+}
+
+std::string rankRange(const AgentRecord& a) {
+  if (a.round < 0 || a.nproc <= 0) return "-";
+  if (a.nproc == 1) return std::to_string(a.rank_base);
+  return fmt::format("{}-{}", a.rank_base, a.rank_base + a.nproc - 1);
+}
+
+}  // namespace
+
+bool isStatusCommand(int argc, const char* const* argv) {
+  return argc >= 2 && std::string_view(argv[1]) == "status";
+}
+
+std::string formatStatusTable(const JobStatus& s) {
+  std::string out = fmt::format("job {}  store {}  ", s.run_id, s.store);
+  if (s.round < 0) {
+    out += "no round yet\n";
+  } else {
+    out += fmt::format("round {} {}", s.round, s.round_state);
+    if (s.round_state == "ended") out += " (" + s.end_reason + ")";
+    if (s.nodes_in_round > 0) out += fmt::format("  nodes {}  world size {}", s.nodes_in_round, s.world_size);
+    out += fmt::format("  restarts {}/{}\n", s.restarts, s.max_restarts);
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"NODE", "ADDRESS", "STATE", "ROUND", "GROUP", "RANKS", "RESTARTS", "FAILURES", "LAST HEARTBEAT"}};
+  for (const AgentRecord& a : s.agents) {
+    std::string beat = ago(a.heartbeat_ms, s.now_ms);
+    if (a.state == "cooldown" && a.cooldown_until_ms > s.now_ms) {
+      beat += fmt::format(" (back in {:.1f}s)", (a.cooldown_until_ms - s.now_ms) / 1000.0);
+    }
+    rows.push_back({a.node, a.address, shownState(a, s.now_ms), a.round < 0 ? "-" : std::to_string(a.round),
+                    a.group_rank < 0 ? "-" : std::to_string(a.group_rank), rankRange(a), std::to_string(a.restarts),
+                    std::to_string(a.consecutive_failures), beat});
+  }
+  std::vector<size_t> width(rows.front().size(), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += i + 1 < row.size() ? fmt::format("{:<{}}  ", row[i], width[i]) : row[i];
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string formatStatusJson(const JobStatus& s) {
+  JsonObject o;
+  o.add("run_id", s.run_id).add("store", s.store);
+  if (s.round >= 0) {
+    o.add("round", s.round).add("round_state", s.round_state);
+  } else {
+    o.addNull("round").addNull("round_state");
+  }
+  if (s.round_state == "ended") {
+    o.add("end_reason", s.end_reason);
+  } else {
+    o.addNull("end_reason");
+  }
+  o.add("nodes_in_round", s.nodes_in_round).add("world_size", s.world_size);
+  o.add("restarts", s.restarts).add("max_restarts", s.max_restarts).add("unix_ms", s.now_ms);
+  std::vector<JsonObject> nodes;
+  for (const AgentRecord& a : s.agents) {
+    JsonObject n;
+    n.add("node", a.node).add("address", a.address).add("state", a.state).add("lost", rendezvous::agentLost(a, s.now_ms));
+    n.add("round", a.round).add("group_rank", a.group_rank);
+    if (a.round >= 0) {
+      n.add("first_rank", a.rank_base).add("last_rank", a.rank_base + a.nproc - 1);
+    } else {
+      n.addNull("first_rank").addNull("last_rank");
+    }
+    n.add("nproc_per_node", a.nproc).add("restarts", a.restarts).add("max_restarts", a.max_restarts);
+    n.add("consecutive_failures", a.consecutive_failures);
+    n.add("last_heartbeat_unix_ms", a.heartbeat_ms)
+        .add("last_heartbeat_age_s", std::max<int64_t>(0, s.now_ms - a.heartbeat_ms) / 1000.0);
+    if (a.state == "cooldown") {
+      n.add("cooldown_until_unix_ms", a.cooldown_until_ms);
+    } else {
+      n.addNull("cooldown_until_unix_ms");
+    }
+    if (a.state == "exited") {
+      n.add("exit_code", a.exit_code);
+    } else {
+      n.addNull("exit_code");
+    }
+    nodes.push_back(std::move(n));
+  }
+  o.add("nodes", nodes);
+  return o.str() + "\n";
+}
+
+JobLocation locateJobFromLogDir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw UsageError("status: --log_dir " + dir + " is not a directory");
+  // The directory itself may be a run directory, or the --log_dir holding several.
+  std::optional<fs::path> newest;
+  fs::file_time_type newest_time;
+  auto consider = [&](const fs::path& file) {
+    auto time = fs::last_write_time(file, ec);
+    if (ec) return;
+    if (!newest || time > newest_time) {
+      newest = file;
+      newest_time = time;
+    }
+  };
+  if (fs::exists(fs::path(dir) / agent::kEventsFileName, ec)) consider(fs::path(dir) / agent::kEventsFileName);
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const fs::path file = entry.path() / agent::kEventsFileName;
+    if (entry.is_directory(ec) && fs::exists(file, ec)) consider(file);
+  }
+  if (!newest) {
+    throw UsageError("status: no " + std::string(agent::kEventsFileName) + " in " + dir +
+                     " or its run directories (was the job started with --log_dir?)");
+  }
+  std::ifstream in(*newest);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (stringField(line, "event") != "agent_start") continue;
+    auto store = stringField(line, "store");
+    auto run_id = stringField(line, "run_id");
+    if (store && run_id) return {*store, *run_id};
+  }
+  throw UsageError("status: " + newest->string() + " has no agent_start event");
+}
+
+int runStatusCommand(int argc, const char* const* argv) {
+  CLI::App app{"ddprun status: nodes, ranks, round, restarts and heartbeats of a running job.", "ddprun status"};
+  std::string endpoint;
+  std::string run_id;
+  std::string log_dir;
+  std::string conf;
+  bool json = false;
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "The job's rendezvous store, host:port.");
+  app.add_option("--rdzv_id,--rdzv-id", run_id, "The job id.");
+  app.add_option("--log_dir,--log-dir", log_dir, "Find the store and job id in the events file an agent wrote here.");
+  app.add_option("--rdzv_conf,--rdzv-conf", conf, "token_file=PATH when the store needs a token (or DDPRUN_TOKEN).");
+  app.add_flag("--json", json, "One JSON object instead of the table.");
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(std::string("status: ") + e.what());
+  }
+  if (!log_dir.empty() && (endpoint.empty() || run_id.empty())) {
+    JobLocation found = locateJobFromLogDir(log_dir);
+    if (endpoint.empty()) endpoint = found.endpoint;
+    if (run_id.empty()) run_id = found.run_id;
+  }
+  if (endpoint.empty() || run_id.empty()) {
+    throw UsageError("status: needs --rdzv_endpoint host:port and --rdzv_id ID, or --log_dir DIR");
+  }
+  std::string token_file;
+  if (!conf.empty()) {
+    if (conf.rfind("token_file=", 0) != 0 || conf.find(',') != std::string::npos) {
+      throw UsageError("status: --rdzv_conf takes only token_file=PATH");
+    }
+    token_file = conf.substr(11);
+  }
+  rendezvous::StoreClientOptions options;
+  rendezvous::splitHostPort(endpoint, options.host, options.port, 29400);
+  options.connect_timeout = kConnectTimeout;
+  options.timeout = kOperationTimeout;
+  options.token = rendezvous::loadToken(token_file);
+  JobStatus status;
+  try {
+    rendezvous::TcpStoreClient store(options);
+    status = rendezvous::readJobStatus(store, run_id);
+  } catch (const rendezvous::StoreError& e) {
+    throw RendezvousError("status of job '" + run_id + "': " + e.what());
+  }
+  status.store = endpoint;
+  const std::string text = json ? formatStatusJson(status) : formatStatusTable(status);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,35 @@
+// `ddprun status`: what a running job looks like, read from its rendezvous store: every
+// node with its state, group rank, ranks, restarts and last heartbeat, the current round
+// and the restarts used, as a short table or (--json) one JSON object for scripts. The
+// job is named by --rdzv_endpoint and --rdzv_id, or found through the events file an
+// agent wrote under --log_dir.
+#pragma once
+
+#include <string>
+
+#include "rendezvous/job_status.h"
+
+namespace ddprun::launcher {
+
+// True when argv names the status subcommand (argv[1] == "status").
+bool isStatusCommand(int argc, const char* const* argv);
+
+// Prints the job's status to stdout. Returns the exit code: 0 when the status was read.
+// Blocks for a few store round trips (connect: up to 5 s). Throws UsageError for bad
+// flags or a log directory without an agent's events file, RendezvousError when the store
+// cannot be reached or knows no such job.
+int runStatusCommand(int argc, const char* const* argv);
+
+// The table and the JSON object printed for `status` (exposed for tests).
+std::string formatStatusTable(const rendezvous::JobStatus& status);
+std::string formatStatusJson(const rendezvous::JobStatus& status);
+
+// The store address and run id in the agent_start event of an events file (the most
+// recently written one when `dir` holds several run directories). Throws UsageError.
+struct JobLocation {
+  std::string endpoint;
+  std::string run_id;
+};
+JobLocation locateJobFromLogDir(const std::string& dir);
+
+}  // namespace ddprun::launcher
