@@ -271,6 +271,13 @@ void destroy_process_group() {
 
 int get_rank(const Group& group) { return resolve(group).rank(); }
 int get_world_size(const Group& group) { return resolve(group).size(); }
+int get_global_rank(const Group& group, int group_rank) {
+  ProcessGroup& g = resolve(group);
+  if (group_rank < 0 || group_rank >= g.size()) {
+    throw DdprunError(fmt::format("get_global_rank: group rank {} is outside a group of {}", group_rank, g.size()));
+  }
+  return g.global(group_rank);
+}
 
 Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
   auto& s = state();

@@ -54,6 +54,9 @@ void destroy_process_group();
 
 int get_rank(const Group& group = {});
 int get_world_size(const Group& group = {});
+// The global rank of `group_rank` in `group` (torch's get_global_rank); throws DdprunError
+// when it is outside the group.
+int get_global_rank(const Group& group, int group_rank);
 // Every rank of the default group must call it with the same ranks; ranks outside
 // `ranks` get an empty Group (like torch's GroupMember.NON_GROUP_MEMBER).
 Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout = {});

@@ -153,11 +153,16 @@ class DistributedDataParallelBase {
   void afterForward(const std::vector<at::Tensor>& outputs);
 
  private:
+  void verifyShapes(const std::vector<at::Tensor>& params, const std::vector<std::string>& names);
+  // Broadcasts every parameter and buffer from global rank `src`.
+  void syncModuleState(int src);
+
   std::shared_ptr<torch::nn::Module> module_;
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
-  bool joining_ = false;  // inside join(): each forward first announces this rank is active
+  bool joining_ = false;    // inside join(): each forward first announces this rank is active
+  int join_authority_ = -1;  // inside join(): the highest rank still active in the latest round
 };
 
 namespace detail {

@@ -1,0 +1,205 @@
+#include "worker_runtime/ddp/distributed_data_parallel.h"
+
+#include <fmt/format.h>
+#include <torch/autograd.h>
+#include <torch/utils.h>
+
+#include <map>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "worker_runtime/ddp/reducer.h"
+
+namespace ddprun::ddp {
+namespace {
+
+// A parameter's identity for the cross-rank check: dtype, rank, sizes.
+void appendSignature(const at::Tensor& t, std::vector<int64_t>& out) {
+  out.push_back(static_cast<int64_t>(t.scalar_type()));
+  out.push_back(t.dim());
+  for (int64_t d : t.sizes()) out.push_back(d);
+}
+
+std::string describe(const std::vector<int64_t>& sig, size_t& pos) {
+  const auto dtype = static_cast<at::ScalarType>(sig[pos]);
+  const int64_t dims = sig[pos + 1];
+  std::vector<int64_t> sizes(sig.begin() + static_cast<ptrdiff_t>(pos + 2),
+                             sig.begin() + static_cast<ptrdiff_t>(pos + 2 + dims));
+  pos += 2 + static_cast<size_t>(dims);
+  return fmt::format("{} [{}]", c10::toString(dtype), fmt::join(sizes, ", "));
+}
+
+// Broadcasts tensors from `src` (global rank) with one message per dtype.
+void broadcastCoalesced(const std::vector<at::Tensor>& tensors, int src, const dist::Group& group) {
+  if (tensors.empty()) return;
+  torch::NoGradGuard no_grad;
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+  for (auto& [dtype, list] : by_dtype) {
+    std::vector<at::Tensor> flat;
+    for (const auto& t : list) flat.push_back(t.detach().reshape({-1}));
+    at::Tensor joined = at::cat(flat);
+    dist::broadcast(joined, src, group);
+    int64_t offset = 0;
+    for (auto& t : list) {
+      t.detach().copy_(joined.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
+}  // namespace
+
+DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module,
+                                                         DDPOptions options)
+    : module_(std::move(module)), options_(std::move(options)) {
+  if (!module_) throw DdprunError("DistributedDataParallel: the module is null");
+  if (!dist::is_initialized()) {
+    throw DdprunError("DistributedDataParallel: call ddprun::dist::init_process_group() first");
+  }
+  if (options_.bucket_cap_mb <= 0 || options_.first_bucket_cap_mb <= 0) {
+    throw DdprunError("DistributedDataParallel: bucket_cap_mb and first_bucket_cap_mb must be positive");
+  }
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    params.push_back(item.value());
+    names.push_back(item.key());
+  }
+  if (params.empty()) {
+    throw DdprunError("DistributedDataParallel: the module has no parameter that requires a gradient");
+  }
+  verifyShapes(params, names);
+  syncModuleState(dist::get_global_rank(options_.process_group, 0));
+  reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), options_.process_group, options_);
+  logger("ddp")->debug("DistributedDataParallel: {} buckets", reducer_->bucketIndices().size());
+}
+
+DistributedDataParallelBase::~DistributedDataParallelBase() = default;
+
+void DistributedDataParallelBase::verifyShapes(const std::vector<at::Tensor>& params,
+                                               const std::vector<std::string>& names) {
+  const auto& group = options_.process_group;
+  std::vector<int64_t> mine{static_cast<int64_t>(params.size())};
+  for (const auto& p : params) appendSignature(p, mine);
+
+  at::Tensor length = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
+  const int world = dist::get_world_size(group);
+  std::vector<at::Tensor> lengths(static_cast<size_t>(world));
+  for (auto& l : lengths) l = at::empty_like(length);
+  dist::all_gather(lengths, length, group);
+  int64_t longest = 0;
+  for (const auto& l : lengths) longest = std::max(longest, l.item<int64_t>());
+  at::Tensor padded = at::full({longest}, -1, at::kLong);
+  padded.narrow(0, 0, static_cast<int64_t>(mine.size())).copy_(at::tensor(mine, at::kLong));
+  std::vector<at::Tensor> all(static_cast<size_t>(world));
+  for (auto& a : all) a = at::empty_like(padded);
+  dist::all_gather(all, padded, group);
+
+  auto signatureOf = [&](size_t r) {
+    const auto* data = all[r].data_ptr<int64_t>();
+    return std::vector<int64_t>(data, data + lengths[r].item<int64_t>());
+  };
+  const std::vector<int64_t> reference = signatureOf(0);
+  for (size_t r = 1; r < all.size(); ++r) {
+    const std::vector<int64_t> other = signatureOf(r);
+    if (other == reference) continue;
+    const int global_r = dist::get_global_rank(group, static_cast<int>(r));
+    const int global_0 = dist::get_global_rank(group, 0);
+    if (other[0] != reference[0]) {
+      throw DdprunError(fmt::format(
+          "DistributedDataParallel: rank {} has {} parameters requiring gradients but rank {} has {}", global_0,
+          reference[0], global_r, other[0]));
+    }
+    size_t pos_ref = 1;
+    size_t pos_other = 1;
+    for (int64_t k = 0; k < reference[0]; ++k) {
+      const std::string a = describe(reference, pos_ref);
+      const std::string b = describe(other, pos_other);
+      if (a != b) {
+        throw DdprunError(fmt::format("DistributedDataParallel: parameter {} ({}) is {} on rank {} but {} on rank {}",
+                                      k, names[static_cast<size_t>(k)], a, global_0, b, global_r));
+      }
+    }
+  }
+}
+
+void DistributedDataParallelBase::syncModuleState(int src) {
+  std::vector<at::Tensor> state;
+  for (const auto& p : module_->parameters()) state.push_back(p);
+  for (const auto& b : module_->buffers()) state.push_back(b);
+  broadcastCoalesced(state, src, options_.process_group);
+}
+
+std::vector<at::Tensor> DistributedDataParallelBase::parameters() const { return module_->parameters(); }
+
+DistributedDataParallelBase::NoSyncGuard::NoSyncGuard(DistributedDataParallelBase& ddp)
+    : ddp_(ddp), previous_(ddp.require_sync_) {
+  ddp_.require_sync_ = false;
+}
+
+DistributedDataParallelBase::NoSyncGuard::~NoSyncGuard() { ddp_.require_sync_ = previous_; }
+
+void DistributedDataParallelBase::register_comm_hook(CommHook hook) {
+  if (!hook) throw DdprunError("register_comm_hook: the hook is empty");
+  reducer_->setCommHook(std::move(hook));
+}
+
+std::vector<std::vector<size_t>> DistributedDataParallelBase::bucket_indices() const {
+  return reducer_->bucketIndices();
+}
+
+std::vector<ReducerEvent> DistributedDataParallelBase::last_backward_events() const { return reducer_->events(); }
+
+void DistributedDataParallelBase::beforeForward() {
+  if (!torch::GradMode::is_enabled()) return;  // evaluation: no collectives, ranks may differ
+  int buffer_source = dist::get_global_rank(options_.process_group, 0);
+  if (joining_) {
+    // [still active, highest active rank, this forward will reduce gradients], maxed.
+    at::Tensor state = at::tensor({int64_t{1}, int64_t{dist::get_rank()}, int64_t{require_sync_ ? 1 : 0}}, at::kLong);
+    dist::all_reduce(state, dist::ReduceOp::MAX, options_.process_group);
+    join_authority_ = static_cast<int>(state[1].item<int64_t>());
+    buffer_source = join_authority_;
+  }
+  if (require_sync_ && options_.broadcast_buffers) {
+    const auto buffers = module_->buffers();
+    if (!buffers.empty()) broadcastCoalesced(buffers, buffer_source, options_.process_group);
+  }
+}
+
+void DistributedDataParallelBase::afterForward(const std::vector<at::Tensor>& outputs) {
+  if (!torch::GradMode::is_enabled() || !require_sync_) return;
+  reducer_->prepareForBackward(outputs);
+}
+
+void DistributedDataParallelBase::join(const std::function<void()>& loop) {
+  if (joining_) throw DdprunError("DistributedDataParallel::join: already inside join()");
+  joining_ = true;
+  join_authority_ = -1;
+  try {
+    loop();
+  } catch (...) {
+    joining_ = false;
+    throw;
+  }
+  // This rank is out of input: answer the others' collectives until none is active.
+  while (true) {
+    at::Tensor state = at::tensor({int64_t{0}, int64_t{-1}, int64_t{0}}, at::kLong);
+    dist::all_reduce(state, dist::ReduceOp::MAX, options_.process_group);
+    if (state[0].item<int64_t>() == 0) break;
+    join_authority_ = static_cast<int>(state[1].item<int64_t>());
+    if (state[2].item<int64_t>() == 0) continue;
+    if (options_.broadcast_buffers) {
+      const auto buffers = module_->buffers();
+      if (!buffers.empty()) broadcastCoalesced(buffers, join_authority_, options_.process_group);
+    }
+    reducer_->shadowBackward();
+  }
+  joining_ = false;
+  // Joined ranks skipped optimizer steps: the last rank to finish has the model everyone
+  // should end with.
+  if (join_authority_ >= 0) syncModuleState(join_authority_);
+}
+
+}  // namespace ddprun::ddp
