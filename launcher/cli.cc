@@ -13,6 +13,7 @@
 #include "launcher/nproc.h"
 #include "launcher/parse_number.h"
 #include "launcher/program_resolver.h"
+#include "launcher/slurm_env.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -47,6 +48,8 @@ struct RawFlags {
   std::string node_cooldown_max = "300";
   std::string health_check_port;
   std::string health_check_addr = "0.0.0.0";
+  bool slurm = false;
+  bool dry_run = false;
 };
 
 // "--nproc_per_node" -> "--nproc_per_node,--nproc-per-node"; the PET_ name follows torchrun.
@@ -230,6 +233,7 @@ agent::AgentConfig buildConfig(RawFlags& f, const std::vector<std::string>& prog
     config.log_dir = f.log_dir;
   }
 
+  if (f.dry_run && program.empty()) return config;  // --dry_run may leave out the program.
   ProgramRequest request;
   request.script = program.empty() ? "" : program.front();
   if (!program.empty()) request.args.assign(program.begin() + 1, program.end());
@@ -240,6 +244,39 @@ agent::AgentConfig buildConfig(RawFlags& f, const std::vector<std::string>& prog
   config.entrypoint = std::move(resolved.argv);
   config.entry_name = std::move(resolved.display_name);
   return config;
+}
+
+// --slurm: the flags the command line (and PET_*) left open, from the job step's variables.
+void applySlurm(const CLI::App& app, RawFlags& f) {
+  if (f.standalone) throw UsageError("--slurm and --standalone cannot be combined: a SLURM job step spans its nodes");
+  const std::map<std::string, std::string*> targets{
+      {"nnodes", &f.nnodes},           {"node_rank", &f.node_rank}, {"master_addr", &f.master_addr},
+      {"master_port", &f.master_port}, {"rdzv_endpoint", &f.rdzv_endpoint}, {"rdzv_id", &f.rdzv_id},
+      {"nproc_per_node", &f.nproc_per_node}};
+  std::set<std::string> given;
+  for (const auto& [name, target] : targets) {
+    if (app.get_option("--" + name)->count() > 0) given.insert(name);
+  }
+  for (const SlurmFlag& flag : deriveSlurmFlags(processEnvironment(), given, f.rdzv_backend)) {
+    *targets.at(flag.name) = flag.value;
+    logger("launcher")->debug("--slurm: --{}={} (from {})", flag.name, flag.value, flag.source);
+  }
+}
+
+// --dry_run: the resolved flags that shape the job, one per line, as ddprun would take them.
+std::string describeFlags(const agent::AgentConfig& config) {
+  const auto& rdzv = config.rendezvous;
+  std::string text = rdzv.min_nodes == rdzv.max_nodes ? fmt::format("--nnodes={}\n", rdzv.min_nodes)
+                                                      : fmt::format("--nnodes={}:{}\n", rdzv.min_nodes, rdzv.max_nodes);
+  text += fmt::format("--nproc_per_node={}\n--rdzv_backend={}\n", config.nproc_per_node, rdzv.backend);
+  if (rdzv.backend == "static") {
+    text += fmt::format("--node_rank={}\n--master_addr={}\n", rdzv.node_rank, rdzv.master_addr);
+    if (rdzv.master_port) text += fmt::format("--master_port={}\n", *rdzv.master_port);
+  } else {
+    text += fmt::format("--rdzv_endpoint={}\n", rdzv.endpoint);
+  }
+  text += fmt::format("--rdzv_id={}\n--max_restarts={}\n", rdzv.run_id, config.max_restarts);
+  return text;
 }
 
 }  // namespace
@@ -281,12 +318,14 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   addOption(app, "", "--node_cooldown_max", f.node_cooldown_max, "Longest cooldown of a failing node, in seconds.");
   addOption(app, "", "--health_check_port", f.health_check_port, "Serve the agent's health on this port (HTTP GET: 200 and its state as JSON while healthy, else 503).");
   addOption(app, "", "--health_check_addr", f.health_check_addr, "Address the health check listens on.");
+  addFlag(app, "", "--slurm", f.slurm, "Take --nnodes, --node_rank, --master_addr/--master_port (or --rdzv_endpoint), --rdzv_id and --nproc_per_node from SLURM's job step variables unless given.");
+  addFlag(app, "", "--dry_run", f.dry_run, "Print the resolved flags, one per line, and exit without starting anything.");
   app.footer("positional arguments:\n  training_script [args...]   The program to launch in parallel, followed by its arguments.");
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    return ParsedCommandLine{app.help(), {}, {}};
+    return ParsedCommandLine{app.help(), {}, {}, {}};
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
@@ -295,8 +334,10 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
     throw UsageError("unrecognized argument: " + program.front() + " (see ddprun --help)");
   }
   if (!program.empty() && program.front() == "--") program.erase(program.begin());
+  if (f.slurm) applySlurm(app, f);
   ParsedCommandLine parsed;
   parsed.config = buildConfig(f, program);
+  if (f.dry_run) parsed.dry_run_text = describeFlags(parsed.config);
   parsed.start_method = f.start_method;
   return parsed;
 }

@@ -15,6 +15,7 @@ struct ParsedCommandLine {
   std::optional<std::string> help_text;   // set when --help was asked for; nothing else is.
   agent::AgentConfig config;
   std::string start_method;               // accepted for compatibility; native processes ignore it.
+  std::optional<std::string> dry_run_text;  // --dry_run: the resolved flags to print; nothing runs.
 };
 
 // Parses argv (argv[0] is the program name) and validates everything a user can get

@@ -8,16 +8,22 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "launcher/cli.h"
+#include "launcher/slurm_hostnames_command.h"
 #include "launcher/status_command.h"
 
 int main(int argc, char** argv) {
   using namespace ddprun;
   configureLogging("ddprun");
   try {
+    if (launcher::isHostnamesCommand(argc, argv)) return launcher::runHostnamesCommand(argc, argv);
     if (launcher::isStatusCommand(argc, argv)) return launcher::runStatusCommand(argc, argv);
     launcher::ParsedCommandLine parsed = launcher::parseCommandLine(argc, argv);
     if (parsed.help_text) {
       std::fputs(parsed.help_text->c_str(), stdout);
+      return agent::kExitOk;
+    }
+    if (parsed.dry_run_text) {
+      std::fputs(parsed.dry_run_text->c_str(), stdout);
       return agent::kExitOk;
     }
     logger("launcher")->debug("--start_method={} has no effect: workers are native processes", parsed.start_method);
