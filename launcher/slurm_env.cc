@@ -144,7 +144,20 @@ std::vector<SlurmFlag> deriveSlurmFlags(const EnvLookup& env, const std::set<std
     }
     return *node_id;
   };
-  if (is_static && wanted("node_rank")) flags.push_back({"node_rank", std::to_string(nodeId()), "SLURM_NODEID"});
+  if (is_static && wanted("node_rank")) {
+    // Two agents of one step on one node would both claim this node's rank and the job
+    // would never form; say so at once instead.
+    if (auto step_tasks = firstSet(env, {"SLURM_STEP_TASKS_PER_NODE"})) {
+      int tasks = countOnNode(step_tasks->first, step_tasks->second, nodeId());
+      if (tasks > 1) {
+        fail(
+            fmt::format("{}='{}' starts {} ddprun agents on node {}, which would all claim its node rank; start one "
+                        "per node (srun --ntasks-per-node=1)",
+                        step_tasks->first, step_tasks->second, tasks, nodeId()));
+      }
+    }
+    flags.push_back({"node_rank", std::to_string(nodeId()), "SLURM_NODEID"});
+  }
 
   if (need_host) {
     std::string port = std::to_string(slurmMasterPort(job_number));

@@ -46,7 +46,8 @@ int slurmMasterPort(long long job_id);
 // (set on the command line or through PET_*) are neither derived nor needed. `backend`
 // is the rendezvous backend in effect ("static" or "c10d"). Mapping:
 //   nnodes          SLURM_NNODES, else SLURM_JOB_NUM_NODES, else the node list's length
-//   node_rank       SLURM_NODEID (static)
+//   node_rank       SLURM_NODEID (static; refused when SLURM_STEP_TASKS_PER_NODE puts
+//                   more than one agent on this node)
 //   master_addr     first host of SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST, else
 //                   SLURM_NODELIST (static; the step's list first because SLURM_NODEID
 //                   numbers the step's nodes, which may be fewer than the job's)

@@ -20,11 +20,21 @@ using Flags = std::map<std::string, std::string>;
 namespace {
 
 // Every variable --slurm reads; each test starts with all of them unset.
-const char* const kSlurmVars[] = {
-    "SLURM_NNODES",       "SLURM_JOB_NUM_NODES",   "SLURM_NODEID",         "SLURM_JOB_ID",
-    "SLURM_JOBID",        "SLURM_STEP_NODELIST",   "SLURM_JOB_NODELIST",   "SLURM_NODELIST",
-    "SLURM_GPUS_ON_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", ddprun::launcher::kJobTasksPerNodeVar,
-    "PET_NPROC_PER_NODE", "PET_MASTER_PORT"};
+const char* const kSlurmVars[] = {"SLURM_NNODES",
+                                  "SLURM_JOB_NUM_NODES",
+                                  "SLURM_NODEID",
+                                  "SLURM_JOB_ID",
+                                  "SLURM_JOBID",
+                                  "SLURM_STEP_NODELIST",
+                                  "SLURM_JOB_NODELIST",
+                                  "SLURM_NODELIST",
+                                  "SLURM_GPUS_ON_NODE",
+                                  "SLURM_NTASKS_PER_NODE",
+                                  "SLURM_TASKS_PER_NODE",
+                                  ddprun::launcher::kJobTasksPerNodeVar,
+                                  "SLURM_STEP_TASKS_PER_NODE",
+                                  "PET_NPROC_PER_NODE",
+                                  "PET_MASTER_PORT"};
 
 EnvLookup lookupIn(const Vars& vars) {
   return [vars](const std::string& name) -> std::optional<std::string> {
@@ -230,6 +240,13 @@ TEST_CASE("slurm: missing or malformed variables fail with one line naming them"
         "is not set, so --master_addr cannot "
         "be derived; run ddprun --slurm inside a job step (srun "
         "--ntasks-per-node=1 ...), or give the flag");
+  Vars crowded = stepOnNode(1);
+  crowded["SLURM_STEP_TASKS_PER_NODE"] = "1,2";
+  CHECK(deriveError(crowded) ==
+        "--slurm: SLURM_STEP_TASKS_PER_NODE='1,2' starts 2 ddprun agents on node 1, which would all claim its node "
+        "rank; start one per node (srun --ntasks-per-node=1)");
+  crowded["SLURM_STEP_TASKS_PER_NODE"] = "1(x2)";
+  CHECK(deriveError(crowded) == "<no error>");
   CHECK(deriveError({}) ==
         "--slurm: SLURM_JOB_ID or SLURM_JOBID is not set, so --rdzv_id cannot "
         "be derived; run ddprun --slurm inside "
