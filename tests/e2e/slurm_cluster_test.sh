@@ -8,20 +8,22 @@
 #            under srun prints each node's flags
 #   restart: a worker that fails on the first attempt is restarted by ddprun; the job
 #            then succeeds on both nodes
-#   scancel: a job started from a batch script (ddprun-slurm starts the srun step and
-#            takes --nproc_per_node from --ntasks-per-node) is cancelled; no process of
-#            it is left
+#   scancel: a job submitted with scripts/ddprun.sbatch (ddprun-slurm starts the srun
+#            step and takes --nproc_per_node from --ntasks-per-node) is cancelled; no
+#            process of it is left
+#   ddp:     scripts/ddprun.sbatch trains trainers/elastic_ddp.py (PyTorch DDP, gloo) on
+#            2 nodes x 2 workers; every replica ends in sync
 # Exit 77 (ctest: skipped) with a message where SLURM cannot be installed (or
-# DDPRUN_SLURM_INSTALL=0 forbids it) or its daemons cannot start. Takes about 10 s.
+# DDPRUN_SLURM_INSTALL=0 forbids it) or its daemons cannot start. Takes about 30 s.
 # Usage: tests/e2e/slurm_cluster_test.sh [-h] BIN_DIR [SCENARIO...]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || $# -lt 1 ]]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 bin=$(cd "$1" && pwd)
 shift
-scenarios=(ranks restart scancel)
+scenarios=(ranks restart scancel ddp)
 [[ $# -gt 0 ]] && scenarios=("$@")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source_dir=$(cd "$here/../.." && pwd)
@@ -274,11 +276,11 @@ echo "ready RANK=\$RANK WORLD_SIZE=\$WORLD_SIZE"
 wait
 EOF
   chmod +x "$work/sleeper.sh"
-  # From a batch script: ddprun-slurm starts the step and takes 2 workers per node from
-  # --ntasks-per-node=2.
+  # The sbatch example: ddprun-slurm starts the step from the batch script and takes 2
+  # workers per node from --ntasks-per-node=2.
   local job_id
-  job_id=$(env "$job_tag" sbatch --parsable -N2 --ntasks-per-node=2 --time=3 -o "$out" \
-    --wrap "$wrapper ${extra_flags[*]} --no_python $work/sleeper.sh")
+  job_id=$(cd "$source_dir" && env "$job_tag" sbatch --parsable -N2 --ntasks-per-node=2 --time=3 -o "$out" \
+    scripts/ddprun.sbatch "${extra_flags[@]}" --no_python "$work/sleeper.sh")
   local ready=0
   for _ in $(seq 600); do
     if [[ -f "$out" && $(grep -c '^ready RANK=[0-3] WORLD_SIZE=4$' "$out") -eq 4 ]]; then
@@ -315,6 +317,29 @@ EOF
     pid=$(cat "$f")
     ! kill -0 "$pid" 2>/dev/null || fail "worker process $pid ($f) still alive"
   done
+}
+
+scenario_ddp() {
+  local out="$work/out/ddp"
+  # The sbatch example as it stands: PyTorch DDP (gloo) on 2 nodes x 2 workers.
+  local job_id
+  job_id=$(cd "$source_dir" && env "$job_tag" sbatch --parsable --time=5 -o "$out" scripts/ddprun.sbatch \
+    "${extra_flags[@]}" trainers/elastic_ddp.py --steps 20)
+  local finished=0
+  for _ in $(seq 1800); do
+    if [[ -z $(squeue -h -j "$job_id" 2>/dev/null) ]]; then
+      finished=1
+      break
+    fi
+    sleep 0.1
+  done
+  ((finished)) || { fail "the job did not finish within 180 s"; scancel "$job_id"; }
+  for rank in 0 1 2 3; do
+    # python -u writes a line and its newline separately, so lines of two ranks may share one.
+    grep -q "rank $rank: done, loss .* replicas in sync" "$out" || fail "rank $rank did not finish in sync"
+  done
+  grep -q "rank 0/4: started" "$out" || fail "no 4-rank job"
+  if ((failures > 0)); then cat "$out"; fi
 }
 
 for scenario in "${scenarios[@]}"; do
