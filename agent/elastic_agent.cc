@@ -623,7 +623,13 @@ void ElasticAgent::Impl::emitRoundEnd(const std::string& reason, bool by_this_no
 }
 
 std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration) {
-  rendezvous_->sitOut();
+  try {
+    rendezvous_->sitOut();
+  } catch (const rendezvous::StoreError& e) {
+    log_->error("lost the rendezvous store at {}: {}", rendezvous_->storeAddress(), e.what());
+    store_lost_ = true;
+    return kExitRendezvous;
+  }
   const auto until = Clock::now() + duration;
   cooldown_until_ms_ = rendezvous::wallClockMillis() + duration.count();
   const double seconds = std::chrono::duration<double>(duration).count();
@@ -637,7 +643,7 @@ std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration
   // Meanwhile the job may end without this node: then so does this agent.
   auto next_check = Clock::now() + settings_.keep_alive_interval;
   for (;;) {
-    if (stop_signal_ != 0) return 128 + stop_signal_;
+    if (stop_signal_ != 0) return finishJob(128 + stop_signal_);
     const auto now = Clock::now();
     if (now >= until) break;
     if (now < next_check) {

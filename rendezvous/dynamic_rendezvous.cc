@@ -348,6 +348,7 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
       result.master_port = std::atoi(master.c_str() + colon + 1);
       result.use_agent_store = true;
 
+      if (sat_out_) client_->add(prefix_ + "away", -1);
       in_round_ = true;
       sat_out_ = false;
       round_ = round;
@@ -464,26 +465,34 @@ std::string DynamicRendezvous::Impl::endRound(const std::string& reason) {
 
 void DynamicRendezvous::Impl::finish() {
   stopWatching();
-  if (final_round_ >= 0) {
-    // The job ended while this node sat out: it has nothing to check out of, but as the
-    // store's host it still leaves after the last round's participants.
-    if (!host_server_) return;
-    try {
-      client_->wait({key(final_round_, "all_exited")}, settings_.close_timeout);
-    } catch (const StoreError& e) {
-      log_->debug("exit barrier of round {}: {}", final_round_, e.what());
-    }
-    return;
-  }
-  if (!in_round_) return;
-  const int64_t n = participants_;
+  const auto deadline = Clock::now() + settings_.close_timeout;
+  const bool job_ended = in_round_ || final_round_ >= 0;
   try {
-    if (client_->add(key(round_, "exited"), 1) >= n) client_->set(key(round_, "all_exited"), "1");
-    // The host serves the store: it leaves last, so no peer loses the store while it
-    // still reads how the job ended.
-    if (host_server_) client_->wait({key(round_, "all_exited")}, settings_.close_timeout);
+    if (sat_out_) {
+      client_->add(prefix_ + "away", -1);
+      sat_out_ = false;
+    }
+    if (final_round_ >= 0) {
+      // The job ended while this node sat out: it has no round to check out of, but as
+      // the store's host it still leaves after the last round's participants.
+      if (host_server_) client_->wait({key(final_round_, "all_exited")}, remaining(deadline));
+    } else if (in_round_) {
+      const int64_t n = participants_;
+      if (client_->add(key(round_, "exited"), 1) >= n) client_->set(key(round_, "all_exited"), "1");
+      // The host serves the store: it leaves last, so no peer loses the store while it
+      // still reads how the job ended.
+      if (host_server_) client_->wait({key(round_, "all_exited")}, remaining(deadline));
+    }
+    // Nodes sitting out a cooldown look for the job's end once per keep-alive interval;
+    // the host gives them two to learn it (a node killed while away costs no more).
+    if (host_server_ && job_ended) {
+      const auto away_deadline = std::min(deadline, Clock::now() + 2 * settings_.keep_alive_interval);
+      while (client_->add(prefix_ + "away", 0) > 0 && Clock::now() < away_deadline) {
+        std::this_thread::sleep_for(milliseconds(20));
+      }
+    }
   } catch (const StoreError& e) {
-    log_->debug("exit barrier of round {}: {}", round_, e.what());
+    log_->debug("exit barrier of round {}: {}", final_round_ >= 0 ? final_round_ : round_, e.what());
   }
 }
 
@@ -532,6 +541,8 @@ void DynamicRendezvous::Impl::sitOut() {
   worker_store_.reset();
   in_round_ = false;
   sat_out_ = true;
+  // Counted so that the store's host does not leave before this node learns how the job ended.
+  client_->add(prefix_ + "away", 1);
 }
 
 // Through the status connection, which gives up within a keep-alive interval when the

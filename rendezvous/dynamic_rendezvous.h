@@ -80,7 +80,8 @@ class DynamicRendezvous {
   void publishStatus(const AgentRecord& record);
   // Leaves the current round without ending it and stays out of the next ones (cooldown
   // of a flapping node): the next nextRound() starts from the job's latest round, and
-  // throws JobEndedError if the job ended meanwhile. Stops the watcher.
+  // throws JobEndedError if the job ended meanwhile. Stops the watcher. Throws
+  // StoreError when the store cannot count this node as away.
   void sitOut();
   // While sitting out: the reason the job ended ("done", "final:...", "abort:..."), or
   // nothing while it goes on. A few store round trips; throws StoreError.

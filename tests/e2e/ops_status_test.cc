@@ -1,0 +1,136 @@
+// `ddprun status` against a running multi-node job: several agents on loopback form one
+// job; status reads their records from the rendezvous store (or finds the store through
+// an agent's --log_dir) and shows each node, its ranks and heartbeat, the round and the
+// restarts; a killed agent shows as lost once the others have re-formed without it.
+#include <csignal>
+#include <fstream>
+#include <regex>
+
+#include <catch2/catch.hpp>
+
+#include "tests/e2e/ops_support.h"
+
+using namespace ddprun::testing;
+using namespace ddprun::testing::ops;
+
+namespace {
+
+RunResult status(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {ddprunPath(), "status"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run(args, {}, 30s);
+}
+
+// Table rows of nodes in `state` ("running", "lost", ...).
+int rowsInState(const std::string& table, const std::string& state) {
+  static const std::regex row(R"(^\S+:\d+\s+\S+\s+(\S+)\s)", std::regex::multiline);
+  int n = 0;
+  for (std::sregex_iterator it(table.begin(), table.end(), row), end; it != end; ++it) n += (*it)[1] == state;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("status shows every node of a running job, its ranks, round, restarts and heartbeat", "[e2e][ops]") {
+  const int port = freePort();
+  const std::string id = "statusjob";
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  TempDir logs;
+  const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=3";
+  std::vector<std::unique_ptr<TestProcess>> agents;
+  for (int i = 0; i < 3; ++i) {
+    auto args = agentArgs("2:3", 2, port, id, conf + (i == 0 ? ",is_host=true" : ",is_host=false"));
+    args.insert(args.end(), {"--max_restarts=2", "--log_dir=" + logs.path()});
+    agents.push_back(std::make_unique<TestProcess>(withShell(args, "echo W rank=$RANK; exec sleep 60")));
+  }
+  for (auto& agent : agents) REQUIRE(agent->waitForOutput("W rank=", 30s, 2));
+
+  RunResult table;
+  REQUIRE(eventually(
+      [&] {
+        table = status({"--rdzv_endpoint=" + endpoint, "--rdzv_id=" + id});
+        return table.exit_code == 0 && rowsInState(table.out, "running") == 3;
+      },
+      20s));
+  INFO(table.out << table.err);
+  CHECK_THAT(table.out, Catch::Contains("job statusjob"));
+  CHECK_THAT(table.out, Catch::Contains("round 0 running"));
+  CHECK_THAT(table.out, Catch::Contains("nodes 3  world size 6"));
+  CHECK_THAT(table.out, Catch::Contains("restarts 0/2"));
+  CHECK_THAT(table.out, Catch::Contains("LAST HEARTBEAT"));
+  for (const char* ranks : {" 0-1 ", " 2-3 ", " 4-5 "}) CHECK(countOf(table.out, ranks) == 1);
+
+  {  // --json is one object a script can read
+    auto json = status({"--rdzv_endpoint=" + endpoint, "--rdzv_id=" + id, "--json"});
+    REQUIRE(json.exit_code == 0);
+    TempDir dir;
+    const std::string file = dir.file("status.json");
+    std::ofstream(file) << json.out;
+    auto checked = checkWithPython(file, R"(
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["run_id"] == "statusjob" and d["round"] == 0 and d["round_state"] == "running", d
+assert d["nodes_in_round"] == 3 and d["world_size"] == 6 and d["restarts"] == 0 and d["max_restarts"] == 2, d
+nodes = d["nodes"]
+assert len(nodes) == 3, nodes
+assert sorted((n["first_rank"], n["last_rank"]) for n in nodes) == [(0, 1), (2, 3), (4, 5)], nodes
+assert [n["group_rank"] for n in nodes] == [0, 1, 2], nodes
+for n in nodes:
+    assert n["state"] == "running" and not n["lost"], n
+    assert 0 <= n["last_heartbeat_age_s"] < 10, n
+)");
+    INFO(json.out << checked.err);
+    CHECK(checked.exit_code == 0);
+  }
+
+  {  // the log directory is enough to find the job
+    auto from_logs = status({"--log_dir=" + logs.path()});
+    INFO(from_logs.out << from_logs.err);
+    CHECK(from_logs.exit_code == 0);
+    CHECK_THAT(from_logs.out, Catch::Contains("job statusjob  store " + endpoint));
+    CHECK(rowsInState(from_logs.out, "running") + rowsInState(from_logs.out, "succeeded") >= 1);
+  }
+
+  {  // a killed node shows as lost and the job goes on with the others
+    ::kill(agents[2]->pid(), SIGKILL);
+    REQUIRE(agents[2]->wait(10s));
+    RunResult after;
+    CHECK(eventually(
+        [&] {
+          after = status({"--rdzv_endpoint=" + endpoint, "--rdzv_id=" + id});
+          return after.exit_code == 0 && rowsInState(after.out, "lost") == 1 && rowsInState(after.out, "running") == 2 &&
+                 after.out.find("round 1 running") != std::string::npos;
+        },
+        30s));
+    INFO(after.out << after.err);
+    CHECK_THAT(after.out, Catch::Contains("nodes 2  world size 4"));
+  }
+
+  // Stopping the store's host stops the job everywhere.
+  agents[0]->signal(SIGTERM);
+  for (auto& agent : agents) REQUIRE(agent->wait(30s));
+  CHECK(agents[0]->exitCode() == 128 + SIGTERM);
+  CHECK(agents[1]->exitCode() == 1);
+}
+
+TEST_CASE("status of a job that does not exist or a store that is not there fails clearly", "[e2e][ops]") {
+  TestProcess store({binDir() + "/ddprun_store_server", "--host", "127.0.0.1", "--port", "0"});
+  REQUIRE(store.waitForOutput("listening on ", 10s));
+  const int port = std::stoi(store.out().substr(store.out().find("listening on ") + 13));
+  auto unknown = status({"--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=nosuchjob"});
+  CHECK(unknown.exit_code == 3);
+  CHECK_THAT(unknown.err, Catch::Contains("no agent of job 'nosuchjob'"));
+
+  auto closed = status({"--rdzv_endpoint=127.0.0.1:" + std::to_string(freePort()), "--rdzv_id=x"});
+  CHECK(closed.exit_code == 3);
+  CHECK_THAT(closed.err, Catch::Contains("cannot reach"));
+
+  auto usage = status({"--rdzv_id=x"});
+  CHECK(usage.exit_code == 2);
+  CHECK_THAT(usage.err, Catch::Contains("--rdzv_endpoint"));
+
+  TempDir empty;
+  auto no_events = status({"--log_dir=" + empty.path()});
+  CHECK(no_events.exit_code == 2);
+  CHECK_THAT(no_events.err, Catch::Contains("events.jsonl"));
+}

@@ -1,0 +1,38 @@
+#include "agent/health_server.h"
+
+#include <catch2/catch.hpp>
+
+#include "common/error.h"
+#include "tests/e2e/ops_support.h"
+
+using ddprun::agent::HealthServer;
+using ddprun::testing::ops::httpGet;
+using ddprun::testing::ops::httpRequest;
+
+TEST_CASE("the health server answers with the state it was last given", "[health]") {
+  HealthServer server("127.0.0.1", 0);
+  REQUIRE(server.port() > 0);
+  server.update(true, "{\"state\":\"running\"}");
+  std::string ok = httpGet(server.port());
+  CHECK(ok.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK_THAT(ok, Catch::Contains("Content-Length: 20\r\n"));
+  CHECK_THAT(ok, Catch::EndsWith("\r\n\r\n{\"state\":\"running\"}\n"));
+  server.update(false, "{\"state\":\"cooldown\"}");
+  std::string down = httpGet(server.port(), "/healthz?verbose=1");
+  CHECK(down.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0) == 0);
+  CHECK_THAT(down, Catch::Contains("cooldown"));
+  std::string head = httpRequest(server.port(), "HEAD / HTTP/1.0\r\n\r\n");
+  CHECK(head.rfind("HTTP/1.1 503", 0) == 0);
+  CHECK_THAT(head, Catch::EndsWith("\r\n\r\n"));
+  CHECK(httpRequest(server.port(), "DELETE / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0) == 0);
+  CHECK(httpGet(server.port(), "/metrics").rfind("HTTP/1.1 404", 0) == 0);
+  // A request head larger than the limit is cut off without an answer.
+  CHECK(httpRequest(server.port(), "GET /" + std::string(20000, 'a')).empty());
+  CHECK(httpGet(server.port()).rfind("HTTP/1.1 503", 0) == 0);
+}
+
+TEST_CASE("a bad address or a taken port is a usage error", "[health]") {
+  CHECK_THROWS_AS(HealthServer("not-an-address", 0), ddprun::UsageError);
+  HealthServer first("127.0.0.1", 0);
+  CHECK_THROWS_WITH(HealthServer("127.0.0.1", first.port()), Catch::Contains("cannot listen"));
+}
