@@ -119,6 +119,13 @@ class DynamicRendezvous::Impl {
     return o;
   }
 
+  // Status and sitting out: give up within a couple of keep-alive intervals.
+  StoreClientOptions statusClientOptions() const {
+    StoreClientOptions o = clientOptions(settings_.keep_alive_interval);
+    o.timeout = std::min(settings_.read_timeout, 2 * settings_.keep_alive_interval);
+    return o;
+  }
+
   RendezvousConfig config_;
   RendezvousSettings settings_;
   int nproc_;
@@ -327,6 +334,8 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
       if (auto reason = jobEndedWhileAway()) throw JobEndedError(*reason);
     }
     round = in_round_ ? round_ + 1 : static_cast<int>(client_->add(prefix_ + "round", 0));
+    // Back from sitting out: the latest round, but never the one this node left.
+    if (sat_out_ && round <= round_) round = round_ + 1;
     for (;;) {
       if (round > 0) client_->compareSet(prefix_ + "round", std::to_string(round - 1), std::to_string(round));
       const Seat seat = join(round, deadline);
@@ -516,7 +525,7 @@ void DynamicRendezvous::Impl::publishStatus(const AgentRecord& record) {
   try {
     // Its own connection, which gives up quickly: status must never hold up the job, and
     // the main client may be blocked in a rendezvous wait.
-    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(clientOptions(settings_.keep_alive_interval));
+    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(statusClientOptions());
     // The record first: a reader that finds the name in the list can GET it at once.
     status_client_->set(prefix_ + agentRecordKey(node_name_), encodeAgentRecord(r));
     if (!registered_) {
@@ -550,7 +559,7 @@ void DynamicRendezvous::Impl::sitOut() {
 std::optional<std::string> DynamicRendezvous::Impl::jobEndedWhileAway() {
   std::lock_guard lock(status_mutex_);
   try {
-    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(clientOptions(settings_.keep_alive_interval));
+    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(statusClientOptions());
     TcpStoreClient& store = *status_client_;
     const std::string round_key = prefix_ + "round";
     if (!store.check({round_key})) return std::nullopt;
