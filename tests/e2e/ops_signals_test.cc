@@ -56,7 +56,7 @@ std::vector<std::string> slowToStop(const std::string& dir, const std::vector<st
 
 }  // namespace
 
-TEST_CASE("--term_timeout is the grace between SIGTERM and SIGKILL", "[e2e][ops]") {
+TEST_CASE("the grace between SIGTERM and SIGKILL is --term_timeout", "[e2e][ops]") {
   SECTION("a worker finishes its shutdown within a long enough grace") {
     TempDir dir;
     TestProcess ddprun(slowToStop(dir.path(), {"--term_timeout=20"}));
