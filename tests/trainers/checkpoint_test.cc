@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -15,6 +14,11 @@
 
 #include "tests/support/test_process.h"
 #include "tests/trainers/checkpoint_test_model.h"
+
+// LibTorch brings glog, whose CHECK(cond) aborts the process; Catch's CHECK must be the
+// one these tests use, so it is defined last.
+#undef CHECK
+#include <catch2/catch.hpp>
 
 using namespace ddprun::testing;
 namespace ckpt = ddprun::checkpoint;
