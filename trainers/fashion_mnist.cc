@@ -75,6 +75,7 @@ struct Options {
   int64_t checkpoint_every = 0;
   int64_t log_every = 100;
   std::string dump_params;
+  double min_accuracy = 0;
 };
 
 int64_t envInt(const char* name, int64_t fallback) {
@@ -258,6 +259,17 @@ int train(const Options& opt) {
     if (last_eval.samples > 0) std::printf(", final test accuracy %.2f%%", 100 * last_eval.accuracy);
     std::printf("\n");
   }
+  if (opt.min_accuracy > 0 && 100 * last_eval.accuracy < opt.min_accuracy) {
+    char message[160];
+    if (last_eval.samples == 0) {
+      std::snprintf(message, sizeof message, "--min-accuracy %.2f%%: no epoch ended, so no test accuracy was measured",
+                    opt.min_accuracy);
+    } else {
+      std::snprintf(message, sizeof message, "final test accuracy %.2f%% is below --min-accuracy %.2f%%",
+                    100 * last_eval.accuracy, opt.min_accuracy);
+    }
+    throw ddprun::DdprunError(message);
+  }
   if (!opt.dump_params.empty()) {
     const std::string digest = dumpParameters(*net, opt.dump_params, rank);
     std::printf("rank %d params fnv1a64=%s\n", rank, digest.c_str());
@@ -295,6 +307,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--dump-params", opt.dump_params, "write each rank's final parameters to DIR/params_rank<r>.bin");
+  app.add_option("--min-accuracy", opt.min_accuracy, "fail (exit 1) when the final test accuracy is below this %")
+      ->check(CLI::Range(0.0, 100.0));
   try {
     app.parse(argc, argv);
     if (opt.checkpoint_every > 0 && opt.checkpoint_dir.empty()) {
