@@ -29,6 +29,12 @@
 // The master prints one line: mode, batches, median seconds per batch (the
 // slower trainer), samples/s over both trainers, as the peer script
 // rpc_ps_hybrid.py does.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -39,13 +45,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <torch/nn/functional/loss.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
-
-#include <ATen/CPUGeneratorImpl.h>
 
 #include "common/error.h"
 #include "worker_runtime/ddp/distributed_data_parallel.h"
@@ -83,11 +82,10 @@ struct Config {
 constexpr uint64_t kEmbSeed = 1000;
 constexpr uint64_t kFcSeed = 2000;
 
-Value::List encode(const Config &c) {
-  return {c.batches, c.mode, c.num_embeddings, c.dim,          c.bag,    c.bags,
-          c.out,     c.lr,   c.seed,           c.slow_trainer, c.slow_ms};
+Value::List encode(const Config& c) {
+  return {c.batches, c.mode, c.num_embeddings, c.dim, c.bag, c.bags, c.out, c.lr, c.seed, c.slow_trainer, c.slow_ms};
 }
-Config decode(const Value::List &v) {
+Config decode(const Value::List& v) {
   Config c;
   c.batches = v.at(0).toInt();
   c.mode = v.at(1).toString();
@@ -105,37 +103,32 @@ Config decode(const Value::List &v) {
 
 // One trainer's batches: the same sequence in every mode and in the reference.
 struct BatchSource {
-  BatchSource(const Config &c, int trainer)
-      : c_(c), gen_(at::make_generator<at::CPUGeneratorImpl>(
-                   static_cast<uint64_t>(c.seed * 100 + trainer))) {}
-  void next(at::Tensor &idx, at::Tensor &offsets, at::Tensor &target) {
+  BatchSource(const Config& c, int trainer)
+      : c_(c), gen_(at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(c.seed * 100 + trainer))) {}
+  void next(at::Tensor& idx, at::Tensor& offsets, at::Tensor& target) {
     idx = at::randint(0, c_.num_embeddings, {c_.bag * c_.bags}, gen_);
     offsets = at::arange(0, c_.bag * c_.bags, c_.bag);
     target = at::randint(0, c_.out, {c_.bags}, gen_);
   }
-  const Config &c_;
+  const Config& c_;
   at::Generator gen_;
 };
 
 double median(std::vector<double> v) {
-  if (v.size() > 6)
-    v.erase(v.begin(), v.begin() + 3); // warm-up, as the peer script does
+  if (v.size() > 6) v.erase(v.begin(), v.begin() + 3);  // warm-up, as the peer script does
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-void writeDump(const std::string &path,
-               const std::vector<at::Tensor> &tensors) {
+void writeDump(const std::string& path, const std::vector<at::Tensor>& tensors) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  for (const auto &t0 : tensors) {
+  for (const auto& t0 : tensors) {
     at::Tensor t = t0.detach().to(at::kFloat).contiguous();
     const uint64_t n = static_cast<uint64_t>(t.numel());
-    out.write(reinterpret_cast<const char *>(&n), sizeof n);
-    out.write(reinterpret_cast<const char *>(t.data_ptr<float>()),
-              static_cast<std::streamsize>(n * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(&n), sizeof n);
+    out.write(reinterpret_cast<const char*>(t.data_ptr<float>()), static_cast<std::streamsize>(n * sizeof(float)));
   }
-  if (!out)
-    throw ddprun::DdprunError("hybrid_ps: cannot write " + path);
+  if (!out) throw ddprun::DdprunError("hybrid_ps: cannot write " + path);
 }
 
 // ---- trainer side ----
@@ -144,15 +137,14 @@ std::atomic<int64_t> g_progress{0};
 std::mutex g_fc_mutex;
 torch::nn::Linear g_fc{nullptr};
 
-double runTrainer(const Args &a) {
+double runTrainer(const Args& a) {
   rpc::RemoteModule emb(a.at(0).toRRef());
   const int trainer = static_cast<int>(a.at(1).toInt());
   const Config c = decode(a.at(2).toList());
   const bool sync = c.mode == "sync";
   BatchSource source(c, trainer);
   std::vector<rpc::RRef> params = emb.remote_parameters();
-  std::unique_ptr<ddprun::ddp::DistributedDataParallel<torch::nn::LinearImpl>>
-      ddp;
+  std::unique_ptr<ddprun::ddp::DistributedDataParallel<torch::nn::LinearImpl>> ddp;
   std::vector<rpc::RRef> fc_params;
   if (sync) {
     torch::nn::Linear fc(torch::nn::LinearOptions(c.dim, c.out));
@@ -161,11 +153,9 @@ double runTrainer(const Args &a) {
       std::lock_guard lock(g_fc_mutex);
       g_fc = fc;
     }
-    ddp = std::make_unique<
-        ddprun::ddp::DistributedDataParallel<torch::nn::LinearImpl>>(fc.ptr());
+    ddp = std::make_unique<ddprun::ddp::DistributedDataParallel<torch::nn::LinearImpl>>(fc.ptr());
     // DDP's parameters are local: RRefs owned here, as torch's tutorial does.
-    for (auto &p : ddp->parameters())
-      params.emplace_back(Value(p));
+    for (auto& p : ddp->parameters()) params.emplace_back(Value(p));
   } else {
     rpc::RemoteModule fc(a.at(3).toRRef());
     fc_params = fc.remote_parameters();
@@ -179,8 +169,7 @@ double runTrainer(const Args &a) {
     at::Tensor idx, offsets, target;
     source.next(idx, offsets, target);
     const auto t0 = std::chrono::steady_clock::now();
-    if (trainer == c.slow_trainer && c.slow_ms > 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(c.slow_ms));
+    if (trainer == c.slow_trainer && c.slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(c.slow_ms));
     {
       rpc::dist_autograd::Context ctx;
       at::Tensor out;
@@ -197,11 +186,8 @@ double runTrainer(const Args &a) {
       rpc::dist_autograd::backward(ctx.id(), {loss});
       opt.step(ctx.id());
     }
-    if (sync)
-      dist::barrier();
-    times.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-            .count());
+    if (sync) dist::barrier();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     g_progress.fetch_add(1);
   }
   return median(times);
@@ -209,24 +195,20 @@ double runTrainer(const Args &a) {
 
 // ---- the single-process reference ----
 
-void runReference(const Config &c) {
-  torch::nn::EmbeddingBag emb(
-      torch::nn::EmbeddingBagOptions(c.num_embeddings, c.dim)
-          .mode(torch::kSum));
+void runReference(const Config& c) {
+  torch::nn::EmbeddingBag emb(torch::nn::EmbeddingBagOptions(c.num_embeddings, c.dim).mode(torch::kSum));
   torch::nn::Linear fc(torch::nn::LinearOptions(c.dim, c.out));
   rpc::reference_init(*emb, kEmbSeed);
   rpc::reference_init(*fc, kFcSeed);
   BatchSource s0(c, 0), s1(c, 1);
   for (int64_t b = 0; b < c.batches; ++b) {
     std::vector<at::Tensor> emb_grads, w_grads, b_grads;
-    for (auto *s : {&s0, &s1}) {
+    for (auto* s : {&s0, &s1}) {
       at::Tensor idx, offsets, target;
       s->next(idx, offsets, target);
       emb->zero_grad();
       fc->zero_grad();
-      torch::nn::functional::cross_entropy(
-          fc->forward(emb->forward(idx, offsets)), target)
-          .backward();
+      torch::nn::functional::cross_entropy(fc->forward(emb->forward(idx, offsets)), target).backward();
       emb_grads.push_back(emb->weight.grad().clone());
       w_grads.push_back(fc->weight.grad().clone());
       b_grads.push_back(fc->bias.grad().clone());
@@ -234,145 +216,105 @@ void runReference(const Config &c) {
     torch::NoGradGuard no_grad;
     // The server applies each trainer's embedding gradient; DDP averages the
     // Linear's.
-    for (auto &g : emb_grads)
-      emb->weight.add_(g, -c.lr);
+    for (auto& g : emb_grads) emb->weight.add_(g, -c.lr);
     fc->weight.add_((w_grads[0] + w_grads[1]) / 2, -c.lr);
     fc->bias.add_((b_grads[0] + b_grads[1]) / 2, -c.lr);
   }
-  std::printf("reference batches=%lld done\n",
-              static_cast<long long>(c.batches));
-  if (!c.dump.empty())
-    writeDump(c.dump, {emb->weight, fc->weight, fc->bias});
+  std::printf("reference batches=%lld done\n", static_cast<long long>(c.batches));
+  if (!c.dump.empty()) writeDump(c.dump, {emb->weight, fc->weight, fc->bias});
 }
 
 // ---- master ----
 
-void runMaster(const Config &c) {
-  auto emb = rpc::RemoteModule::embedding_bag("ps", c.num_embeddings, c.dim,
-                                              "sum", kEmbSeed);
+void runMaster(const Config& c) {
+  auto emb = rpc::RemoteModule::embedding_bag("ps", c.num_embeddings, c.dim, "sum", kEmbSeed);
   std::optional<rpc::RemoteModule> fc;
-  if (c.mode == "async")
-    fc = rpc::RemoteModule::linear("ps", c.dim, c.out, true, kFcSeed);
+  if (c.mode == "async") fc = rpc::RemoteModule::linear("ps", c.dim, c.out, true, kFcSeed);
   std::vector<rpc::Future> futures;
   for (int t = 0; t < 2; ++t) {
     Args args{Value(emb.module_rref()), t, Value(encode(c))};
-    if (fc)
-      args.emplace_back(fc->module_rref());
-    futures.push_back(rpc::rpc_async("trainer" + std::to_string(t),
-                                     "hybrid.run_trainer", args,
-                                     std::chrono::hours(24)));
+    if (fc) args.emplace_back(fc->module_rref());
+    futures.push_back(
+        rpc::rpc_async("trainer" + std::to_string(t), "hybrid.run_trainer", args, std::chrono::hours(24)));
   }
   // Whoever finishes first: how far had the other got?
   int first = -1;
   while (first < 0) {
     for (int t = 0; t < 2 && first < 0; ++t) {
-      if (futures[t].wait_for(std::chrono::milliseconds(2)))
-        first = t;
+      if (futures[t].wait_for(std::chrono::milliseconds(2))) first = t;
     }
   }
   const int other = 1 - first;
   const int64_t other_steps =
-      futures[other].done()
-          ? c.batches
-          : rpc::rpc_sync("trainer" + std::to_string(other), "hybrid.progress")
-                .toInt();
+      futures[other].done() ? c.batches : rpc::rpc_sync("trainer" + std::to_string(other), "hybrid.progress").toInt();
   auto medians = rpc::wait_all(futures);
-  std::printf(
-      "first finished: trainer%d (%lld steps); trainer%d had done %lld\n",
-      first, static_cast<long long>(c.batches), other,
-      static_cast<long long>(other_steps));
+  std::printf("first finished: trainer%d (%lld steps); trainer%d had done %lld\n", first,
+              static_cast<long long>(c.batches), other, static_cast<long long>(other_steps));
   const double med = std::max(medians[0].toDouble(), medians[1].toDouble());
-  std::printf("ddprun-rpc-ps mode=%s batches=%lld median_batch_s=%.5f "
-              "samples_per_s=%.1f\n",
-              c.mode.c_str(), static_cast<long long>(c.batches), med,
-              2.0 * static_cast<double>(c.bags) / med);
+  std::printf(
+      "ddprun-rpc-ps mode=%s batches=%lld median_batch_s=%.5f "
+      "samples_per_s=%.1f\n",
+      c.mode.c_str(), static_cast<long long>(c.batches), med, 2.0 * static_cast<double>(c.bags) / med);
   std::fflush(stdout);
   if (!c.dump.empty()) {
-    std::vector<at::Tensor> tensors{
-        emb.remote_parameters().at(0).to_here().toTensor()};
+    std::vector<at::Tensor> tensors{emb.remote_parameters().at(0).to_here().toTensor()};
     if (fc) {
-      for (auto &p : fc->remote_parameters())
-        tensors.push_back(p.to_here().toTensor());
+      for (auto& p : fc->remote_parameters()) tensors.push_back(p.to_here().toTensor());
     } else {
       const Value fc_params = rpc::rpc_sync("trainer0", "hybrid.fc_params");
-      for (const auto &v : fc_params.toList())
-        tensors.push_back(v.toTensor());
+      for (const auto& v : fc_params.toList()) tensors.push_back(v.toTensor());
     }
     writeDump(c.dump, tensors);
   }
 }
 
-} // namespace
+}  // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   return ddprun::runtime::recordErrors([&] {
     Config c;
-    CLI::App app{
-        "parameter server + DDP hybrid trainer (4 workers under ddprun)"};
-    app.add_option("--batches", c.batches, "batches per trainer")
-        ->check(CLI::PositiveNumber);
-    app.add_option(
-           "--mode", c.mode,
-           "sync (DDP + parameter server) or async (parameter server only)")
+    CLI::App app{"parameter server + DDP hybrid trainer (4 workers under ddprun)"};
+    app.add_option("--batches", c.batches, "batches per trainer")->check(CLI::PositiveNumber);
+    app.add_option("--mode", c.mode, "sync (DDP + parameter server) or async (parameter server only)")
         ->check(CLI::IsMember({"sync", "async"}));
-    app.add_option("--num-embeddings", c.num_embeddings)
-        ->check(CLI::PositiveNumber);
+    app.add_option("--num-embeddings", c.num_embeddings)->check(CLI::PositiveNumber);
     app.add_option("--dim", c.dim)->check(CLI::PositiveNumber);
-    app.add_option("--bag", c.bag, "indices per bag")
-        ->check(CLI::PositiveNumber);
-    app.add_option("--bags", c.bags, "bags per batch per trainer")
-        ->check(CLI::PositiveNumber);
+    app.add_option("--bag", c.bag, "indices per bag")->check(CLI::PositiveNumber);
+    app.add_option("--bags", c.bags, "bags per batch per trainer")->check(CLI::PositiveNumber);
     app.add_option("--out", c.out, "classes")->check(CLI::PositiveNumber);
     app.add_option("--lr", c.lr);
     app.add_option("--seed", c.seed);
-    app.add_option("--slow-trainer", c.slow_trainer,
-                   "trainer (0 or 1) that sleeps every step")
+    app.add_option("--slow-trainer", c.slow_trainer, "trainer (0 or 1) that sleeps every step")
         ->check(CLI::Range(0, 1));
-    app.add_option("--slow-ms", c.slow_ms,
-                   "how long the slow trainer sleeps per step")
-        ->check(CLI::NonNegativeNumber);
-    app.add_option("--threads", c.threads, "RPC worker threads")
-        ->check(CLI::PositiveNumber);
-    app.add_option(
-        "--dump", c.dump,
-        "write the final parameters (embedding, Linear weight, bias) here");
-    app.add_flag("--reference", c.reference,
-                 "single process: the sync model on the same batches");
+    app.add_option("--slow-ms", c.slow_ms, "how long the slow trainer sleeps per step")->check(CLI::NonNegativeNumber);
+    app.add_option("--threads", c.threads, "RPC worker threads")->check(CLI::PositiveNumber);
+    app.add_option("--dump", c.dump, "write the final parameters (embedding, Linear weight, bias) here");
+    app.add_flag("--reference", c.reference, "single process: the sync model on the same batches");
     try {
       app.parse(argc, argv);
-    } catch (const CLI::ParseError &e) {
+    } catch (const CLI::ParseError& e) {
       return app.exit(e);
     }
     if (c.reference) {
       runReference(c);
       return 0;
     }
-    const char *rank_env = std::getenv("RANK");
-    const char *world_env = std::getenv("WORLD_SIZE");
-    if (!rank_env || !world_env)
-      throw ddprun::UsageError(
-          "hybrid_ps: start under ddprun (RANK/WORLD_SIZE unset)");
+    const char* rank_env = std::getenv("RANK");
+    const char* world_env = std::getenv("WORLD_SIZE");
+    if (!rank_env || !world_env) throw ddprun::UsageError("hybrid_ps: start under ddprun (RANK/WORLD_SIZE unset)");
     const int rank = std::atoi(rank_env);
-    if (std::atoi(world_env) != 4)
-      throw ddprun::UsageError(
-          "hybrid_ps: needs exactly 4 workers (--nproc_per_node=4)");
+    if (std::atoi(world_env) != 4) throw ddprun::UsageError("hybrid_ps: needs exactly 4 workers (--nproc_per_node=4)");
 
     rpc::RpcBackendOptions options;
     options.num_worker_threads = c.threads;
     if (rank <= 1) {
-      rpc::register_function("hybrid.run_trainer", [](const Args &a) {
-        return Value(runTrainer(a));
-      });
-      rpc::register_function("hybrid.progress", [](const Args &) {
-        return Value(g_progress.load());
-      });
-      rpc::register_function("hybrid.fc_params", [](const Args &) {
+      rpc::register_function("hybrid.run_trainer", [](const Args& a) { return Value(runTrainer(a)); });
+      rpc::register_function("hybrid.progress", [](const Args&) { return Value(g_progress.load()); });
+      rpc::register_function("hybrid.fc_params", [](const Args&) {
         std::lock_guard lock(g_fc_mutex);
-        return Value(std::vector<at::Tensor>{g_fc->weight.detach(),
-                                             g_fc->bias.detach()});
+        return Value(std::vector<at::Tensor>{g_fc->weight.detach(), g_fc->bias.detach()});
       });
-      if (c.mode == "sync")
-        dist::init_process_group("gloo", "env://", /*world_size=*/2, rank);
+      if (c.mode == "sync") dist::init_process_group("gloo", "env://", /*world_size=*/2, rank);
       rpc::init_rpc("trainer" + std::to_string(rank), rank, 4, options);
     } else if (rank == 2) {
       rpc::init_rpc("master", rank, 4, options);
@@ -381,8 +323,7 @@ int main(int argc, char **argv) {
       rpc::init_rpc("ps", rank, 4, options);
     }
     rpc::shutdown();
-    if (dist::is_initialized())
-      dist::destroy_process_group();
+    if (dist::is_initialized()) dist::destroy_process_group();
     return 0;
   });
 }

@@ -3,6 +3,7 @@
 // from its sends and forwards the gradients of its recvs to their senders).
 #include "worker_runtime/rpc/dist_autograd.h"
 
+#include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/variable.h>
@@ -14,8 +15,6 @@
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
-
-#include <fmt/format.h>
 
 #include "common/error.h"
 #include "worker_runtime/rpc/internal.h"
@@ -40,9 +39,9 @@ struct ContextState {
   std::unordered_map<int64_t, SendEntry> sends;
   int64_t next_send = 0;
   // recv leaves by their TensorImpl, with where their gradient goes.
-  std::unordered_map<at::TensorImpl *, std::pair<at::Tensor, RecvEntry>> recvs;
+  std::unordered_map<at::TensorImpl*, std::pair<at::Tensor, RecvEntry>> recvs;
   std::set<int> peers;
-  std::unordered_map<at::TensorImpl *, std::pair<at::Tensor, at::Tensor>> grads;
+  std::unordered_map<at::TensorImpl*, std::pair<at::Tensor, at::Tensor>> grads;
   std::mutex backward_mutex;
 };
 
@@ -51,7 +50,7 @@ struct Registry {
   std::unordered_map<int64_t, std::shared_ptr<ContextState>> contexts;
   std::atomic<int64_t> next{1};
 };
-Registry &reg() {
+Registry& reg() {
   static Registry r;
   return r;
 }
@@ -61,40 +60,35 @@ thread_local int64_t t_current = -1;
 std::shared_ptr<ContextState> find(int64_t id) {
   std::lock_guard lock(reg().mutex);
   auto it = reg().contexts.find(id);
-  if (it == reg().contexts.end())
-    return nullptr;
+  if (it == reg().contexts.end()) return nullptr;
   return it->second;
 }
 
 std::shared_ptr<ContextState> getOrCreate(int64_t id) {
   std::lock_guard lock(reg().mutex);
-  auto &slot = reg().contexts[id];
-  if (!slot)
-    slot = std::make_shared<ContextState>(id);
+  auto& slot = reg().contexts[id];
+  if (!slot) slot = std::make_shared<ContextState>(id);
   return slot;
 }
 
 std::shared_ptr<ContextState> require(int64_t id) {
   auto ctx = find(id);
-  if (!ctx)
-    throw DdprunError(fmt::format(
-        "dist_autograd: no context {} on this worker (released?)", id));
+  if (!ctx) throw DdprunError(fmt::format("dist_autograd: no context {} on this worker (released?)", id));
   return ctx;
 }
 
 // The leaves (AccumulateGrad variables) reachable from `roots`.
-std::vector<at::Tensor> reachableLeaves(const std::vector<at::Tensor> &roots) {
-  std::vector<torch::autograd::Node *> stack;
-  std::unordered_set<torch::autograd::Node *> seen;
-  std::vector<std::shared_ptr<torch::autograd::Node>>
-      keep; // grad accumulators are weakly held
-  auto push = [&](const std::shared_ptr<torch::autograd::Node> &n) {
+std::vector<at::Tensor> reachableLeaves(const std::vector<at::Tensor>& roots) {
+  std::vector<torch::autograd::Node*> stack;
+  std::unordered_set<torch::autograd::Node*> seen;
+  std::vector<std::shared_ptr<torch::autograd::Node>> keep;  // grad accumulators are weakly held
+  auto push = [&](const std::shared_ptr<torch::autograd::Node>& n) {
     if (n && seen.insert(n.get()).second) {
       keep.push_back(n);
       stack.push_back(n.get());
     }
   };
-  for (const auto &r : roots) {
+  for (const auto& r : roots) {
     if (r.grad_fn()) {
       push(r.grad_fn());
     } else if (r.requires_grad()) {
@@ -103,22 +97,20 @@ std::vector<at::Tensor> reachableLeaves(const std::vector<at::Tensor> &roots) {
   }
   std::vector<at::Tensor> leaves;
   while (!stack.empty()) {
-    auto *n = stack.back();
+    auto* n = stack.back();
     stack.pop_back();
-    if (auto *acc = dynamic_cast<torch::autograd::AccumulateGrad *>(n)) {
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(n)) {
       leaves.push_back(acc->variable);
       continue;
     }
-    for (const auto &e : n->next_edges())
-      push(e.function);
+    for (const auto& e : n->next_edges()) push(e.function);
   }
   return leaves;
 }
 
-void accumulate(ContextState &ctx, const at::Tensor &leaf,
-                const at::Tensor &grad) {
+void accumulate(ContextState& ctx, const at::Tensor& leaf, const at::Tensor& grad) {
   std::lock_guard lock(ctx.mutex);
-  auto &slot = ctx.grads[leaf.unsafeGetTensorImpl()];
+  auto& slot = ctx.grads[leaf.unsafeGetTensorImpl()];
   if (!slot.second.defined()) {
     slot = {leaf, grad.detach()};
   } else {
@@ -128,39 +120,33 @@ void accumulate(ContextState &ctx, const at::Tensor &leaf,
 
 // Sends each recv leaf's gradient back to its sender and waits for the senders
 // (and, transitively, everything behind them) to finish.
-void propagate(ContextState &ctx,
-               const std::vector<std::pair<RecvEntry, at::Tensor>> &grads) {
+void propagate(ContextState& ctx, const std::vector<std::pair<RecvEntry, at::Tensor>>& grads) {
   std::map<int, std::pair<Value::List, Value::List>> by_peer;
-  for (const auto &[entry, g] : grads) {
-    auto &[ids, tensors] = by_peer[entry.src];
+  for (const auto& [entry, g] : grads) {
+    auto& [ids, tensors] = by_peer[entry.src];
     ids.emplace_back(entry.send_id);
     tensors.emplace_back(g.detach());
   }
   std::vector<Future> futures;
-  for (auto &[peer, lists] : by_peer) {
-    futures.push_back(detail::callRank(
-        peer, "ddprun.autograd.backward",
-        {ctx.id, std::move(lists.first), std::move(lists.second)},
-        kDefaultTimeout, -1));
+  for (auto& [peer, lists] : by_peer) {
+    futures.push_back(detail::callRank(peer, "ddprun.autograd.backward",
+                                       {ctx.id, std::move(lists.first), std::move(lists.second)}, kDefaultTimeout, -1));
   }
   wait_all(futures);
 }
 
 // Splits leaf gradients into recv gradients (to forward) and parameter
 // gradients (kept).
-std::vector<std::pair<RecvEntry, at::Tensor>>
-collect(ContextState &ctx, const std::vector<at::Tensor> &leaves,
-        const std::vector<at::Tensor> &grads) {
+std::vector<std::pair<RecvEntry, at::Tensor>> collect(ContextState& ctx, const std::vector<at::Tensor>& leaves,
+                                                      const std::vector<at::Tensor>& grads) {
   std::vector<std::pair<RecvEntry, at::Tensor>> forward;
   for (size_t i = 0; i < leaves.size(); ++i) {
-    if (!grads[i].defined())
-      continue;
+    if (!grads[i].defined()) continue;
     std::optional<RecvEntry> recv;
     {
       std::lock_guard lock(ctx.mutex);
       auto it = ctx.recvs.find(leaves[i].unsafeGetTensorImpl());
-      if (it != ctx.recvs.end())
-        recv = it->second.second;
+      if (it != ctx.recvs.end()) recv = it->second.second;
     }
     if (recv) {
       forward.emplace_back(*recv, grads[i]);
@@ -171,16 +157,15 @@ collect(ContextState &ctx, const std::vector<at::Tensor> &leaves,
   return forward;
 }
 
-std::vector<std::pair<RecvEntry, at::Tensor>>
-localBackward(ContextState &ctx, const Value::List &ids,
-              const Value::List &grads);
+std::vector<std::pair<RecvEntry, at::Tensor>> localBackward(ContextState& ctx, const Value::List& ids,
+                                                            const Value::List& grads);
 
 // A peer's part of backward: continue from the sends whose gradients arrived.
-Future remoteBackward(const Args &a) {
+Future remoteBackward(const Args& a) {
   const int64_t id = a.at(0).toInt();
   auto ctx = require(id);
-  const auto &ids = a.at(1).toList();
-  const auto &grads = a.at(2).toList();
+  const auto& ids = a.at(1).toList();
+  const auto& grads = a.at(2).toList();
   std::vector<std::pair<RecvEntry, at::Tensor>> onward;
   {
     // Only the local pass is serialized: propagation may come back here (A -> B
@@ -194,28 +179,24 @@ Future remoteBackward(const Args &a) {
   return done;
 }
 
-std::vector<std::pair<RecvEntry, at::Tensor>>
-localBackward(ContextState &ctx, const Value::List &ids,
-              const Value::List &grads) {
+std::vector<std::pair<RecvEntry, at::Tensor>> localBackward(ContextState& ctx, const Value::List& ids,
+                                                            const Value::List& grads) {
   const int64_t id = ctx.id;
-  auto *c = &ctx;
+  auto* c = &ctx;
   std::vector<at::Tensor> outputs, output_grads;
   for (size_t i = 0; i < ids.size(); ++i) {
     std::lock_guard lock(c->mutex);
     auto it = c->sends.find(ids[i].toInt());
     if (it == c->sends.end())
-      throw DdprunError(fmt::format("dist_autograd: context {} has no send {}",
-                                    id, ids[i].toInt()));
+      throw DdprunError(fmt::format("dist_autograd: context {} has no send {}", id, ids[i].toInt()));
     outputs.push_back(it->second.tensor);
     output_grads.push_back(grads.at(i).toTensor());
   }
   auto leaves = reachableLeaves(outputs);
-  if (leaves.empty())
-    return {};
-  auto result =
-      torch::autograd::grad(outputs, leaves, output_grads,
-                            /*retain_graph=*/true, /*create_graph=*/false,
-                            /*allow_unused=*/true);
+  if (leaves.empty()) return {};
+  auto result = torch::autograd::grad(outputs, leaves, output_grads,
+                                      /*retain_graph=*/true, /*create_graph=*/false,
+                                      /*allow_unused=*/true);
   return collect(ctx, leaves, result);
 }
 
@@ -224,8 +205,7 @@ void releaseContext(int64_t id, int from) {
   {
     std::lock_guard lock(reg().mutex);
     auto it = reg().contexts.find(id);
-    if (it == reg().contexts.end())
-      return;
+    if (it == reg().contexts.end()) return;
     ctx = std::move(it->second);
     reg().contexts.erase(it);
   }
@@ -235,22 +215,19 @@ void releaseContext(int64_t id, int from) {
     peers = ctx->peers;
   }
   for (int peer : peers) {
-    if (peer == from || peer == detail::selfRank())
-      continue;
+    if (peer == from || peer == detail::selfRank()) continue;
     try {
-      detail::callRank(peer, "ddprun.autograd.release", {id}, kDefaultTimeout,
-                       -1);
-    } catch (const std::exception &) {
+      detail::callRank(peer, "ddprun.autograd.release", {id}, kDefaultTimeout, -1);
+    } catch (const std::exception&) {
       // A peer that is gone has nothing left to release.
     }
   }
 }
 
-} // namespace
+}  // namespace
 
 Context::Context() : previous_(t_current) {
-  id_ = (static_cast<int64_t>(detail::selfRank()) << 40) |
-        reg().next.fetch_add(1);
+  id_ = (static_cast<int64_t>(detail::selfRank()) << 40) | reg().next.fetch_add(1);
   getOrCreate(id_);
   t_current = id_;
 }
@@ -259,19 +236,17 @@ Context::~Context() {
   t_current = previous_;
   try {
     releaseContext(id_, -1);
-  } catch (const std::exception &) {
+  } catch (const std::exception&) {
     // The agent is gone: nothing to release remotely.
   }
 }
 
 int64_t current_context_id() { return t_current; }
 
-void backward(int64_t context_id, const std::vector<at::Tensor> &roots,
-              bool retain_graph) {
+void backward(int64_t context_id, const std::vector<at::Tensor>& roots, bool retain_graph) {
   auto ctx = require(context_id);
-  for (const auto &r : roots) {
-    if (!r.requires_grad())
-      throw DdprunError("dist_autograd.backward: a root does not require grad");
+  for (const auto& r : roots) {
+    if (!r.requires_grad()) throw DdprunError("dist_autograd.backward: a root does not require grad");
   }
   std::unique_lock backward_lock(ctx->backward_mutex);
   auto leaves = reachableLeaves(roots);
@@ -280,7 +255,7 @@ void backward(int64_t context_id, const std::vector<at::Tensor> &roots,
   // up only in the context.
   std::vector<at::Tensor> previous;
   previous.reserve(leaves.size());
-  for (auto &leaf : leaves) {
+  for (auto& leaf : leaves) {
     previous.push_back(leaf.grad());
     leaf.mutable_grad().reset();
   }
@@ -288,8 +263,7 @@ void backward(int64_t context_id, const std::vector<at::Tensor> &roots,
   try {
     torch::autograd::backward(roots, {}, retain_graph);
   } catch (...) {
-    for (size_t i = 0; i < leaves.size(); ++i)
-      leaves[i].mutable_grad() = previous[i];
+    for (size_t i = 0; i < leaves.size(); ++i) leaves[i].mutable_grad() = previous[i];
     throw;
   }
   for (size_t i = 0; i < leaves.size(); ++i) {
@@ -297,21 +271,19 @@ void backward(int64_t context_id, const std::vector<at::Tensor> &roots,
     leaves[i].mutable_grad() = previous[i];
   }
   auto onward = collect(*ctx, leaves, grads);
-  backward_lock.unlock(); // propagation may come back to this worker
+  backward_lock.unlock();  // propagation may come back to this worker
   propagate(*ctx, onward);
 }
 
-std::vector<std::pair<at::Tensor, at::Tensor>>
-get_gradients(int64_t context_id) {
-  auto ctx = require(context_id);
-  std::lock_guard lock(ctx->mutex);
-  std::vector<std::pair<at::Tensor, at::Tensor>> out;
-  for (const auto &[impl, pair] : ctx->grads)
-    out.push_back(pair);
+std::vector<std::pair<at::Tensor, at::Tensor>> get_gradients(int64_t context_id) {
+  auto out = detail::contextGradients(context_id);
+  for (auto& [p, g] : out) {
+    if (g.is_sparse()) g = g.to_dense();  // users see what the dense gradient would be
+  }
   return out;
 }
 
-} // namespace ddprun::rpc::dist_autograd
+}  // namespace ddprun::rpc::dist_autograd
 
 namespace ddprun::rpc::detail {
 
@@ -323,7 +295,7 @@ void touchContext(int64_t context_id, int peer) {
   ctx->peers.insert(peer);
 }
 
-int64_t recordSend(int64_t context_id, int dst, const at::Tensor &tensor) {
+int64_t recordSend(int64_t context_id, int dst, const at::Tensor& tensor) {
   auto ctx = dist_autograd::getOrCreate(context_id);
   std::lock_guard lock(ctx->mutex);
   const int64_t id = ctx->next_send++;
@@ -332,22 +304,27 @@ int64_t recordSend(int64_t context_id, int dst, const at::Tensor &tensor) {
   return id;
 }
 
-at::Tensor recordRecv(int64_t context_id, int src, int64_t send_id,
-                      at::Tensor tensor) {
+at::Tensor recordRecv(int64_t context_id, int src, int64_t send_id, at::Tensor tensor) {
   auto ctx = dist_autograd::getOrCreate(context_id);
   tensor.requires_grad_(true);
   std::lock_guard lock(ctx->mutex);
-  ctx->recvs[tensor.unsafeGetTensorImpl()] = {
-      tensor, dist_autograd::RecvEntry{src, send_id}};
+  ctx->recvs[tensor.unsafeGetTensorImpl()] = {tensor, dist_autograd::RecvEntry{src, send_id}};
   ctx->peers.insert(src);
   return tensor;
 }
 
 void setCurrentContext(int64_t context_id) { t_current = context_id; }
 
+std::vector<std::pair<at::Tensor, at::Tensor>> contextGradients(int64_t context_id) {
+  auto ctx = dist_autograd::require(context_id);
+  std::lock_guard lock(ctx->mutex);
+  std::vector<std::pair<at::Tensor, at::Tensor>> out;
+  for (const auto& [impl, pair] : ctx->grads) out.push_back(pair);
+  return out;
+}
+
 void clearContexts() {
-  std::unordered_map<int64_t, std::shared_ptr<dist_autograd::ContextState>>
-      contexts;
+  std::unordered_map<int64_t, std::shared_ptr<dist_autograd::ContextState>> contexts;
   {
     std::lock_guard lock(dist_autograd::reg().mutex);
     contexts.swap(dist_autograd::reg().contexts);
@@ -355,11 +332,10 @@ void clearContexts() {
 }
 
 void registerAutogradBuiltins() {
-  registerBuiltin("ddprun.autograd.backward", dist_autograd::remoteBackward,
-                  false);
+  registerBuiltin("ddprun.autograd.backward", dist_autograd::remoteBackward, false);
   registerBuiltin(
       "ddprun.autograd.release",
-      [](const Args &a) {
+      [](const Args& a) {
         dist_autograd::releaseContext(a.at(0).toInt(), currentCaller());
         Future f;
         f.set_result({});
@@ -368,4 +344,4 @@ void registerAutogradBuiltins() {
       false);
 }
 
-} // namespace ddprun::rpc::detail
+}  // namespace ddprun::rpc::detail

@@ -25,25 +25,25 @@
 // run once per context.
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <utility>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 namespace ddprun::rpc::dist_autograd {
 
 // Opens a context and makes it this thread's current one; the destructor
 // releases it here and on every worker it reached. Needs init_rpc.
 class Context {
-public:
+ public:
   Context();
   ~Context();
-  Context(const Context &) = delete;
-  Context &operator=(const Context &) = delete;
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
   int64_t id() const { return id_; }
 
-private:
+ private:
   int64_t id_;
   int64_t previous_;
 };
@@ -54,12 +54,10 @@ int64_t current_context_id();
 // Runs distributed backward from `roots` (scalars: a gradient of 1 each).
 // Blocks until every worker reached has finished its part. Throws DdprunError
 // (unknown context, root without grad), and RpcError from peers.
-void backward(int64_t context_id, const std::vector<at::Tensor> &roots,
-              bool retain_graph = false);
+void backward(int64_t context_id, const std::vector<at::Tensor>& roots, bool retain_graph = false);
 
 // Gradients accumulated in the context on this worker: (parameter, gradient)
 // pairs.
-std::vector<std::pair<at::Tensor, at::Tensor>>
-get_gradients(int64_t context_id);
+std::vector<std::pair<at::Tensor, at::Tensor>> get_gradients(int64_t context_id);
 
-} // namespace ddprun::rpc::dist_autograd
+}  // namespace ddprun::rpc::dist_autograd

@@ -22,33 +22,31 @@ namespace ddprun::rpc {
 
 struct OptimizerOptions {
   double lr = 0.01;
-  double momentum = 0.0;                  // SGD
-  double dampening = 0.0;                 // SGD
-  bool nesterov = false;                  // SGD
-  double weight_decay = 0.0;              // all
-  double lr_decay = 0.0;                  // Adagrad
-  double initial_accumulator_value = 0.0; // Adagrad
-  double eps = -1;      // default per kind: Adagrad 1e-10, Adam 1e-8
-  double beta1 = 0.9;   // Adam
-  double beta2 = 0.999; // Adam
-  bool amsgrad = false; // Adam
+  double momentum = 0.0;                   // SGD
+  double dampening = 0.0;                  // SGD
+  bool nesterov = false;                   // SGD
+  double weight_decay = 0.0;               // all
+  double lr_decay = 0.0;                   // Adagrad
+  double initial_accumulator_value = 0.0;  // Adagrad
+  double eps = -1;                         // default per kind: Adagrad 1e-10, Adam 1e-8
+  double beta1 = 0.9;                      // Adam
+  double beta2 = 0.999;                    // Adam
+  bool amsgrad = false;                    // Adam
 };
 
 class DistributedOptimizer {
-public:
+ public:
   // kind: "sgd", "adagrad" or "adam". Creates the per-owner optimizers
   // (blocking RPCs). Throws DdprunError on an unknown kind or an RRef that is
   // not a tensor.
-  DistributedOptimizer(const std::string &kind,
-                       const std::vector<RRef> &parameters,
-                       OptimizerOptions options);
+  DistributedOptimizer(const std::string& kind, const std::vector<RRef>& parameters, OptimizerOptions options);
 
   // Applies context `context_id`'s gradients on every owner. Blocks; throws
   // RpcError.
   void step(int64_t context_id);
 
-private:
+ private:
   std::vector<RRef> remote_optimizers_;
 };
 
-} // namespace ddprun::rpc
+}  // namespace ddprun::rpc

@@ -31,7 +31,7 @@ struct RRefState {
   int owner = -1;
   int64_t creator = -1;
   int64_t serial = -1;
-  Future local; // on the owner: the value's future
+  Future local;  // on the owner: the value's future
   bool has_local = false;
   ~RRefState();
 };
@@ -40,34 +40,34 @@ int selfRank();
 WorkerInfo workerInfo(int rank);
 // Calls `func` on `rank` with the given distributed-autograd context (-1:
 // none).
-Future callRank(int rank, const std::string &func, const Args &args,
-                std::chrono::milliseconds timeout, int64_t context_id);
+Future callRank(int rank, const std::string& func, const Args& args, std::chrono::milliseconds timeout,
+                int64_t context_id);
 // The rank whose request the current thread is serving, or -1.
 int currentCaller();
 // A built-in function; inline ones run on the I/O thread in arrival order and
 // must not block.
-void registerBuiltin(const std::string &name, AsyncFunction fn,
-                     bool run_inline);
+void registerBuiltin(const std::string& name, AsyncFunction fn, bool run_inline);
 // Runs `fn` on the agent's worker threads (or at once on this thread without an
 // agent).
 void post(std::function<void()> fn);
 // Blocks until the owner has the RRef's value; rethrows the creating function's
 // failure.
-void waitCreated(const RRef &rref);
+void waitCreated(const RRef& rref);
 // The owner-side value of an RRef this worker owns; throws DdprunError if it is
 // gone.
 Value ownedValue(int64_t creator, int64_t serial);
 
 // Distributed autograd hooks for the codec (dist_autograd.cc).
 void touchContext(int64_t context_id, int peer);
-int64_t recordSend(int64_t context_id, int dst, const at::Tensor &tensor);
-at::Tensor recordRecv(int64_t context_id, int src, int64_t send_id,
-                      at::Tensor tensor);
+int64_t recordSend(int64_t context_id, int dst, const at::Tensor& tensor);
+at::Tensor recordRecv(int64_t context_id, int src, int64_t send_id, at::Tensor tensor);
 void setCurrentContext(int64_t context_id);
+// The context's gradients as stored (an embedding's may be sparse); throws if no context.
+std::vector<std::pair<at::Tensor, at::Tensor>> contextGradients(int64_t context_id);
 void registerAutogradBuiltins();
 void registerModuleBuiltins();
 void registerOptimizerBuiltins();
 // Drops every context (at shutdown).
 void clearContexts();
 
-} // namespace ddprun::rpc::detail
+}  // namespace ddprun::rpc::detail

@@ -13,6 +13,7 @@
 #include "worker_runtime/rpc/rpc.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio.hpp>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -28,9 +30,6 @@
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
-
-#include <boost/asio.hpp>
-#include <fmt/format.h>
 
 #include "common/env_names.h"
 #include "common/logging.h"
@@ -52,7 +51,7 @@ auto log() {
   return l;
 }
 
-constexpr uint32_t kMagic = 0x43505244; // "DRPC"
+constexpr uint32_t kMagic = 0x43505244;  // "DRPC"
 enum class Kind : uint8_t { kRequest = 1, kResponse = 2, kError = 3 };
 
 struct WireHeader {
@@ -71,34 +70,34 @@ constexpr uint32_t kMaxMeta = 256u << 20;
 // ---- value codec ----
 
 class Writer {
-public:
-  template <class T> void pod(const T &v) {
-    const auto *p = reinterpret_cast<const char *>(&v);
+ public:
+  template <class T>
+  void pod(const T& v) {
+    const auto* p = reinterpret_cast<const char*>(&v);
     out_.append(p, sizeof(T));
   }
-  void str(const std::string &s) {
+  void str(const std::string& s) {
     pod(static_cast<uint32_t>(s.size()));
     out_.append(s);
   }
-  std::string &out() { return out_; }
+  std::string& out() { return out_; }
 
-private:
+ private:
   std::string out_;
 };
 
 class Reader {
-public:
-  Reader(const char *data, size_t size) : p_(data), end_(data + size) {}
-  template <class T> T pod() {
+ public:
+  Reader(const char* data, size_t size) : p_(data), end_(data + size) {}
+  template <class T>
+  T pod() {
     need(sizeof(T));
     T v;
     std::memcpy(&v, p_, sizeof(T));
     p_ += sizeof(T);
     return v;
   }
-  size_t consumed(const char *begin) const {
-    return static_cast<size_t>(p_ - begin);
-  }
+  size_t consumed(const char* begin) const { return static_cast<size_t>(p_ - begin); }
   std::string str() {
     auto n = pod<uint32_t>();
     need(n);
@@ -107,25 +106,15 @@ public:
     return s;
   }
 
-private:
+ private:
   void need(size_t n) const {
-    if (static_cast<size_t>(end_ - p_) < n)
-      throw DdprunError("rpc: malformed message (truncated)");
+    if (static_cast<size_t>(end_ - p_) < n) throw DdprunError("rpc: malformed message (truncated)");
   }
-  const char *p_;
-  const char *end_;
+  const char* p_;
+  const char* end_;
 };
 
-enum class Tag : uint8_t {
-  kNone,
-  kBool,
-  kInt,
-  kDouble,
-  kString,
-  kTensor,
-  kList,
-  kRRef
-};
+enum class Tag : uint8_t { kNone, kBool, kInt, kDouble, kString, kTensor, kList, kRRef };
 
 // A message ready for writev: header, meta (tensor table + body), tensor blobs.
 struct OutMessage {
@@ -145,7 +134,7 @@ struct Encoder {
   Writer body;
   std::vector<at::Tensor> tensors;
 
-  void value(const Value &v);
+  void value(const Value& v);
   OutMessage finish(Kind kind, uint64_t id, uint8_t flags = 0) {
     OutMessage m;
     m.header.kind = static_cast<uint8_t>(kind);
@@ -157,19 +146,17 @@ struct Encoder {
     m.meta = std::move(head.out());
     m.meta += table.out();
     m.meta += body.out();
-    if (m.meta.size() > kMaxMeta)
-      throw DdprunError("rpc: message metadata over 256 MiB");
+    if (m.meta.size() > kMaxMeta) throw DdprunError("rpc: message metadata over 256 MiB");
     m.header.meta_bytes = static_cast<uint32_t>(m.meta.size());
     uint64_t bytes = 0;
-    for (auto &t : tensors)
-      bytes += t.nbytes();
+    for (auto& t : tensors) bytes += t.nbytes();
     m.header.tensor_bytes = bytes;
     m.tensors = std::move(tensors);
     return m;
   }
 };
 
-void forkRRef(const RRefState &state, int dst);
+void forkRRef(const RRefState& state, int dst);
 
 Future readyNone() {
   auto s = std::make_shared<FutureState>();
@@ -177,130 +164,119 @@ Future readyNone() {
   return Future(std::move(s));
 }
 
-void Encoder::value(const Value &v) {
-  const auto &s = v.storage();
+void Encoder::value(const Value& v) {
+  const auto& s = v.storage();
   switch (s.index()) {
-  case 0:
-    body.pod(Tag::kNone);
-    break;
-  case 1:
-    body.pod(Tag::kBool);
-    body.pod(static_cast<uint8_t>(std::get<bool>(s)));
-    break;
-  case 2:
-    body.pod(Tag::kInt);
-    body.pod(std::get<int64_t>(s));
-    break;
-  case 3:
-    body.pod(Tag::kDouble);
-    body.pod(std::get<double>(s));
-    break;
-  case 4:
-    body.pod(Tag::kString);
-    body.str(std::get<std::string>(s));
-    break;
-  case 5: {
-    const at::Tensor &t = std::get<at::Tensor>(s);
-    if (!t.defined()) {
+    case 0:
       body.pod(Tag::kNone);
       break;
+    case 1:
+      body.pod(Tag::kBool);
+      body.pod(static_cast<uint8_t>(std::get<bool>(s)));
+      break;
+    case 2:
+      body.pod(Tag::kInt);
+      body.pod(std::get<int64_t>(s));
+      break;
+    case 3:
+      body.pod(Tag::kDouble);
+      body.pod(std::get<double>(s));
+      break;
+    case 4:
+      body.pod(Tag::kString);
+      body.str(std::get<std::string>(s));
+      break;
+    case 5: {
+      const at::Tensor& t = std::get<at::Tensor>(s);
+      if (!t.defined()) {
+        body.pod(Tag::kNone);
+        break;
+      }
+      if (!t.device().is_cpu()) throw DdprunError("rpc: only CPU tensors can be sent");
+      if (t.is_sparse()) throw DdprunError("rpc: sparse tensors cannot be sent");
+      int64_t send_id = -1;
+      if (target.context_id >= 0 && t.requires_grad()) {
+        send_id = detail::recordSend(target.context_id, target.dst, t);
+      }
+      // Contiguous tensors go out from their own storage; others through one
+      // copy.
+      at::Tensor data = t.detach();
+      if (!data.is_contiguous()) data = data.contiguous();
+      body.pod(Tag::kTensor);
+      body.pod(static_cast<uint32_t>(tensors.size()));
+      body.pod(send_id);
+      table.pod(static_cast<int8_t>(data.scalar_type()));
+      table.pod(static_cast<uint8_t>(data.dim()));
+      for (auto d : data.sizes()) table.pod(static_cast<int64_t>(d));
+      tensors.push_back(std::move(data));
+      break;
     }
-    if (!t.device().is_cpu())
-      throw DdprunError("rpc: only CPU tensors can be sent");
-    if (t.is_sparse())
-      throw DdprunError("rpc: sparse tensors cannot be sent");
-    int64_t send_id = -1;
-    if (target.context_id >= 0 && t.requires_grad()) {
-      send_id = detail::recordSend(target.context_id, target.dst, t);
+    case 6: {
+      const auto& list = std::get<Value::List>(s);
+      body.pod(Tag::kList);
+      body.pod(static_cast<uint32_t>(list.size()));
+      for (const auto& e : list) value(e);
+      break;
     }
-    // Contiguous tensors go out from their own storage; others through one
-    // copy.
-    at::Tensor data = t.detach();
-    if (!data.is_contiguous())
-      data = data.contiguous();
-    body.pod(Tag::kTensor);
-    body.pod(static_cast<uint32_t>(tensors.size()));
-    body.pod(send_id);
-    table.pod(static_cast<int8_t>(data.scalar_type()));
-    table.pod(static_cast<uint8_t>(data.dim()));
-    for (auto d : data.sizes())
-      table.pod(static_cast<int64_t>(d));
-    tensors.push_back(std::move(data));
-    break;
-  }
-  case 6: {
-    const auto &list = std::get<Value::List>(s);
-    body.pod(Tag::kList);
-    body.pod(static_cast<uint32_t>(list.size()));
-    for (const auto &e : list)
-      value(e);
-    break;
-  }
-  case 7: {
-    const auto &st = std::get<std::shared_ptr<RRefState>>(s);
-    forkRRef(*st, target.dst);
-    body.pod(Tag::kRRef);
-    body.pod(static_cast<int32_t>(st->owner));
-    body.pod(st->creator);
-    body.pod(st->serial);
-    break;
-  }
-  case 8:
-    throw DdprunError("rpc: a " +
-                      std::get<std::shared_ptr<Object>>(s)->typeName() +
-                      " lives on its owner and cannot be sent (use an RRef)");
+    case 7: {
+      const auto& st = std::get<std::shared_ptr<RRefState>>(s);
+      forkRRef(*st, target.dst);
+      body.pod(Tag::kRRef);
+      body.pod(static_cast<int32_t>(st->owner));
+      body.pod(st->creator);
+      body.pod(st->serial);
+      break;
+    }
+    case 8:
+      throw DdprunError("rpc: a " + std::get<std::shared_ptr<Object>>(s)->typeName() +
+                        " lives on its owner and cannot be sent (use an RRef)");
   }
 }
 
 struct Decoder {
-  Reader &in;
-  std::vector<at::Tensor> &tensors;
+  Reader& in;
+  std::vector<at::Tensor>& tensors;
   int src;
   int64_t context_id;
   Value value(int depth = 0);
 };
 
-std::shared_ptr<RRefState> adoptRRef(int owner, int64_t creator, int64_t serial,
-                                     int src);
+std::shared_ptr<RRefState> adoptRRef(int owner, int64_t creator, int64_t serial, int src);
 
 Value Decoder::value(int depth) {
-  if (depth > 64)
-    throw DdprunError("rpc: malformed message (nesting too deep)");
+  if (depth > 64) throw DdprunError("rpc: malformed message (nesting too deep)");
   switch (in.pod<Tag>()) {
-  case Tag::kNone:
-    return {};
-  case Tag::kBool:
-    return Value(in.pod<uint8_t>() != 0);
-  case Tag::kInt:
-    return Value(in.pod<int64_t>());
-  case Tag::kDouble:
-    return Value(in.pod<double>());
-  case Tag::kString:
-    return Value(in.str());
-  case Tag::kTensor: {
-    auto index = in.pod<uint32_t>();
-    auto send_id = in.pod<int64_t>();
-    if (index >= tensors.size())
-      throw DdprunError("rpc: malformed message (tensor index)");
-    at::Tensor t = tensors[index];
-    if (send_id >= 0 && context_id >= 0)
-      t = detail::recordRecv(context_id, src, send_id, std::move(t));
-    return Value(std::move(t));
-  }
-  case Tag::kList: {
-    auto n = in.pod<uint32_t>();
-    Value::List list;
-    list.reserve(std::min<uint32_t>(n, 1 << 16));
-    for (uint32_t i = 0; i < n; ++i)
-      list.push_back(value(depth + 1));
-    return Value(std::move(list));
-  }
-  case Tag::kRRef: {
-    auto owner = in.pod<int32_t>();
-    auto creator = in.pod<int64_t>();
-    auto serial = in.pod<int64_t>();
-    return Value(RRef(adoptRRef(owner, creator, serial, src)));
-  }
+    case Tag::kNone:
+      return {};
+    case Tag::kBool:
+      return Value(in.pod<uint8_t>() != 0);
+    case Tag::kInt:
+      return Value(in.pod<int64_t>());
+    case Tag::kDouble:
+      return Value(in.pod<double>());
+    case Tag::kString:
+      return Value(in.str());
+    case Tag::kTensor: {
+      auto index = in.pod<uint32_t>();
+      auto send_id = in.pod<int64_t>();
+      if (index >= tensors.size()) throw DdprunError("rpc: malformed message (tensor index)");
+      at::Tensor t = tensors[index];
+      if (send_id >= 0 && context_id >= 0) t = detail::recordRecv(context_id, src, send_id, std::move(t));
+      return Value(std::move(t));
+    }
+    case Tag::kList: {
+      auto n = in.pod<uint32_t>();
+      Value::List list;
+      list.reserve(std::min<uint32_t>(n, 1 << 16));
+      for (uint32_t i = 0; i < n; ++i) list.push_back(value(depth + 1));
+      return Value(std::move(list));
+    }
+    case Tag::kRRef: {
+      auto owner = in.pod<int32_t>();
+      auto creator = in.pod<int64_t>();
+      auto serial = in.pod<int64_t>();
+      return Value(RRef(adoptRRef(owner, creator, serial, src)));
+    }
   }
   throw DdprunError("rpc: malformed message (unknown value tag)");
 }
@@ -308,10 +284,9 @@ Value Decoder::value(int depth) {
 // ---- thread pool ----
 
 class Pool {
-public:
+ public:
   explicit Pool(int threads) {
-    for (int i = 0; i < threads; ++i)
-      threads_.emplace_back([this] { loop(); });
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
   }
   ~Pool() { stop(); }
   void post(std::function<void()> fn) {
@@ -327,30 +302,27 @@ public:
       stopping_ = true;
     }
     cv_.notify_all();
-    for (auto &t : threads_) {
-      if (t.joinable() && t.get_id() != std::this_thread::get_id())
-        t.join();
-      if (t.joinable())
-        t.detach();
+    for (auto& t : threads_) {
+      if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+      if (t.joinable()) t.detach();
     }
     threads_.clear();
   }
 
-private:
+ private:
   void loop() {
     while (true) {
       std::function<void()> fn;
       {
         std::unique_lock lock(mutex_);
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty())
-          return;
+        if (queue_.empty()) return;
         fn = std::move(queue_.front());
         queue_.pop_front();
       }
       try {
         fn();
-      } catch (const std::exception &e) {
+      } catch (const std::exception& e) {
         log()->error("rpc worker thread: uncaught exception: {}", e.what());
       }
     }
@@ -373,7 +345,7 @@ struct Registry {
   std::shared_mutex mutex;
   std::unordered_map<std::string, Registered> functions;
 };
-Registry &registry() {
+Registry& registry() {
   static Registry r;
   return r;
 }
@@ -385,17 +357,16 @@ thread_local int t_caller = -1;
 class Agent;
 
 class Connection : public std::enable_shared_from_this<Connection> {
-public:
-  Connection(Agent &agent, tcp::socket socket, int peer, bool outbound)
-      : agent_(agent), socket_(std::move(socket)), peer_(peer),
-        outbound_(outbound) {
+ public:
+  Connection(Agent& agent, tcp::socket socket, int peer, bool outbound)
+      : agent_(agent), socket_(std::move(socket)), peer_(peer), outbound_(outbound) {
     socket_.set_option(tcp::no_delay(true));
     socket_.non_blocking(true);
     fd_ = socket_.native_handle();
   }
   void start() { readHeader(); }
   // Writes the whole message; throws PeerError when the connection is broken.
-  void write(const OutMessage &m, Clock::time_point deadline);
+  void write(const OutMessage& m, Clock::time_point deadline);
   void close() {
     closed_ = true;
     boost::system::error_code ec;
@@ -409,15 +380,15 @@ public:
     std::lock_guard lock(reason_mutex_);
     return reason_;
   }
-  tcp::socket &socket() { return socket_; }
+  tcp::socket& socket() { return socket_; }
 
-private:
+ private:
   void readHeader();
   void readMeta();
   void readTensors();
-  void fail(const std::string &reason);
+  void fail(const std::string& reason);
 
-  Agent &agent_;
+  Agent& agent_;
   tcp::socket socket_;
   int fd_ = -1;
   int peer_;
@@ -456,47 +427,43 @@ struct PeerAddress {
 };
 
 class Agent : public std::enable_shared_from_this<Agent> {
-public:
+ public:
   Agent(std::string name, int rank, int world_size, RpcBackendOptions options)
-      : name_(std::move(name)), rank_(rank), world_size_(world_size),
-        options_(std::move(options)), acceptor_(io_), sweep_timer_(io_),
+      : name_(std::move(name)),
+        rank_(rank),
+        world_size_(world_size),
+        options_(std::move(options)),
+        acceptor_(io_),
+        sweep_timer_(io_),
         pool_(std::max(1, options_.num_worker_threads)) {}
 
   void start();
   void stop();
   void gracefulShutdown();
 
-  Future
-  call(int rank, const std::string &func, const Args &args,
-       std::chrono::milliseconds timeout, int64_t context_id,
-       std::optional<std::pair<int64_t, int64_t>> rref_id = std::nullopt);
-  RRef remote(int rank, const std::string &func, const Args &args,
-              std::chrono::milliseconds timeout);
+  Future call(int rank, const std::string& func, const Args& args, std::chrono::milliseconds timeout,
+              int64_t context_id, std::optional<std::pair<int64_t, int64_t>> rref_id = std::nullopt);
+  RRef remote(int rank, const std::string& func, const Args& args, std::chrono::milliseconds timeout);
 
-  void onMessage(const std::shared_ptr<Connection> &conn, const WireHeader &h,
-                 const std::string &meta, size_t body_offset,
-                 std::vector<at::Tensor> &tensors);
-  void onConnectionLost(const std::shared_ptr<Connection> &conn,
-                        const std::string &reason);
+  void onMessage(const std::shared_ptr<Connection>& conn, const WireHeader& h, const std::string& meta,
+                 size_t body_offset, std::vector<at::Tensor>& tensors);
+  void onConnectionLost(const std::shared_ptr<Connection>& conn, const std::string& reason);
 
   int rank() const { return rank_; }
   int worldSize() const { return world_size_; }
-  const std::string &name() const { return name_; }
-  int rankOf(const std::string &name) const {
+  const std::string& name() const { return name_; }
+  int rankOf(const std::string& name) const {
     auto it = by_name_.find(name);
-    if (it == by_name_.end())
-      throw DdprunError(fmt::format("rpc: unknown worker '{}'", name));
+    if (it == by_name_.end()) throw DdprunError(fmt::format("rpc: unknown worker '{}'", name));
     return it->second;
   }
   WorkerInfo info(int rank) const {
-    if (rank < 0 || rank >= world_size_)
-      throw DdprunError(fmt::format("rpc: no worker with rank {}", rank));
+    if (rank < 0 || rank >= world_size_) throw DdprunError(fmt::format("rpc: no worker with rank {}", rank));
     return {peers_[rank].name, rank};
   }
   std::string describe(int rank) const {
-    const auto &p = peers_[rank];
-    return fmt::format("worker '{}' (rank {}, {}:{})", p.name, rank, p.host,
-                       p.port);
+    const auto& p = peers_[rank];
+    return fmt::format("worker '{}' (rank {}, {}:{})", p.name, rank, p.host, p.port);
   }
   std::chrono::milliseconds timeoutOr(std::chrono::milliseconds t) const {
     return t.count() < 0 ? options_.rpc_timeout : t;
@@ -504,12 +471,9 @@ public:
   void post(std::function<void()> fn) { pool_.post(std::move(fn)); }
 
   // RRef owner table.
-  std::pair<int64_t, int64_t> newRRefId() {
-    return {rank_, next_rref_serial_.fetch_add(1)};
-  }
+  std::pair<int64_t, int64_t> newRRefId() { return {rank_, next_rref_serial_.fetch_add(1)}; }
   void ownerAdd(int64_t creator, int64_t serial, int64_t n);
-  void ownerRegister(int64_t creator, int64_t serial, Future value,
-                     int64_t refs);
+  void ownerRegister(int64_t creator, int64_t serial, Future value, int64_t refs);
   void ownerRelease(int64_t creator, int64_t serial);
   Future ownerValue(int64_t creator, int64_t serial);
   int64_t ownedCount() {
@@ -518,16 +482,14 @@ public:
   }
   bool running() const { return running_.load(); }
 
-private:
+ private:
   std::shared_ptr<Connection> connectionTo(int rank);
   void accept();
   void sweep();
-  void dispatchRequest(const std::shared_ptr<Connection> &conn,
-                       const WireHeader &h, Reader &in,
-                       std::vector<at::Tensor> &tensors);
-  void respond(const std::shared_ptr<Connection> &conn, uint64_t id, int peer,
-               int64_t context_id, const Future &result,
-               const std::string &func);
+  void dispatchRequest(const std::shared_ptr<Connection>& conn, const WireHeader& h, Reader& in,
+                       std::vector<at::Tensor>& tensors);
+  void respond(const std::shared_ptr<Connection>& conn, uint64_t id, int peer, int64_t context_id, const Future& result,
+               const std::string& func);
   void finishIncoming() {
     std::lock_guard lock(idle_mutex_);
     --inflight_incoming_;
@@ -566,7 +528,7 @@ private:
   int64_t inflight_incoming_ = 0;
   int64_t completed_incoming_ = 0;
   int64_t sent_requests_ = 0;
-  size_t pending_count_ = 0; // mirror of pending_.size() under idle_mutex_
+  size_t pending_count_ = 0;  // mirror of pending_.size() under idle_mutex_
 
   std::mutex owner_mutex_;
   std::map<std::pair<int64_t, int64_t>, OwnerEntry> owned_;
@@ -575,8 +537,8 @@ private:
 
 // Never destroyed: a process that exits without shutdown() must not join (or
 // destroy under) the agent's threads from a static destructor.
-std::mutex &g_agent_mutex = *new std::mutex;
-std::shared_ptr<Agent> &g_agent = *new std::shared_ptr<Agent>;
+std::mutex& g_agent_mutex = *new std::mutex;
+std::shared_ptr<Agent>& g_agent = *new std::shared_ptr<Agent>;
 
 std::shared_ptr<Agent> agentOrNull() {
   std::lock_guard lock(g_agent_mutex);
@@ -584,53 +546,41 @@ std::shared_ptr<Agent> agentOrNull() {
 }
 std::shared_ptr<Agent> agent() {
   auto a = agentOrNull();
-  if (!a)
-    throw DdprunError(
-        "rpc: init_rpc has not been called (or shutdown already ran)");
+  if (!a) throw DdprunError("rpc: init_rpc has not been called (or shutdown already ran)");
   return a;
 }
 
 // ---- connection ----
 
-void Connection::write(const OutMessage &m, Clock::time_point deadline) {
+void Connection::write(const OutMessage& m, Clock::time_point deadline) {
   std::vector<iovec> iov;
   iov.reserve(2 + m.tensors.size());
-  iov.push_back({const_cast<WireHeader *>(&m.header), sizeof(WireHeader)});
-  if (!m.meta.empty())
-    iov.push_back({const_cast<char *>(m.meta.data()), m.meta.size()});
-  for (const auto &t : m.tensors) {
-    if (t.nbytes() > 0)
-      iov.push_back({t.data_ptr(), t.nbytes()});
+  iov.push_back({const_cast<WireHeader*>(&m.header), sizeof(WireHeader)});
+  if (!m.meta.empty()) iov.push_back({const_cast<char*>(m.meta.data()), m.meta.size()});
+  for (const auto& t : m.tensors) {
+    if (t.nbytes() > 0) iov.push_back({t.data_ptr(), t.nbytes()});
   }
   std::lock_guard lock(write_mutex_);
-  if (broken_)
-    throw PeerError(brokenReason());
+  if (broken_) throw PeerError(brokenReason());
   size_t first = 0;
   while (first < iov.size()) {
-    const int count =
-        static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
     ssize_t n = ::writev(fd_, iov.data() + first, count);
     if (n < 0) {
-      if (errno == EINTR)
-        continue;
+      if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (closed_)
-          throw PeerError("rpc: connection closed");
+        if (closed_) throw PeerError("rpc: connection closed");
         if (Clock::now() > deadline) {
-          throw RpcTimeout(fmt::format("rpc: write to {} timed out",
-                                       agent_.describe(peer_)));
+          throw RpcTimeout(fmt::format("rpc: write to {} timed out", agent_.describe(peer_)));
         }
         pollfd p{fd_, POLLOUT, 0};
         ::poll(&p, 1, 100);
         continue;
       }
-      const std::string reason =
-          fmt::format("connection to {} lost: {}", agent_.describe(peer_),
-                      std::strerror(errno));
+      const std::string reason = fmt::format("connection to {} lost: {}", agent_.describe(peer_), std::strerror(errno));
       {
         std::lock_guard rl(reason_mutex_);
-        if (reason_.empty())
-          reason_ = reason;
+        if (reason_.empty()) reason_ = reason;
       }
       broken_ = true;
       throw PeerError("rpc: " + reason);
@@ -641,17 +591,16 @@ void Connection::write(const OutMessage &m, Clock::time_point deadline) {
       ++first;
     }
     if (left > 0) {
-      iov[first].iov_base = static_cast<char *>(iov[first].iov_base) + left;
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
       iov[first].iov_len -= left;
     }
   }
 }
 
-void Connection::fail(const std::string &reason) {
+void Connection::fail(const std::string& reason) {
   {
     std::lock_guard lock(reason_mutex_);
-    if (reason_.empty())
-      reason_ = reason;
+    if (reason_.empty()) reason_ = reason;
   }
   broken_ = true;
   agent_.onConnectionLost(shared_from_this(), reason);
@@ -660,18 +609,12 @@ void Connection::fail(const std::string &reason) {
 void Connection::readHeader() {
   auto self = shared_from_this();
   asio::async_read(socket_, asio::buffer(&header_, sizeof header_),
-                   [self](const boost::system::error_code &ec, size_t) {
-                     if (ec)
-                       return self->fail(ec == asio::error::eof
-                                             ? "peer closed the connection"
-                                             : ec.message());
-                     if (self->header_.magic != kMagic ||
-                         self->header_.meta_bytes > kMaxMeta) {
-                       return self->fail(
-                           "malformed message (bad magic or size)");
+                   [self](const boost::system::error_code& ec, size_t) {
+                     if (ec) return self->fail(ec == asio::error::eof ? "peer closed the connection" : ec.message());
+                     if (self->header_.magic != kMagic || self->header_.meta_bytes > kMaxMeta) {
+                       return self->fail("malformed message (bad magic or size)");
                      }
-                     if (self->peer_ < 0)
-                       self->peer_ = self->header_.src;
+                     if (self->peer_ < 0) self->peer_ = self->header_.src;
                      self->readMeta();
                    });
 }
@@ -679,14 +622,10 @@ void Connection::readHeader() {
 void Connection::readMeta() {
   meta_.resize(header_.meta_bytes);
   auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(meta_),
-                   [self](const boost::system::error_code &ec, size_t) {
-                     if (ec)
-                       return self->fail(ec == asio::error::eof
-                                             ? "peer closed the connection"
-                                             : ec.message());
-                     self->readTensors();
-                   });
+  asio::async_read(socket_, asio::buffer(meta_), [self](const boost::system::error_code& ec, size_t) {
+    if (ec) return self->fail(ec == asio::error::eof ? "peer closed the connection" : ec.message());
+    self->readTensors();
+  });
 }
 
 void Connection::readTensors() {
@@ -696,49 +635,38 @@ void Connection::readTensors() {
   try {
     Reader in(meta_.data(), meta_.size());
     auto count = in.pod<uint32_t>();
-    if (count > (1u << 24))
-      throw DdprunError("rpc: malformed message (tensor count)");
+    if (count > (1u << 24)) throw DdprunError("rpc: malformed message (tensor count)");
     for (uint32_t i = 0; i < count; ++i) {
       auto dtype = in.pod<int8_t>();
       auto ndim = in.pod<uint8_t>();
-      if (dtype < 0 ||
-          dtype >= static_cast<int8_t>(c10::ScalarType::NumOptions)) {
+      if (dtype < 0 || dtype >= static_cast<int8_t>(c10::ScalarType::NumOptions)) {
         throw DdprunError("rpc: malformed message (dtype)");
       }
       std::vector<int64_t> sizes(ndim);
-      for (auto &s : sizes) {
+      for (auto& s : sizes) {
         s = in.pod<int64_t>();
-        if (s < 0)
-          throw DdprunError("rpc: malformed message (negative size)");
+        if (s < 0) throw DdprunError("rpc: malformed message (negative size)");
       }
-      at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(
-                                          static_cast<c10::ScalarType>(dtype)));
+      at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(static_cast<c10::ScalarType>(dtype)));
       total += t.nbytes();
-      if (t.nbytes() > 0)
-        buffers.emplace_back(t.data_ptr(), t.nbytes());
+      if (t.nbytes() > 0) buffers.emplace_back(t.data_ptr(), t.nbytes());
       in_tensors_.push_back(std::move(t));
     }
-    body_offset_ = in.consumed(
-        meta_.data()); // the body starts where the tensor table ends
-    if (total != header_.tensor_bytes)
-      throw DdprunError("rpc: malformed message (tensor bytes)");
-  } catch (const std::exception &e) {
+    body_offset_ = in.consumed(meta_.data());  // the body starts where the tensor table ends
+    if (total != header_.tensor_bytes) throw DdprunError("rpc: malformed message (tensor bytes)");
+  } catch (const std::exception& e) {
     return fail(e.what());
   }
   auto self = shared_from_this();
-  auto deliver = [self](const boost::system::error_code &ec, size_t) {
-    if (ec)
-      return self->fail(ec == asio::error::eof ? "peer closed the connection"
-                                               : ec.message());
+  auto deliver = [self](const boost::system::error_code& ec, size_t) {
+    if (ec) return self->fail(ec == asio::error::eof ? "peer closed the connection" : ec.message());
     try {
-      self->agent_.onMessage(self, self->header_, self->meta_,
-                             self->body_offset_, self->in_tensors_);
-    } catch (const std::exception &e) {
+      self->agent_.onMessage(self, self->header_, self->meta_, self->body_offset_, self->in_tensors_);
+    } catch (const std::exception& e) {
       return self->fail(std::string("bad message: ") + e.what());
     }
     self->in_tensors_.clear();
-    if (!self->closed_)
-      self->readHeader();
+    if (!self->closed_) self->readHeader();
   };
   if (buffers.empty()) {
     deliver({}, 0);
@@ -762,11 +690,12 @@ void Agent::start() {
   std::string host = options_.store_host;
   int store_port = options_.store_port;
   if (host.empty()) {
-    const char *a = std::getenv(env::kMasterAddr);
-    const char *p = std::getenv(env::kMasterPort);
+    const char* a = std::getenv(env::kMasterAddr);
+    const char* p = std::getenv(env::kMasterPort);
     if (!a || !p)
-      throw DdprunError("init_rpc: MASTER_ADDR and MASTER_PORT must be set "
-                        "(start with ddprun)");
+      throw DdprunError(
+          "init_rpc: MASTER_ADDR and MASTER_PORT must be set "
+          "(start with ddprun)");
     host = a;
     store_port = std::atoi(p);
   }
@@ -776,83 +705,70 @@ void Agent::start() {
   so.timeout = options_.init_timeout;
   so.connect_timeout = options_.init_timeout;
   store_ = std::make_unique<rendezvous::TcpStoreClient>(so);
-  const char *attempt = std::getenv(env::kRestartCount);
+  const char* attempt = std::getenv(env::kRestartCount);
   prefix_ = fmt::format("ddprun/rpc/{}/", attempt ? attempt : "0");
   const std::string my_host = store_->localAddress();
-  store_->set(prefix_ + "worker/" + std::to_string(rank_),
-              fmt::format("{}\n{}\n{}", name_, my_host, port));
+  store_->set(prefix_ + "worker/" + std::to_string(rank_), fmt::format("{}\n{}\n{}", name_, my_host, port));
 
   std::vector<std::string> keys;
-  for (int r = 0; r < world_size_; ++r)
-    keys.push_back(prefix_ + "worker/" + std::to_string(r));
+  for (int r = 0; r < world_size_; ++r) keys.push_back(prefix_ + "worker/" + std::to_string(r));
   peers_.resize(world_size_);
   for (int r = 0; r < world_size_; ++r) {
     std::string v;
     try {
       v = store_->get(keys[r]);
-    } catch (const rendezvous::StoreError &e) {
-      throw rendezvous::StoreError(fmt::format(
-          "init_rpc: worker with rank {} never published its address: {}", r,
-          e.what()));
+    } catch (const rendezvous::StoreError& e) {
+      throw rendezvous::StoreError(
+          fmt::format("init_rpc: worker with rank {} never published its address: {}", r, e.what()));
     }
     auto a = v.find('\n'), b = v.rfind('\n');
     if (a == std::string::npos || a == b)
-      throw DdprunError("init_rpc: malformed address entry for rank " +
-                        std::to_string(r));
-    peers_[r] = {v.substr(0, a), v.substr(a + 1, b - a - 1),
-                 std::atoi(v.c_str() + b + 1)};
+      throw DdprunError("init_rpc: malformed address entry for rank " + std::to_string(r));
+    peers_[r] = {v.substr(0, a), v.substr(a + 1, b - a - 1), std::atoi(v.c_str() + b + 1)};
     if (!by_name_.emplace(peers_[r].name, r).second) {
-      throw DdprunError(
-          fmt::format("init_rpc: worker name '{}' is used by ranks {} and {}",
-                      peers_[r].name, by_name_[peers_[r].name], r));
+      throw DdprunError(fmt::format("init_rpc: worker name '{}' is used by ranks {} and {}", peers_[r].name,
+                                    by_name_[peers_[r].name], r));
     }
   }
   outbound_.resize(world_size_);
-  for (int r = 0; r < world_size_; ++r)
-    connect_mutex_.push_back(std::make_unique<std::mutex>());
+  for (int r = 0; r < world_size_; ++r) connect_mutex_.push_back(std::make_unique<std::mutex>());
   running_ = true;
   accept();
   sweep();
   io_thread_ = std::thread([this] {
     try {
       io_.run();
-    } catch (const std::exception &e) {
+    } catch (const std::exception& e) {
       log()->error("rpc I/O thread: {}", e.what());
     }
   });
-  log()->debug("rpc agent '{}' (rank {}) listening on {}:{}", name_, rank_,
-               my_host, port);
+  log()->debug("rpc agent '{}' (rank {}) listening on {}:{}", name_, rank_, my_host, port);
 }
 
 void Agent::accept() {
-  acceptor_.async_accept(
-      [this](const boost::system::error_code &ec, tcp::socket socket) {
-        if (ec) {
-          if (!stopping_)
-            log()->warn("rpc accept: {}", ec.message());
-          return;
-        }
-        try {
-          auto conn =
-              std::make_shared<Connection>(*this, std::move(socket), -1, false);
-          {
-            std::lock_guard lock(conn_mutex_);
-            inbound_.push_back(conn);
-          }
-          conn->start();
-        } catch (const std::exception &e) {
-          log()->warn("rpc accept: {}", e.what());
-        }
-        if (!stopping_)
-          accept();
-      });
+  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+    if (ec) {
+      if (!stopping_) log()->warn("rpc accept: {}", ec.message());
+      return;
+    }
+    try {
+      auto conn = std::make_shared<Connection>(*this, std::move(socket), -1, false);
+      {
+        std::lock_guard lock(conn_mutex_);
+        inbound_.push_back(conn);
+      }
+      conn->start();
+    } catch (const std::exception& e) {
+      log()->warn("rpc accept: {}", e.what());
+    }
+    if (!stopping_) accept();
+  });
 }
 
 void Agent::sweep() {
   sweep_timer_.expires_after(std::chrono::milliseconds(20));
-  sweep_timer_.async_wait([this](const boost::system::error_code &ec) {
-    if (ec || stopping_)
-      return;
+  sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopping_) return;
     const auto now = Clock::now();
     std::vector<PendingCall> expired;
     {
@@ -873,10 +789,9 @@ void Agent::sweep() {
       }
       idle_cv_.notify_all();
     }
-    for (auto &p : expired) {
+    for (auto& p : expired) {
       p.future.set_exception(std::make_exception_ptr(RpcTimeout(
-          fmt::format("rpc '{}' to {}: timed out after {} ms", p.func,
-                      describe(p.peer), p.timeout.count()))));
+          fmt::format("rpc '{}' to {}: timed out after {} ms", p.func, describe(p.peer), p.timeout.count()))));
     }
     sweep();
   });
@@ -885,22 +800,18 @@ void Agent::sweep() {
 std::shared_ptr<Connection> Agent::connectionTo(int rank) {
   {
     std::lock_guard lock(conn_mutex_);
-    if (outbound_[rank])
-      return outbound_[rank];
+    if (outbound_[rank]) return outbound_[rank];
   }
   std::lock_guard connect_lock(*connect_mutex_[rank]);
   {
     std::lock_guard lock(conn_mutex_);
-    if (outbound_[rank])
-      return outbound_[rank];
+    if (outbound_[rank]) return outbound_[rank];
   }
-  const auto &p = peers_[rank];
+  const auto& p = peers_[rank];
   tcp::socket socket(io_);
   boost::system::error_code ec;
   auto address = asio::ip::make_address(p.host, ec);
-  if (ec)
-    throw PeerError(fmt::format("rpc: bad address of {}: {}", describe(rank),
-                                ec.message()));
+  if (ec) throw PeerError(fmt::format("rpc: bad address of {}: {}", describe(rank), ec.message()));
   socket.open(tcp::v4());
   // Connect with a deadline (a peer on a vanished host must not hang us).
   const int fd = socket.native_handle();
@@ -909,26 +820,21 @@ std::shared_ptr<Connection> Agent::connectionTo(int rank) {
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(p.port));
   sa.sin_addr.s_addr = htonl(address.to_v4().to_uint());
-  int rc = ::connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa);
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
   if (rc != 0 && errno == EINPROGRESS) {
     pollfd pfd{fd, POLLOUT, 0};
     rc = ::poll(&pfd, 1, static_cast<int>(options_.rpc_timeout.count()));
-    if (rc == 0)
-      throw PeerError(
-          fmt::format("rpc: connecting to {} timed out", describe(rank)));
+    if (rc == 0) throw PeerError(fmt::format("rpc: connecting to {} timed out", describe(rank)));
     int err = 0;
     socklen_t len = sizeof err;
     ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
-      throw PeerError(fmt::format("rpc: cannot connect to {}: {}",
-                                  describe(rank), std::strerror(err)));
+      throw PeerError(fmt::format("rpc: cannot connect to {}: {}", describe(rank), std::strerror(err)));
     }
   } else if (rc != 0) {
-    throw PeerError(fmt::format("rpc: cannot connect to {}: {}", describe(rank),
-                                std::strerror(errno)));
+    throw PeerError(fmt::format("rpc: cannot connect to {}: {}", describe(rank), std::strerror(errno)));
   }
-  auto conn =
-      std::make_shared<Connection>(*this, std::move(socket), rank, true);
+  auto conn = std::make_shared<Connection>(*this, std::move(socket), rank, true);
   {
     std::lock_guard lock(conn_mutex_);
     outbound_[rank] = conn;
@@ -937,33 +843,26 @@ std::shared_ptr<Connection> Agent::connectionTo(int rank) {
   return conn;
 }
 
-Future Agent::call(int rank, const std::string &func, const Args &args,
-                   std::chrono::milliseconds timeout, int64_t context_id,
-                   std::optional<std::pair<int64_t, int64_t>> rref_id) {
-  if (stopping_)
-    throw RpcError(fmt::format("rpc '{}' to {}: the agent is shut down", func,
-                               describe(rank)));
+Future Agent::call(int rank, const std::string& func, const Args& args, std::chrono::milliseconds timeout,
+                   int64_t context_id, std::optional<std::pair<int64_t, int64_t>> rref_id) {
+  if (stopping_) throw RpcError(fmt::format("rpc '{}' to {}: the agent is shut down", func, describe(rank)));
   timeout = timeoutOr(timeout);
   Future future;
   auto conn = connectionTo(rank);
-  if (conn->broken())
-    throw PeerError(fmt::format("rpc '{}' to {}: {}", func, describe(rank),
-                                conn->brokenReason()));
+  if (conn->broken()) throw PeerError(fmt::format("rpc '{}' to {}: {}", func, describe(rank), conn->brokenReason()));
   const uint64_t id = next_id_.fetch_add(1);
   Encoder enc{{rank, context_id}, {}, {}, {}};
   enc.body.str(func);
   enc.body.pod(context_id);
   enc.body.pod(rref_id ? rref_id->first : int64_t{-1});
   enc.body.pod(rref_id ? rref_id->second : int64_t{-1});
-  if (context_id >= 0)
-    detail::touchContext(context_id, rank);
+  if (context_id >= 0) detail::touchContext(context_id, rank);
   enc.value(Value(Value::List(args.begin(), args.end())));
   OutMessage msg = enc.finish(Kind::kRequest, id);
   const auto deadline = Clock::now() + timeout;
   {
     std::lock_guard lock(pending_mutex_);
-    pending_.emplace(id, PendingCall{future, rank, func, context_id, deadline,
-                                     timeout, conn});
+    pending_.emplace(id, PendingCall{future, rank, func, context_id, deadline, timeout, conn});
   }
   {
     std::lock_guard lock(idle_mutex_);
@@ -972,7 +871,7 @@ Future Agent::call(int rank, const std::string &func, const Args &args,
   }
   try {
     conn->write(msg, deadline);
-  } catch (const RpcError &e) {
+  } catch (const RpcError& e) {
     bool mine = false;
     {
       std::lock_guard lock(pending_mutex_);
@@ -984,15 +883,14 @@ Future Agent::call(int rank, const std::string &func, const Args &args,
         --pending_count_;
       }
       idle_cv_.notify_all();
-      future.set_exception(std::make_exception_ptr(PeerError(
-          fmt::format("rpc '{}' to {}: {}", func, describe(rank), e.what()))));
+      future.set_exception(
+          std::make_exception_ptr(PeerError(fmt::format("rpc '{}' to {}: {}", func, describe(rank), e.what()))));
     }
   }
   return future;
 }
 
-RRef Agent::remote(int rank, const std::string &func, const Args &args,
-                   std::chrono::milliseconds timeout) {
+RRef Agent::remote(int rank, const std::string& func, const Args& args, std::chrono::milliseconds timeout) {
   auto [creator, serial] = newRRefId();
   auto state = std::make_shared<RRefState>();
   state->owner = rank;
@@ -1010,8 +908,8 @@ RRef Agent::remote(int rank, const std::string &func, const Args &args,
       std::shared_lock lock(registry().mutex);
       auto it = registry().functions.find(func);
       if (it == registry().functions.end()) {
-        value.set_exception(std::make_exception_ptr(RemoteError(fmt::format(
-            "remote '{}' on {}: no such function", func, describe(rank)))));
+        value.set_exception(std::make_exception_ptr(
+            RemoteError(fmt::format("remote '{}' on {}: no such function", func, describe(rank)))));
         return RRef(state);
       }
       reg = it->second;
@@ -1019,16 +917,16 @@ RRef Agent::remote(int rank, const std::string &func, const Args &args,
     post([reg, args, value, func, this] {
       try {
         Future f = reg.fn(args);
-        f.add_done_callback([value](const Future &done) {
+        f.add_done_callback([value](const Future& done) {
           if (auto e = done.exception()) {
             value.set_exception(e);
           } else {
             value.set_result(done.value());
           }
         });
-      } catch (const std::exception &e) {
-        value.set_exception(std::make_exception_ptr(RemoteError(fmt::format(
-            "remote '{}' on {}: {}", func, describe(rank_), e.what()))));
+      } catch (const std::exception& e) {
+        value.set_exception(std::make_exception_ptr(
+            RemoteError(fmt::format("remote '{}' on {}: {}", func, describe(rank_), e.what()))));
       }
     });
     return RRef(state);
@@ -1039,13 +937,10 @@ RRef Agent::remote(int rank, const std::string &func, const Args &args,
   return RRef(state);
 }
 
-void Agent::onConnectionLost(const std::shared_ptr<Connection> &conn,
-                             const std::string &reason) {
+void Agent::onConnectionLost(const std::shared_ptr<Connection>& conn, const std::string& reason) {
   conn->close();
   if (!conn->outbound()) {
-    if (!stopping_)
-      log()->debug("rpc: incoming connection from rank {} closed: {}",
-                   conn->peer(), reason);
+    if (!stopping_) log()->debug("rpc: incoming connection from rank {} closed: {}", conn->peer(), reason);
     return;
   }
   std::vector<PendingCall> failed;
@@ -1066,31 +961,25 @@ void Agent::onConnectionLost(const std::shared_ptr<Connection> &conn,
       pending_count_ -= failed.size();
     }
     idle_cv_.notify_all();
-    log()->warn("rpc: lost {} ({}); failing {} pending call(s)",
-                describe(conn->peer()), reason, failed.size());
+    log()->warn("rpc: lost {} ({}); failing {} pending call(s)", describe(conn->peer()), reason, failed.size());
   }
-  for (auto &p : failed) {
+  for (auto& p : failed) {
     p.future.set_exception(std::make_exception_ptr(
-        PeerError(fmt::format("rpc '{}' to {}: connection lost ({})", p.func,
-                              describe(p.peer), reason))));
+        PeerError(fmt::format("rpc '{}' to {}: connection lost ({})", p.func, describe(p.peer), reason))));
   }
 }
 
-void Agent::onMessage(const std::shared_ptr<Connection> &conn,
-                      const WireHeader &h, const std::string &meta,
-                      size_t body_offset, std::vector<at::Tensor> &tensors) {
+void Agent::onMessage(const std::shared_ptr<Connection>& conn, const WireHeader& h, const std::string& meta,
+                      size_t body_offset, std::vector<at::Tensor>& tensors) {
   Reader in(meta.data() + body_offset, meta.size() - body_offset);
   const auto kind = static_cast<Kind>(h.kind);
-  if (kind == Kind::kRequest)
-    return dispatchRequest(conn, h, in, tensors);
-  if (kind != Kind::kResponse && kind != Kind::kError)
-    throw DdprunError("rpc: unknown message kind");
+  if (kind == Kind::kRequest) return dispatchRequest(conn, h, in, tensors);
+  if (kind != Kind::kResponse && kind != Kind::kError) throw DdprunError("rpc: unknown message kind");
   PendingCall call;
   {
     std::lock_guard lock(pending_mutex_);
     auto it = pending_.find(h.id);
-    if (it == pending_.end())
-      return; // timed out already
+    if (it == pending_.end()) return;  // timed out already
     call = std::move(it->second);
     pending_.erase(it);
   }
@@ -1106,14 +995,13 @@ void Agent::onMessage(const std::shared_ptr<Connection> &conn,
   try {
     Decoder dec{in, tensors, conn->peer(), call.context_id};
     call.future.set_result(dec.value());
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     call.future.set_exception(std::current_exception());
   }
 }
 
-void Agent::dispatchRequest(const std::shared_ptr<Connection> &conn,
-                            const WireHeader &h, Reader &in,
-                            std::vector<at::Tensor> &tensors) {
+void Agent::dispatchRequest(const std::shared_ptr<Connection>& conn, const WireHeader& h, Reader& in,
+                            std::vector<at::Tensor>& tensors) {
   const std::string func = in.str();
   const auto context_id = in.pod<int64_t>();
   const auto rref_creator = in.pod<int64_t>();
@@ -1125,11 +1013,9 @@ void Agent::dispatchRequest(const std::shared_ptr<Connection> &conn,
     ++inflight_incoming_;
   }
   Future result;
-  Future owned; // for remote(): the value kept here
-  if (rref_creator >= 0)
-    ownerRegister(rref_creator, rref_serial, owned, 1);
-  auto finish = [this, conn, id, src, context_id, func,
-                 rref_creator](const Future &result, Future owned) {
+  Future owned;  // for remote(): the value kept here
+  if (rref_creator >= 0) ownerRegister(rref_creator, rref_serial, owned, 1);
+  auto finish = [this, conn, id, src, context_id, func, rref_creator](const Future& result, Future owned) {
     if (rref_creator >= 0) {
       if (auto e = result.exception()) {
         owned.set_exception(e);
@@ -1144,38 +1030,34 @@ void Agent::dispatchRequest(const std::shared_ptr<Connection> &conn,
   Args args;
   Registered reg;
   try {
-    if (context_id >= 0)
-      detail::touchContext(context_id, src);
+    if (context_id >= 0) detail::touchContext(context_id, src);
     Decoder dec{in, tensors, src, context_id};
     Value v = dec.value();
     args = std::move(v.toList());
     std::shared_lock lock(registry().mutex);
     auto it = registry().functions.find(func);
-    if (it == registry().functions.end())
-      throw DdprunError("no such function");
+    if (it == registry().functions.end()) throw DdprunError("no such function");
     reg = it->second;
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     result.set_exception(std::current_exception());
     finish(result, owned);
     return;
   }
-  auto run = [this, reg, args = std::move(args), src, context_id, finish,
-              owned]() mutable {
+  auto run = [this, reg, args = std::move(args), src, context_id, finish, owned]() mutable {
     Future out;
     const int previous_caller = t_caller;
     t_caller = src;
     detail::setCurrentContext(context_id);
     try {
       out = reg.fn(args);
-    } catch (const std::exception &) {
+    } catch (const std::exception&) {
       out = Future();
       out.set_exception(std::current_exception());
     }
     detail::setCurrentContext(-1);
     t_caller = previous_caller;
     args.clear();
-    out.add_done_callback(
-        [finish, owned](const Future &done) { finish(done, owned); });
+    out.add_done_callback([finish, owned](const Future& done) { finish(done, owned); });
   };
   if (reg.run_inline) {
     run();
@@ -1184,9 +1066,8 @@ void Agent::dispatchRequest(const std::shared_ptr<Connection> &conn,
   }
 }
 
-void Agent::respond(const std::shared_ptr<Connection> &conn, uint64_t id,
-                    int peer, int64_t context_id, const Future &result,
-                    const std::string &func) {
+void Agent::respond(const std::shared_ptr<Connection>& conn, uint64_t id, int peer, int64_t context_id,
+                    const Future& result, const std::string& func) {
   OutMessage msg;
   auto error = result.exception();
   if (!error) {
@@ -1194,7 +1075,7 @@ void Agent::respond(const std::shared_ptr<Connection> &conn, uint64_t id,
       Encoder enc{{peer, context_id}, {}, {}, {}};
       enc.value(result.value());
       msg = enc.finish(Kind::kResponse, id);
-    } catch (const std::exception &) {
+    } catch (const std::exception&) {
       error = std::current_exception();
     }
   }
@@ -1202,11 +1083,10 @@ void Agent::respond(const std::shared_ptr<Connection> &conn, uint64_t id,
     std::string text;
     try {
       std::rethrow_exception(error);
-    } catch (const RemoteError &e) {
-      text = e.what(); // already names where it came from
-    } catch (const std::exception &e) {
-      text = fmt::format("'{}' on worker '{}' (rank {}) raised: {}", func,
-                         name_, rank_, e.what());
+    } catch (const RemoteError& e) {
+      text = e.what();  // already names where it came from
+    } catch (const std::exception& e) {
+      text = fmt::format("'{}' on worker '{}' (rank {}) raised: {}", func, name_, rank_, e.what());
     }
     Encoder enc{{peer, -1}, {}, {}, {}};
     enc.body.str(text);
@@ -1214,17 +1094,15 @@ void Agent::respond(const std::shared_ptr<Connection> &conn, uint64_t id,
   }
   try {
     conn->write(msg, Clock::now() + options_.rpc_timeout);
-  } catch (const std::exception &e) {
-    log()->debug("rpc: reply to rank {} for '{}' not delivered: {}", peer, func,
-                 e.what());
+  } catch (const std::exception& e) {
+    log()->debug("rpc: reply to rank {} for '{}' not delivered: {}", peer, func, e.what());
   }
   finishIncoming();
 }
 
-void Agent::ownerRegister(int64_t creator, int64_t serial, Future value,
-                          int64_t refs) {
+void Agent::ownerRegister(int64_t creator, int64_t serial, Future value, int64_t refs) {
   std::lock_guard lock(owner_mutex_);
-  auto &e = owned_[{creator, serial}];
+  auto& e = owned_[{creator, serial}];
   e.value = value;
   e.refs += refs;
 }
@@ -1235,10 +1113,7 @@ void Agent::ownerAdd(int64_t creator, int64_t serial, int64_t n) {
     std::lock_guard lock(owner_mutex_);
     auto it = owned_.find({creator, serial});
     if (it == owned_.end()) {
-      if (n > 0)
-        log()->warn(
-            "rpc: reference added to RRef {}:{}:{} that no longer exists",
-            rank_, creator, serial);
+      if (n > 0) log()->warn("rpc: reference added to RRef {}:{}:{} that no longer exists", rank_, creator, serial);
       return;
     }
     it->second.refs += n;
@@ -1251,17 +1126,13 @@ void Agent::ownerAdd(int64_t creator, int64_t serial, int64_t n) {
   // lock.
 }
 
-void Agent::ownerRelease(int64_t creator, int64_t serial) {
-  ownerAdd(creator, serial, -1);
-}
+void Agent::ownerRelease(int64_t creator, int64_t serial) { ownerAdd(creator, serial, -1); }
 
 Future Agent::ownerValue(int64_t creator, int64_t serial) {
   std::lock_guard lock(owner_mutex_);
   auto it = owned_.find({creator, serial});
   if (it == owned_.end()) {
-    throw DdprunError(
-        fmt::format("rpc: RRef {}:{}:{} does not exist on its owner (released)",
-                    rank_, creator, serial));
+    throw DdprunError(fmt::format("rpc: RRef {}:{}:{} does not exist on its owner (released)", rank_, creator, serial));
   }
   return it->second.value;
 }
@@ -1274,12 +1145,10 @@ void Agent::gracefulShutdown() {
   for (int round = 0;; ++round) {
     {
       std::unique_lock lock(idle_mutex_);
-      if (!idle_cv_.wait_for(lock, options_.rpc_timeout, [&] {
-            return pending_count_ == 0 && inflight_incoming_ == 0;
-          })) {
-        throw RpcError(fmt::format(
-            "rpc shutdown: calls still outstanding after {} ms on '{}'",
-            options_.rpc_timeout.count(), name_));
+      if (!idle_cv_.wait_for(lock, options_.rpc_timeout,
+                             [&] { return pending_count_ == 0 && inflight_incoming_ == 0; })) {
+        throw RpcError(fmt::format("rpc shutdown: calls still outstanding after {} ms on '{}'",
+                                   options_.rpc_timeout.count(), name_));
       }
     }
     int64_t sent, done;
@@ -1295,27 +1164,22 @@ void Agent::gracefulShutdown() {
       std::string v;
       try {
         v = store_->get(base + std::to_string(r));
-      } catch (const rendezvous::StoreError &e) {
-        throw RpcError(
-            fmt::format("rpc shutdown: {} did not reach shutdown: {}",
-                        describe(r), e.what()));
+      } catch (const rendezvous::StoreError& e) {
+        throw RpcError(fmt::format("rpc shutdown: {} did not reach shutdown: {}", describe(r), e.what()));
       }
       long long s = 0, d = 0;
       std::sscanf(v.c_str(), "%lld %lld", &s, &d);
       total_sent += s;
       total_done += d;
     }
-    if (total_sent == total_done && total_sent == last_sent &&
-        total_done == last_done)
-      break;
+    if (total_sent == total_done && total_sent == last_sent && total_done == last_done) break;
     last_sent = total_sent;
     last_done = total_done;
   }
 }
 
 void Agent::stop() {
-  if (stopping_.exchange(true))
-    return;
+  if (stopping_.exchange(true)) return;
   running_ = false;
   boost::system::error_code ec;
   asio::post(io_, [this] {
@@ -1323,36 +1187,29 @@ void Agent::stop() {
     acceptor_.close(ec2);
     sweep_timer_.cancel();
     std::lock_guard lock(conn_mutex_);
-    for (auto &c : outbound_) {
-      if (c)
-        c->close();
+    for (auto& c : outbound_) {
+      if (c) c->close();
     }
-    for (auto &c : inbound_)
-      c->close();
+    for (auto& c : inbound_) c->close();
   });
   io_.stop();
-  if (io_thread_.joinable())
-    io_thread_.join();
+  if (io_thread_.joinable()) io_thread_.join();
   {
     std::lock_guard lock(conn_mutex_);
-    for (auto &c : outbound_) {
-      if (c)
-        c->close();
+    for (auto& c : outbound_) {
+      if (c) c->close();
     }
-    for (auto &c : inbound_)
-      c->close();
+    for (auto& c : inbound_) c->close();
   }
   pool_.stop();
   std::vector<PendingCall> failed;
   {
     std::lock_guard lock(pending_mutex_);
-    for (auto &[id, p] : pending_)
-      failed.push_back(std::move(p));
+    for (auto& [id, p] : pending_) failed.push_back(std::move(p));
     pending_.clear();
   }
-  for (auto &p : failed) {
-    p.future.set_exception(std::make_exception_ptr(
-        RpcError(fmt::format("rpc '{}': the agent shut down", p.func))));
+  for (auto& p : failed) {
+    p.future.set_exception(std::make_exception_ptr(RpcError(fmt::format("rpc '{}': the agent shut down", p.func))));
   }
   std::map<std::pair<int64_t, int64_t>, OwnerEntry> owned;
   {
@@ -1365,116 +1222,97 @@ void Agent::stop() {
 
 // ---- RRef plumbing ----
 
-void forkRRef(const RRefState &state, int dst) {
+void forkRRef(const RRefState& state, int dst) {
   auto a = agent();
   if (state.owner == a->rank()) {
     a->ownerAdd(state.creator, state.serial,
-                1); // the receiver's new reference, counted now
+                1);  // the receiver's new reference, counted now
   } else if (dst != state.owner) {
     // A third worker: the owner must count it before this message can reach it.
-    a->call(state.owner, "ddprun.rref.add", {state.creator, state.serial},
-            kDefaultTimeout, -1)
-        .wait();
+    a->call(state.owner, "ddprun.rref.add", {state.creator, state.serial}, kDefaultTimeout, -1).wait();
   }
   // dst == owner: the owner counts it when it decodes the message (same
   // connection order).
 }
 
-std::shared_ptr<RRefState> adoptRRef(int owner, int64_t creator, int64_t serial,
-                                     int src) {
+std::shared_ptr<RRefState> adoptRRef(int owner, int64_t creator, int64_t serial, int src) {
   auto a = agent();
   auto state = std::make_shared<RRefState>();
   state->owner = owner;
   state->creator = creator;
   state->serial = serial;
   if (owner == a->rank()) {
-    if (src != owner)
-      a->ownerAdd(creator, serial, 1);
+    if (src != owner) a->ownerAdd(creator, serial, 1);
     try {
       state->local = a->ownerValue(creator, serial);
       state->has_local = true;
-    } catch (const DdprunError &) {
+    } catch (const DdprunError&) {
       state->has_local = false;
     }
   }
   return state;
 }
 
-} // namespace
+}  // namespace
 
 // ---- Value ----
 
 Value::Value(std::vector<at::Tensor> v) {
   List list;
   list.reserve(v.size());
-  for (auto &t : v)
-    list.emplace_back(std::move(t));
+  for (auto& t : v) list.emplace_back(std::move(t));
   v_ = std::move(list);
 }
-Value::Value(const RRef &v) : v_(v.state()) {}
+Value::Value(const RRef& v) : v_(v.state()) {}
 
 std::string Value::typeName() const {
-  static const char *names[] = {"none",   "bool", "int",  "double", "string",
-                                "tensor", "list", "RRef", "object"};
-  if (isObject())
-    return "object " + toObject()->typeName();
+  static const char* names[] = {"none", "bool", "int", "double", "string", "tensor", "list", "RRef", "object"};
+  if (isObject()) return "object " + toObject()->typeName();
   return names[v_.index()];
 }
-void Value::throwType(const char *expected) const {
-  throw DdprunError(
-      fmt::format("rpc value: expected {}, got {}", expected, typeName()));
+void Value::throwType(const char* expected) const {
+  throw DdprunError(fmt::format("rpc value: expected {}, got {}", expected, typeName()));
 }
 bool Value::toBool() const {
-  if (!isBool())
-    throwType("bool");
+  if (!isBool()) throwType("bool");
   return std::get<bool>(v_);
 }
 int64_t Value::toInt() const {
-  if (!isInt())
-    throwType("int");
+  if (!isInt()) throwType("int");
   return std::get<int64_t>(v_);
 }
 double Value::toDouble() const {
-  if (isInt())
-    return static_cast<double>(std::get<int64_t>(v_));
-  if (!isDouble())
-    throwType("double");
+  if (isInt()) return static_cast<double>(std::get<int64_t>(v_));
+  if (!isDouble()) throwType("double");
   return std::get<double>(v_);
 }
-const std::string &Value::toString() const {
-  if (!isString())
-    throwType("string");
+const std::string& Value::toString() const {
+  if (!isString()) throwType("string");
   return std::get<std::string>(v_);
 }
-const at::Tensor &Value::toTensor() const {
-  if (!isTensor())
-    throwType("tensor");
+const at::Tensor& Value::toTensor() const {
+  if (!isTensor()) throwType("tensor");
   return std::get<at::Tensor>(v_);
 }
-const Value::List &Value::toList() const {
-  if (!isList())
-    throwType("list");
+const Value::List& Value::toList() const {
+  if (!isList()) throwType("list");
   return std::get<List>(v_);
 }
-Value::List &Value::toList() {
-  if (!isList())
-    throwType("list");
+Value::List& Value::toList() {
+  if (!isList()) throwType("list");
   return std::get<List>(v_);
 }
 std::vector<at::Tensor> Value::toTensorList() const {
   std::vector<at::Tensor> out;
-  for (const auto &v : toList())
-    out.push_back(v.toTensor());
+  for (const auto& v : toList()) out.push_back(v.toTensor());
   return out;
 }
 RRef Value::toRRef() const {
-  if (!isRRef())
-    throwType("RRef");
+  if (!isRRef()) throwType("RRef");
   return RRef(std::get<std::shared_ptr<detail::RRefState>>(v_));
 }
-const std::shared_ptr<Object> &Value::toObject() const {
-  if (!isObject())
-    throwType("object");
+const std::shared_ptr<Object>& Value::toObject() const {
+  if (!isObject()) throwType("object");
   return std::get<std::shared_ptr<Object>>(v_);
 }
 
@@ -1485,8 +1323,7 @@ Future::Future() : state_(std::make_shared<FutureState>()) {}
 Value Future::wait() const {
   std::unique_lock lock(state_->mutex);
   state_->cv.wait(lock, [&] { return state_->done; });
-  if (state_->error)
-    std::rethrow_exception(state_->error);
+  if (state_->error) std::rethrow_exception(state_->error);
   return state_->value;
 }
 bool Future::wait_for(std::chrono::milliseconds timeout) const {
@@ -1500,20 +1337,18 @@ bool Future::done() const {
 Value Future::value() const {
   std::lock_guard lock(state_->mutex);
   DDPRUN_CHECK(state_->done, "Future::value() on a pending future");
-  if (state_->error)
-    std::rethrow_exception(state_->error);
+  if (state_->error) std::rethrow_exception(state_->error);
   return state_->value;
 }
 std::exception_ptr Future::exception() const {
   std::lock_guard lock(state_->mutex);
   return state_->error;
 }
-void Future::add_done_callback(std::function<void(const Future &)> fn) const {
+void Future::add_done_callback(std::function<void(const Future&)> fn) const {
   {
     std::lock_guard lock(state_->mutex);
     if (!state_->done) {
-      state_->callbacks.push_back(
-          [fn = std::move(fn), self = *this] { fn(self); });
+      state_->callbacks.push_back([fn = std::move(fn), self = *this] { fn(self); });
       return;
     }
   }
@@ -1521,7 +1356,7 @@ void Future::add_done_callback(std::function<void(const Future &)> fn) const {
 }
 Future Future::then(std::function<Value(Future)> fn) const {
   Future next;
-  add_done_callback([fn = std::move(fn), next](const Future &done) {
+  add_done_callback([fn = std::move(fn), next](const Future& done) {
     detail::post([fn, next, done] {
       try {
         next.set_result(fn(done));
@@ -1542,8 +1377,7 @@ void Future::set_result(Value value) const {
     callbacks.swap(state_->callbacks);
   }
   state_->cv.notify_all();
-  for (auto &cb : callbacks)
-    cb();
+  for (auto& cb : callbacks) cb();
 }
 void Future::set_exception(std::exception_ptr error) const {
   std::vector<std::function<void()>> callbacks;
@@ -1555,24 +1389,21 @@ void Future::set_exception(std::exception_ptr error) const {
     callbacks.swap(state_->callbacks);
   }
   state_->cv.notify_all();
-  for (auto &cb : callbacks)
-    cb();
+  for (auto& cb : callbacks) cb();
 }
 
-std::vector<Value> wait_all(const std::vector<Future> &futures) {
+std::vector<Value> wait_all(const std::vector<Future>& futures) {
   std::vector<Value> out;
   std::exception_ptr first;
-  for (const auto &f : futures) {
+  for (const auto& f : futures) {
     try {
       out.push_back(f.wait());
     } catch (...) {
-      if (!first)
-        first = std::current_exception();
+      if (!first) first = std::current_exception();
       out.emplace_back();
     }
   }
-  if (first)
-    std::rethrow_exception(first);
+  if (first) std::rethrow_exception(first);
   return out;
 }
 
@@ -1580,20 +1411,16 @@ std::vector<Value> wait_all(const std::vector<Future> &futures) {
 
 detail::RRefState::~RRefState() {
   auto a = agentOrNull();
-  if (!a || !a->running() || owner < 0)
-    return;
+  if (!a || !a->running() || owner < 0) return;
   try {
     if (owner == a->rank()) {
-      local =
-          Future(); // drop our hold on the value before the owner may free it
+      local = Future();  // drop our hold on the value before the owner may free it
       a->ownerRelease(creator, serial);
     } else {
-      a->call(owner, "ddprun.rref.release", {creator, serial}, kDefaultTimeout,
-              -1);
+      a->call(owner, "ddprun.rref.release", {creator, serial}, kDefaultTimeout, -1);
     }
-  } catch (const std::exception &e) {
-    log()->debug("rpc: releasing RRef {}:{}:{}: {}", owner, creator, serial,
-                 e.what());
+  } catch (const std::exception& e) {
+    log()->debug("rpc: releasing RRef {}:{}:{}: {}", owner, creator, serial, e.what());
   }
 }
 
@@ -1616,56 +1443,48 @@ WorkerInfo RRef::owner() const {
   DDPRUN_CHECK(state_, "RRef::owner() on an empty RRef");
   return agent()->info(state_->owner);
 }
-bool RRef::is_owner() const {
-  return state_ && state_->owner == agent()->rank();
-}
+bool RRef::is_owner() const { return state_ && state_->owner == agent()->rank(); }
 std::string RRef::id() const {
   DDPRUN_CHECK(state_, "RRef::id() on an empty RRef");
-  return fmt::format("{}:{}:{}", state_->owner, state_->creator,
-                     state_->serial);
+  return fmt::format("{}:{}:{}", state_->owner, state_->creator, state_->serial);
 }
 Value RRef::to_here(std::chrono::milliseconds timeout) const {
   DDPRUN_CHECK(state_, "RRef::to_here() on an empty RRef");
   auto a = agent();
   if (state_->owner == a->rank()) {
-    if (!state_->has_local)
-      throw DdprunError("rpc: RRef " + id() + " no longer exists on its owner");
+    if (!state_->has_local) throw DdprunError("rpc: RRef " + id() + " no longer exists on its owner");
     Future f = state_->local;
-    if (!f.wait_for(a->timeoutOr(timeout)))
-      throw RpcTimeout("rpc: RRef " + id() + ": value not ready in time");
+    if (!f.wait_for(a->timeoutOr(timeout))) throw RpcTimeout("rpc: RRef " + id() + ": value not ready in time");
     return f.value();
   }
   return a
-      ->call(state_->owner, "ddprun.rref.fetch",
-             {state_->creator, state_->serial}, timeout,
+      ->call(state_->owner, "ddprun.rref.fetch", {state_->creator, state_->serial}, timeout,
              dist_autograd::current_context_id())
       .wait();
 }
 Value RRef::local_value() const {
   DDPRUN_CHECK(state_, "RRef::local_value() on an empty RRef");
   if (!state_->has_local) {
-    throw DdprunError(fmt::format(
-        "rpc: RRef {} is owned by {}, not this worker", id(), owner().name));
+    throw DdprunError(fmt::format("rpc: RRef {} is owned by {}, not this worker", id(), owner().name));
   }
   return state_->local.wait();
 }
 
 // ---- public functions ----
 
-void register_function(const std::string &name, Function fn) {
-  register_async_function(name, [fn = std::move(fn)](const Args &args) {
+void register_function(const std::string& name, Function fn) {
+  register_async_function(name, [fn = std::move(fn)](const Args& args) {
     Future f;
     f.set_result(fn(args));
     return f;
   });
 }
-void register_async_function(const std::string &name, AsyncFunction fn) {
+void register_async_function(const std::string& name, AsyncFunction fn) {
   std::unique_lock lock(registry().mutex);
   registry().functions[name] = {std::move(fn), false};
 }
 
-void detail::registerBuiltin(const std::string &name, AsyncFunction fn,
-                             bool run_inline) {
+void detail::registerBuiltin(const std::string& name, AsyncFunction fn, bool run_inline) {
   std::unique_lock lock(registry().mutex);
   registry().functions[name] = {std::move(fn), run_inline};
 }
@@ -1681,58 +1500,47 @@ void registerRRefBuiltins() {
   using detail::registerBuiltin;
   registerBuiltin(
       "ddprun.rref.add",
-      [](const Args &a) {
+      [](const Args& a) {
         agent()->ownerAdd(a.at(0).toInt(), a.at(1).toInt(), 1);
         return ready({});
       },
       true);
   registerBuiltin(
       "ddprun.rref.release",
-      [](const Args &a) {
+      [](const Args& a) {
         agent()->ownerRelease(a.at(0).toInt(), a.at(1).toInt());
         return ready({});
       },
       true);
   registerBuiltin(
-      "ddprun.rref.fetch",
-      [](const Args &a) {
-        return agent()->ownerValue(a.at(0).toInt(), a.at(1).toInt());
-      },
-      true);
+      "ddprun.rref.fetch", [](const Args& a) { return agent()->ownerValue(a.at(0).toInt(), a.at(1).toInt()); }, true);
   registerBuiltin(
       "ddprun.rref.wait",
-      [](const Args &a) {
+      [](const Args& a) {
         Future created;
-        agent()
-            ->ownerValue(a.at(0).toInt(), a.at(1).toInt())
-            .add_done_callback([created](const Future &v) {
-              if (auto e = v.exception()) {
-                created.set_exception(e);
-              } else {
-                created.set_result({});
-              }
-            });
+        agent()->ownerValue(a.at(0).toInt(), a.at(1).toInt()).add_done_callback([created](const Future& v) {
+          if (auto e = v.exception()) {
+            created.set_exception(e);
+          } else {
+            created.set_result({});
+          }
+        });
         return created;
       },
       true);
   registerBuiltin(
-      "ddprun.rref.owned_count",
-      [](const Args &) { return ready(Value(agent()->ownedCount())); }, true);
+      "ddprun.rref.owned_count", [](const Args&) { return ready(Value(agent()->ownedCount())); }, true);
 }
-} // namespace
+}  // namespace
 
-void init_rpc(const std::string &name, int rank, int world_size,
-              const RpcBackendOptions &options) {
-  if (name.empty())
-    throw DdprunError("init_rpc: the worker name is empty");
+void init_rpc(const std::string& name, int rank, int world_size, const RpcBackendOptions& options) {
+  if (name.empty()) throw DdprunError("init_rpc: the worker name is empty");
   if (world_size < 1 || rank < 0 || rank >= world_size) {
-    throw DdprunError(
-        fmt::format("init_rpc: rank {} of world size {}", rank, world_size));
+    throw DdprunError(fmt::format("init_rpc: rank {} of world size {}", rank, world_size));
   }
   {
     std::lock_guard lock(g_agent_mutex);
-    if (g_agent)
-      throw DdprunError("init_rpc: RPC is already initialized");
+    if (g_agent) throw DdprunError("init_rpc: RPC is already initialized");
   }
   registerRRefBuiltins();
   detail::registerAutogradBuiltins();
@@ -1760,38 +1568,32 @@ void shutdown() {
     std::lock_guard lock(g_agent_mutex);
     g_agent.reset();
   }
-  if (error)
-    std::rethrow_exception(error);
+  if (error) std::rethrow_exception(error);
 }
 
 WorkerInfo get_worker_info() {
   auto a = agent();
   return a->info(a->rank());
 }
-WorkerInfo get_worker_info(const std::string &name) {
+WorkerInfo get_worker_info(const std::string& name) {
   auto a = agent();
   return a->info(a->rankOf(name));
 }
 std::vector<WorkerInfo> get_all_worker_infos() {
   auto a = agent();
   std::vector<WorkerInfo> out;
-  for (int r = 0; r < a->worldSize(); ++r)
-    out.push_back(a->info(r));
+  for (int r = 0; r < a->worldSize(); ++r) out.push_back(a->info(r));
   return out;
 }
 
-Future rpc_async(const std::string &to, const std::string &func,
-                 const Args &args, std::chrono::milliseconds timeout) {
+Future rpc_async(const std::string& to, const std::string& func, const Args& args, std::chrono::milliseconds timeout) {
   auto a = agent();
-  return a->call(a->rankOf(to), func, args, timeout,
-                 dist_autograd::current_context_id());
+  return a->call(a->rankOf(to), func, args, timeout, dist_autograd::current_context_id());
 }
-Value rpc_sync(const std::string &to, const std::string &func, const Args &args,
-               std::chrono::milliseconds timeout) {
+Value rpc_sync(const std::string& to, const std::string& func, const Args& args, std::chrono::milliseconds timeout) {
   return rpc_async(to, func, args, timeout).wait();
 }
-RRef remote(const std::string &to, const std::string &func, const Args &args,
-            std::chrono::milliseconds timeout) {
+RRef remote(const std::string& to, const std::string& func, const Args& args, std::chrono::milliseconds timeout) {
   auto a = agent();
   return a->remote(a->rankOf(to), func, args, timeout);
 }
@@ -1801,8 +1603,8 @@ int64_t owned_rref_count() { return agent()->ownedCount(); }
 
 int detail::selfRank() { return agent()->rank(); }
 WorkerInfo detail::workerInfo(int rank) { return agent()->info(rank); }
-Future detail::callRank(int rank, const std::string &func, const Args &args,
-                        std::chrono::milliseconds timeout, int64_t context_id) {
+Future detail::callRank(int rank, const std::string& func, const Args& args, std::chrono::milliseconds timeout,
+                        int64_t context_id) {
   return agent()->call(rank, func, args, timeout, context_id);
 }
 int detail::currentCaller() { return t_caller; }
@@ -1813,19 +1615,15 @@ void detail::post(std::function<void()> fn) {
     fn();
   }
 }
-void detail::waitCreated(const RRef &r) {
+void detail::waitCreated(const RRef& r) {
   auto a = agent();
-  const auto &s = r.state();
+  const auto& s = r.state();
   if (s->owner == a->rank()) {
     r.local_value();
   } else {
-    a->call(s->owner, "ddprun.rref.wait", {s->creator, s->serial},
-            kDefaultTimeout, -1)
-        .wait();
+    a->call(s->owner, "ddprun.rref.wait", {s->creator, s->serial}, kDefaultTimeout, -1).wait();
   }
 }
-Value detail::ownedValue(int64_t creator, int64_t serial) {
-  return agent()->ownerValue(creator, serial).wait();
-}
+Value detail::ownedValue(int64_t creator, int64_t serial) { return agent()->ownerValue(creator, serial).wait(); }
 
-} // namespace ddprun::rpc
+}  // namespace ddprun::rpc

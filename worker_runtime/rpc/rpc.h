@@ -53,29 +53,29 @@ constexpr std::chrono::milliseconds kDefaultTimeout{-1};
 
 // The base of RPC failures.
 class RpcError : public DdprunError {
-public:
+ public:
   using DdprunError::DdprunError;
 };
 // The remote function threw; what() holds "<func> on <worker>: <its message>".
 class RemoteError : public RpcError {
-public:
+ public:
   using RpcError::RpcError;
 };
 // A peer vanished (connection lost or refused); names the worker and its
 // address.
 class PeerError : public RpcError {
-public:
+ public:
   using RpcError::RpcError;
 };
 // No answer within the call's timeout.
 class RpcTimeout : public RpcError {
-public:
+ public:
   using RpcError::RpcError;
 };
 
 struct WorkerInfo {
   std::string name;
-  int id = -1; // the rank given to init_rpc
+  int id = -1;  // the rank given to init_rpc
 };
 
 struct RpcBackendOptions {
@@ -101,11 +101,10 @@ struct FutureState;
 // The result of an asynchronous call, like torch.futures.Future. Copies share
 // one state.
 class Future {
-public:
+ public:
   // A fresh incomplete future (for async functions and tests).
   Future();
-  explicit Future(std::shared_ptr<detail::FutureState> state)
-      : state_(std::move(state)) {}
+  explicit Future(std::shared_ptr<detail::FutureState> state) : state_(std::move(state)) {}
 
   // Blocks until complete; returns the value or rethrows the failure.
   // Thread-safe.
@@ -122,32 +121,31 @@ public:
   Future then(std::function<Value(Future)> fn) const;
   // Like then() without a result; runs on the thread that completes the future,
   // so it must not block.
-  void add_done_callback(std::function<void(const Future &)> fn) const;
+  void add_done_callback(std::function<void(const Future&)> fn) const;
 
   void set_result(Value value) const;
   void set_exception(std::exception_ptr error) const;
-  std::exception_ptr exception() const; // null while pending or successful
+  std::exception_ptr exception() const;  // null while pending or successful
 
-private:
+ private:
   std::shared_ptr<detail::FutureState> state_;
 };
 
 // Waits for every future; returns their values in order; rethrows the first
 // failure (after all completed), like torch.futures.wait_all.
-std::vector<Value> wait_all(const std::vector<Future> &futures);
+std::vector<Value> wait_all(const std::vector<Future>& futures);
 
 // ---- RRef ----
 // A reference to a value owned by one worker (torch.distributed.rpc.RRef).
 // Copies share one reference. Destroying the last copy on a worker releases
 // that worker's reference.
 class RRef {
-public:
+ public:
   RRef() = default;
   // A local value wrapped as an RRef owned by this worker (torch's RRef(obj));
   // needs init_rpc.
   explicit RRef(Value value);
-  explicit RRef(std::shared_ptr<detail::RRefState> state)
-      : state_(std::move(state)) {}
+  explicit RRef(std::shared_ptr<detail::RRefState> state) : state_(std::move(state)) {}
 
   WorkerInfo owner() const;
   std::string owner_name() const { return owner().name; }
@@ -162,9 +160,9 @@ public:
   // "<owner rank>:<creator rank>:<serial>", unique in the job.
   std::string id() const;
   explicit operator bool() const { return state_ != nullptr; }
-  const std::shared_ptr<detail::RRefState> &state() const { return state_; }
+  const std::shared_ptr<detail::RRefState>& state() const { return state_; }
 
-private:
+ private:
   std::shared_ptr<detail::RRefState> state_;
 };
 
@@ -172,24 +170,23 @@ private:
 // A registered function: arguments in, a value out; an exception reaches the
 // caller as RemoteError with its message. Runs on the callee's worker threads;
 // may block.
-using Function = std::function<Value(const Args &)>;
+using Function = std::function<Value(const Args&)>;
 // An asynchronous function returns a Future; the reply is sent when it
 // completes, without holding a worker thread (torch's
 // @rpc.functions.async_execution).
-using AsyncFunction = std::function<Future(const Args &)>;
+using AsyncFunction = std::function<Future(const Args&)>;
 
 // Registers under `name` (before or after init_rpc; replaces an earlier one).
 // Thread-safe.
-void register_function(const std::string &name, Function fn);
-void register_async_function(const std::string &name, AsyncFunction fn);
+void register_function(const std::string& name, Function fn);
+void register_async_function(const std::string& name, AsyncFunction fn);
 
 // ---- the agent ----
 // Publishes this worker's address in the store, waits for all world_size
 // workers, and starts serving. Throws DdprunError (bad arguments, duplicate
 // name, already initialized), StoreError (store unreachable or a worker missing
 // after init_timeout).
-void init_rpc(const std::string &name, int rank, int world_size,
-              const RpcBackendOptions &options = {});
+void init_rpc(const std::string& name, int rank, int world_size, const RpcBackendOptions& options = {});
 bool is_initialized();
 // Graceful shutdown: waits until no worker has an outstanding call (this one's
 // pending calls, calls being served anywhere), agreeing through the store, then
@@ -198,27 +195,24 @@ bool is_initialized();
 // agent is stopped anyway).
 void shutdown();
 
-WorkerInfo get_worker_info(); // this worker
-WorkerInfo get_worker_info(const std::string &name);
+WorkerInfo get_worker_info();  // this worker
+WorkerInfo get_worker_info(const std::string& name);
 std::vector<WorkerInfo> get_all_worker_infos();
 
 // Calls `func` on worker `to` and blocks for the result. Throws RemoteError,
 // PeerError, RpcTimeout, DdprunError (unknown worker).
-Value rpc_sync(const std::string &to, const std::string &func,
-               const Args &args = {},
+Value rpc_sync(const std::string& to, const std::string& func, const Args& args = {},
                std::chrono::milliseconds timeout = kDefaultTimeout);
 // Sends the call and returns at once; the future fails as rpc_sync would throw.
-Future rpc_async(const std::string &to, const std::string &func,
-                 const Args &args = {},
+Future rpc_async(const std::string& to, const std::string& func, const Args& args = {},
                  std::chrono::milliseconds timeout = kDefaultTimeout);
 // Runs `func` on `to`, which keeps the result; returns at once with an RRef to
 // it. A failure of the function surfaces from to_here().
-RRef remote(const std::string &to, const std::string &func,
-            const Args &args = {},
+RRef remote(const std::string& to, const std::string& func, const Args& args = {},
             std::chrono::milliseconds timeout = kDefaultTimeout);
 
 // Values this worker owns for RRefs (each freed when its last user reference is
 // released).
 int64_t owned_rref_count();
 
-} // namespace ddprun::rpc
+}  // namespace ddprun::rpc
