@@ -34,7 +34,11 @@ int main(int argc, char** argv) {
         struct rlimit rl {
           limit, limit
         };
-        if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 3;
+        // SIGXFSZ dumps core by default: no core file in the test's directory.
+        struct rlimit no_core {
+          0, 0
+        };
+        if (setrlimit(RLIMIT_CORE, &no_core) != 0 || setrlimit(RLIMIT_FSIZE, &rl) != 0) return 3;
       }
       ckpt::saveFile(path, *model, nullptr, {.step = first});
       std::printf("saved %d\n", first);

@@ -154,6 +154,13 @@ TEST_CASE("the trainers reject bad input with a clear error", "[trainers]") {
   CHECK(odd_batch.exit_code == 1);
   CHECK(countOf(odd_batch.err, "--batch-size 63 is not a multiple of the 2 ranks") >= 1);
 
+  // The demo's guard: a run that falls short of --min-accuracy fails.
+  auto short_run = runTrainer({binDir() + "/fashion_mnist", "--train-limit", "640", "--test-limit", "500", "--epochs",
+                               "1", "--min-accuracy", "99"});
+  REQUIRE(short_run.finished);
+  CHECK(short_run.exit_code == 1);
+  CHECK(countOf(short_run.err, "is below --min-accuracy 99.00%") >= 1);
+
   auto bad_demo = run({binDir() + "/ddp_tutorial", "nonsense"}, {}, 30s);
   REQUIRE(bad_demo.finished);
   CHECK(bad_demo.exit_code != 0);

@@ -90,6 +90,8 @@ TrainingProgress load(const std::string& path, torch::nn::Module& model, torch::
                       torch::Device map_location = torch::kCPU, const dist::Group& group = {});
 
 // A directory of numbered checkpoints (checkpoint_<step>.ckpt), the newest `keep` kept.
+// Rank 0 writes and every rank reads it, so it must be the same directory for all ranks:
+// one host, or a shared file system across nodes.
 struct CheckpointManagerOptions {
   std::string directory;  // created by rank 0 if missing. Required.
   int keep = 2;           // checkpoints kept; older ones are removed after each save. >= 1.
