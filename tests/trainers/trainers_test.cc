@@ -112,17 +112,26 @@ TEST_CASE("a worker that crashes mid-run resumes from the checkpoint and ends bi
   const std::string expected = readBytes(clean_dir.file("params/params_rank0.bin"));
   CHECK(readBytes(clean_dir.file("params/params_rank1.bin")) == expected);
 
-  // 32 steps per epoch, checkpoints every 15 steps. Crashing before step 40 resumes from
-  // step 30, the last two batches of epoch 1, across the end-of-epoch evaluation; crashing
-  // before step 5 finds no checkpoint and starts over.
-  for (const auto& [crash_at, resumed_at] : {std::pair{40, 30}, std::pair{5, 0}}) {
+  // 32 steps per epoch, checkpoints every 15 steps. Rank 1 crashing before step 40 resumes
+  // from step 30, the last two batches of epoch 1, across the end-of-epoch evaluation;
+  // rank 0 (the one that writes checkpoints) crashing before step 5 finds no checkpoint
+  // and starts over.
+  struct Crash {
+    int at, rank, resumed_at;
+  };
+  for (const Crash& crash : {Crash{40, 1, 30}, Crash{5, 0, 0}}) {
+    const int crash_at = crash.at;
+    const int resumed_at = crash.resumed_at;
     TempDir dir;
-    auto crashed = runTrainer(smallFashionRun(dir.path()), {{"DDPRUN_CRASH_AT_STEP", std::to_string(crash_at)}},
-                              {"--max_restarts=1"});
+    auto crashed = runTrainer(
+        smallFashionRun(dir.path()),
+        {{"DDPRUN_CRASH_AT_STEP", std::to_string(crash_at)}, {"DDPRUN_CRASH_RANK", std::to_string(crash.rank)}},
+        {"--max_restarts=1"});
     INFO("crash at " << crash_at << "\nstdout:\n" << tail(crashed.out) << "\nstderr:\n" << tail(crashed.err));
     REQUIRE(crashed.finished);
     REQUIRE(crashed.exit_code == 0);
-    CHECK(countOf(crashed.err, "fault injection: rank 1 exits before step " + std::to_string(crash_at)) == 1);
+    CHECK(countOf(crashed.err, "fault injection: rank " + std::to_string(crash.rank) + " exits before step " +
+                                   std::to_string(crash_at)) == 1);
     CHECK(countOf(crashed.err, "restart 1") >= 1);
     if (resumed_at > 0) {
       CHECK(countOf(crashed.out, "resumed at step " + std::to_string(resumed_at) + " ") == 1);
