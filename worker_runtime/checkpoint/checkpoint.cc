@@ -69,12 +69,20 @@ std::string headerFor(const std::string& payload) {
   return header;
 }
 
+// Throws SystemError with errno as it was before the message was built (building it
+// allocates, and allocation may change errno).
+#define DDPRUN_CKPT_THROW_ERRNO(what) \
+  do {                                \
+    const int err_ = errno;           \
+    throw SystemError((what), err_);  \
+  } while (0)
+
 void writeAll(int fd, const char* data, size_t size, const std::string& what) {
   while (size > 0) {
     ssize_t n = ::write(fd, data, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw SystemError(what, errno);
+      DDPRUN_CKPT_THROW_ERRNO(what);
     }
     data += n;
     size -= static_cast<size_t>(n);
@@ -94,15 +102,15 @@ void writeFileAtomically(const std::string& path, const std::string& header, con
   const std::string op = "checkpoint save(" + path + ")";
 
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw SystemError(op + ": create " + temp, errno);
+  if (fd < 0) DDPRUN_CKPT_THROW_ERRNO(op + ": create " + temp);
   try {
     writeAll(fd, header.data(), header.size(), op + ": write " + temp);
     writeAll(fd, payload.data(), payload.size(), op + ": write " + temp);
-    if (::fsync(fd) != 0) throw SystemError(op + ": fsync " + temp, errno);
+    if (::fsync(fd) != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": fsync " + temp);
     int rc = ::close(fd);
     fd = -1;
-    if (rc != 0) throw SystemError(op + ": close " + temp, errno);
-    if (::rename(temp.c_str(), path.c_str()) != 0) throw SystemError(op + ": rename " + temp, errno);
+    if (rc != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": close " + temp);
+    if (::rename(temp.c_str(), path.c_str()) != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": rename " + temp);
   } catch (...) {
     if (fd >= 0) ::close(fd);
     ::unlink(temp.c_str());
@@ -111,7 +119,7 @@ void writeFileAtomically(const std::string& path, const std::string& header, con
   // The rename is durable only once the directory entry is: without this a power loss
   // could bring back the old name (or none) after the caller was told the save happened.
   int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) throw SystemError(op + ": open directory " + dir.string(), errno);
+  if (dir_fd < 0) DDPRUN_CKPT_THROW_ERRNO(op + ": open directory " + dir.string());
   int rc = ::fsync(dir_fd);
   int err = errno;
   ::close(dir_fd);
@@ -122,17 +130,17 @@ void writeFileAtomically(const std::string& path, const std::string& header, con
 std::string readPayload(const std::string& path) {
   const std::string op = "checkpoint load(" + path + ")";
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw SystemError(op + ": open", errno);
+  if (fd < 0) DDPRUN_CKPT_THROW_ERRNO(op + ": open");
   std::string bytes;
   try {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw SystemError(op + ": stat", errno);
+    if (::fstat(fd, &st) != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": stat");
     bytes.resize(static_cast<size_t>(st.st_size));
     size_t done = 0;
     while (done < bytes.size()) {
       ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw SystemError(op + ": read", errno);
+      if (n < 0) DDPRUN_CKPT_THROW_ERRNO(op + ": read");
       if (n == 0) break;
       done += static_cast<size_t>(n);
     }
