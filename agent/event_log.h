@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/json_writer.h"
+#include "common/json_writer.h"
 
 namespace ddprun::agent {
 

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "agent/event_log.h"
-#include "agent/json_writer.h"
+#include "common/json_writer.h"
 #include "common/error.h"
 #include "rendezvous/local_addresses.h"
 #include "rendezvous/tcp_store_client.h"
@@ -20,7 +20,7 @@
 namespace ddprun::launcher {
 namespace {
 namespace fs = std::filesystem;
-using agent::JsonObject;
+using ddprun::JsonObject;
 using rendezvous::AgentRecord;
 using rendezvous::JobStatus;
 
@@ -29,7 +29,7 @@ constexpr auto kOperationTimeout = std::chrono::seconds(10);
 
 // The value of a string field in one of ddprun's own JSON lines ("key":"value").
 std::optional<std::string> stringField(const std::string& line, const std::string& key) {
-  const std::string head = agent::jsonString(key) + ":\"";
+  const std::string head = jsonString(key) + ":\"";
   auto at = line.find(head);
   if (at == std::string::npos) return std::nullopt;
   std::string value;

@@ -13,36 +13,16 @@
 #include <fmt/format.h>
 
 #include "common/env_names.h"
+#include "common/json_writer.h"
 
 namespace ddprun::runtime {
-
-std::string jsonEscape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size() + 8);
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
 
 bool writeErrorFile(const std::string& message, const std::string& traceback) {
   const char* path = std::getenv(env::kErrorFile);
   if (!path || !*path) return false;
   std::ofstream out(path, std::ios::trunc);
-  out << fmt::format(R"({{"message": {{"message": "{}", "extraInfo": {{"py_callstack": "{}", "timestamp": "{}"}}}}}})",
-                     jsonEscape(message), jsonEscape(traceback), static_cast<long long>(std::time(nullptr)));
+  out << fmt::format(R"({{"message": {{"message": {}, "extraInfo": {{"py_callstack": {}, "timestamp": "{}"}}}}}})",
+                     jsonString(message), jsonString(traceback), static_cast<long long>(std::time(nullptr)));
   out.close();
   return static_cast<bool>(out);
 }

@@ -17,7 +17,4 @@ bool writeErrorFile(const std::string& message, const std::string& traceback);
 // and turned into exit code 1. Use at the top of main: `return recordErrors([&] { ... });`
 int recordErrors(const std::function<int()>& body);
 
-// Escapes a string for a JSON string literal (without the quotes).
-std::string jsonEscape(const std::string& text);
-
 }  // namespace ddprun::runtime

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/error_file.h"
+#include "common/json_writer.h"
 #include "tests/support/test_process.h"
 #include "worker_runtime/error_record.h"
 
@@ -28,6 +29,6 @@ TEST_CASE("recordErrors passes the body's exit code through", "[error_record]") 
 }
 
 TEST_CASE("json escaping", "[error_record]") {
-  CHECK(ddprun::runtime::jsonEscape("a\"b\\c\n") == "a\\\"b\\\\c\\n");
-  CHECK(ddprun::runtime::jsonEscape(std::string(1, '\x1f')) == "\\u001f");
+  CHECK(ddprun::jsonString("a\"b\\c\n") == "\"a\\\"b\\\\c\\n\"");
+  CHECK(ddprun::jsonString(std::string(1, '\x1f')) == "\"\\u001f\"");
 }

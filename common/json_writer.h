@@ -1,6 +1,7 @@
 // A JSON object written field by field, for the one-line records ddprun emits (events,
-// the health check's body, `ddprun status --json`). Writing only: ddprun never needs to
-// parse JSON beyond the few fields `ddprun status` reads back from its own events file.
+// the health check's body, `ddprun status --json`, workers' error files). Writing only:
+// ddprun never needs to parse JSON beyond the few fields `ddprun status` reads back from
+// its own events file.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace ddprun::agent {
+namespace ddprun {
 
 // `text` as a JSON string literal, quotes included (control characters escaped; UTF-8
 // passes through as it is).
@@ -72,4 +73,4 @@ class JsonObject {
   std::string body_;
 };
 
-}  // namespace ddprun::agent
+}  // namespace ddprun
