@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "common/error.h"
@@ -210,7 +211,7 @@ void Reducer::finalizeBackward() {
   runtime::WorkPtr used_work;
   if (find_unused_) {
     used_map = at::empty({static_cast<int64_t>(params_.size())}, at::kInt);
-    for (size_t k = 0; k < params_.size(); ++k) used_map[static_cast<int64_t>(k)] = locally_used_[k];
+    std::copy(locally_used_.begin(), locally_used_.end(), used_map.data_ptr<int>());
     used_work = dist::all_reduce(used_map, dist::ReduceOp::MAX, group_, /*async_op=*/true);
   }
 
@@ -226,7 +227,7 @@ void Reducer::finalizeBackward() {
 
   std::vector<size_t> missing;
   for (size_t k = 0; k < params_.size(); ++k) {
-    if (find_unused_ && used_map[static_cast<int64_t>(k)].item<int>() == 0) continue;  // unused everywhere
+    if (find_unused_ && used_map.data_ptr<int>()[k] == 0) continue;  // unused everywhere
     if (!find_unused_ && !locally_used_[k]) missing.push_back(k);
     at::Tensor slot = slotView(k);
     at::Tensor& grad = params_[k].mutable_grad();
