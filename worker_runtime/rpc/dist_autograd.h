@@ -13,12 +13,11 @@
 // moved into the context and each parameter's .grad is left as it was before.
 //
 //   {
-//     dist_autograd::Context ctx;                       // torch: with
-//     dist_autograd.context() auto loss = f(rpc::rpc_sync("ps", "lookup",
-//     {ids}).toTensor()); dist_autograd::backward(ctx.id(), {loss});
+//     dist_autograd::Context ctx;  // torch: with dist_autograd.context() as ctx
+//     auto loss = f(rpc::rpc_sync("ps", "lookup", {ids}).toTensor());
+//     dist_autograd::backward(ctx.id(), {loss});
 //     optimizer.step(ctx.id());
-//   }                                                   // released here and on
-//   every peer
+//   }                              // released here and on every peer
 //
 // Thread-safety: a context belongs to the thread that opened it (it is that
 // thread's current context); gradients are thread-safe to read. backward may

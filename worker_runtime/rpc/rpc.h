@@ -3,15 +3,15 @@
 // on a named worker synchronously (rpc_sync), asynchronously (rpc_async, a
 // Future) or with the result left on the callee (remote, an RRef).
 //
-//   rpc::register_function("add", [](const rpc::Args& a) { return
-//   a[0].toTensor() + a[1].toTensor(); }); rpc::init_rpc("worker" +
-//   std::to_string(rank), rank, world_size);   // MASTER_ADDR/PORT store
+//   rpc::register_function("add", [](const rpc::Args& a) {
+//     return rpc::Value(a[0].toTensor() + a[1].toTensor());
+//   });
+//   rpc::init_rpc("worker" + std::to_string(rank), rank, world_size);  // MASTER_ADDR/PORT store
 //   at::Tensor sum = rpc::rpc_sync("worker1", "add", {x, y}).toTensor();
 //   rpc::Future f = rpc::rpc_async("worker1", "add", {x, y});
-//   rpc::RRef r = rpc::remote("worker1", "add", {x, y});              // value
-//   stays on worker1 at::Tensor there = r.to_here().toTensor();
-//   rpc::shutdown();                                                   //
-//   drains every worker
+//   rpc::RRef r = rpc::remote("worker1", "add", {x, y});  // the value stays on worker1
+//   at::Tensor there = r.to_here().toTensor();
+//   rpc::shutdown();                                       // drains every worker
 //
 // Transport: one Boost.Asio TCP connection per (caller, callee) pair with
 // TCP_NODELAY; requests and responses are framed messages whose tensors are
