@@ -10,7 +10,9 @@
 //       WAIT round trip then a GET round trip; its set expects no reply). Each round runs both
 //       servers back to back; the table shows medians over ROUNDS, and the ratio is the median
 //       of the per-round ratios (robust to load that drifts on a shared machine).
-//       Last line: `store ratio=<ours/torch>` (ops/s; goal: at least 1.5).
+//       Last line: `store ratio=<ours/torch>` (ops/s; goal: at least 1.5); the line before it,
+//       `store srv_cpu_ratio=<torch/ours>`, compares the servers' CPU time per op, which is
+//       what bounds ops/s when the clients have cores of their own.
 //   wait fan-out: WAITERS connections (one thread and one c10d::TCPStore each, connecting
 //       concurrently) each wait() on one key and then get() it. The key is set once every
 //       client is connected and about to wait. connect(s): until all clients are up;
@@ -432,6 +434,21 @@ int main(int argc, char** argv) {
   for (double v : ratios) std::printf(" %.2f", v);
   std::printf("\n# count: set+get pairs in %.1f s; time(us): one pair as one client sees it (mean);\n", config.seconds);
   std::printf("# srv_cpu/cli_cpu: CPU time per op of the server thread / of the client threads (both in this process)\n");
+  // ops/s = cores x CPU use / (server + client CPU per op). The clients' share is the same
+  // for both servers, so at equal CPU use a cheaper server gains only (C+T)/(C+S); the
+  // server-bound figure T/S is what a machine with cores to spare for the clients would show.
+  const double cores = std::thread::hardware_concurrency();
+  const double srv_ours = median(srv[0]), srv_torch = median(srv[1]);
+  const double cli_ours = median(cli[0]), cli_torch = median(cli[1]);
+  const double cli_both = (cli_ours + cli_torch) / 2;
+  auto use = [&](int s, double srv_us, double cli_us) { return med_ops[s] * (srv_us + cli_us) * 1e-6 / cores; };
+  std::printf("# CPU per op, server + clients: ddprun %.2f + %.2f us, torch %.2f + %.2f us; CPU use of the %.0f\n"
+              "# cores: ddprun %.0f%%, torch %.0f%%. At equal CPU use the clients' share caps the gain of a cheaper\n"
+              "# server at (%.2f + %.2f) / (%.2f + %.2f) = %.2f; server-bound: %.2f / %.2f = %.2f\n",
+              srv_ours, cli_ours, srv_torch, cli_torch, cores, 100 * use(0, srv_ours, cli_ours),
+              100 * use(1, srv_torch, cli_torch), srv_torch, cli_both, srv_ours, cli_both,
+              (srv_torch + cli_both) / (srv_ours + cli_both), srv_torch, srv_ours, srv_torch / srv_ours);
+  std::printf("store srv_cpu_ratio=%.2f\n", srv_torch / srv_ours);
   std::printf("store ratio=%.2f\n", median(ratios));
   std::fflush(stdout);
 

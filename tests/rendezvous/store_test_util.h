@@ -161,6 +161,8 @@ class RawConnection {
     return ::poll(&p, 1, static_cast<int>(period.count())) == 0;
   }
 
+  int fd() const { return fd_; }
+
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
