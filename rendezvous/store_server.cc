@@ -33,10 +33,11 @@ using wire::putBytes;
 
 namespace {
 
-// A connection starts with a small buffer and grows it only to what a request needs, so
-// thousands of idle clients cost little.
+// Complete requests are handled straight from one buffer the server shares; a connection
+// holds a buffer of its own only while a request of its is incomplete, grown to what that
+// request needs, so thousands of idle clients cost little.
 constexpr size_t kMinReadSpace = 4096;
-constexpr size_t kIdleBufferBytes = 64 * 1024;
+constexpr size_t kScratchBytes = 64 * 1024;
 using Clock = std::chrono::steady_clock;
 
 const char* commandName(Command c) {
@@ -92,6 +93,7 @@ class StoreServer::Impl {
   asio::steady_timer sweep_timer_;
   int port_ = 0;
   StoreState state_;
+  std::vector<uint8_t> scratch_ = std::vector<uint8_t>(kScratchBytes);  // see Connection::onReadable
   std::unordered_map<ConnectionId, std::shared_ptr<Connection>> connections_;
   ConnectionId next_id_ = 1;
   std::atomic<size_t> connection_count_{0};
@@ -157,11 +159,22 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
     }
     // A read that fills the buffer may have left more queued: read again before waiting.
     for (;;) {
-      size_t want = std::max(in_len_ + kMinReadSpace, need_at_least_);
-      if (in_.size() < want) in_.resize(want);
-      const size_t space = in_.size() - in_len_;
+      // With no partial request held, bytes land in the server's shared buffer: an idle
+      // connection then owns no buffer at all.
+      const bool into_scratch = in_len_ == 0;
+      uint8_t* dst;
+      size_t space;
+      if (into_scratch) {
+        dst = server_.scratch_.data();
+        space = server_.scratch_.size();
+      } else {
+        size_t want = std::max(in_len_ + kMinReadSpace, need_at_least_);
+        if (in_.size() < want) in_.resize(want);
+        dst = in_.data() + in_len_;
+        space = in_.size() - in_len_;
+      }
       const int fd = socket_.native_handle();
-      ssize_t n = ::recv(fd, in_.data() + in_len_, space, MSG_PEEK | MSG_DONTWAIT);
+      ssize_t n = ::recv(fd, dst, space, MSG_PEEK | MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n < 0) {
@@ -172,18 +185,27 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         server_.closeConnection(id_, "client closed the connection", false);
         return;
       }
-      in_len_ += static_cast<size_t>(n);
-      if (!processBuffered()) return;
-      // Replies are out; now the peeked bytes can go (the unprocessed rest stays in in_).
+      const size_t got = static_cast<size_t>(n);
+      if (into_scratch) {
+        auto consumed = handleRequests({dst, got});
+        if (!consumed) return;
+        if (*consumed < got) in_.assign(dst + *consumed, dst + got);
+        in_len_ = got - *consumed;
+        noteProgress(*consumed);
+      } else {
+        in_len_ += got;
+        if (!processBuffered()) return;
+      }
+      // Replies are out; now the peeked bytes can go (the unprocessed rest is in in_).
       ssize_t dropped;
       do {
-        dropped = ::recv(fd, nullptr, static_cast<size_t>(n), MSG_TRUNC | MSG_DONTWAIT);
+        dropped = ::recv(fd, nullptr, got, MSG_TRUNC | MSG_DONTWAIT);
       } while (dropped < 0 && errno == EINTR);
       if (dropped != n) {
         server_.closeConnection(id_, "read failed: the socket lost queued bytes", true);
         return;
       }
-      if (static_cast<size_t>(n) < space || paused()) break;
+      if (got < space || paused()) break;
     }
     readMore();
   }
@@ -192,52 +214,63 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   // cannot pile up without bound.
   bool paused() const { return pending_.size() + writing_.size() > server_.options_.max_pending_reply_bytes; }
 
-  // Handles every complete request in the buffer (until the client's unread replies reach
-  // the limit). Returns false when the connection closed.
+  // Handles the complete requests held in in_ and keeps the rest. Returns false when the
+  // connection closed.
   bool processBuffered() {
+    auto consumed = handleRequests({in_.data(), in_len_});
+    if (!consumed) return false;
+    if (*consumed > 0) {
+      std::memmove(in_.data(), in_.data() + *consumed, in_len_ - *consumed);
+      in_len_ -= *consumed;
+    }
+    if (in_len_ == 0) {
+      in_.clear();
+      in_.shrink_to_fit();
+    }
+    noteProgress(*consumed);
+    return true;
+  }
+
+  // Handles every complete request at the front of `bytes` (until the client's unread
+  // replies reach the limit). Returns the bytes they took, or nothing when the connection
+  // closed.
+  std::optional<size_t> handleRequests(std::span<const uint8_t> bytes) {
     size_t offset = 0;
-    bool completed_any = false;
     need_at_least_ = 0;
-    while (offset < in_len_ && !paused()) {
-      std::span<const uint8_t> rest(in_.data() + offset, in_len_ - offset);
+    while (offset < bytes.size() && !paused()) {
+      std::span<const uint8_t> rest = bytes.subspan(offset);
       if (generation_ == wire::Generation::kUnknown) {
         generation_ = detectGeneration(rest);
         if (generation_ == wire::Generation::kUnknown) break;
         if (generation_ == wire::Generation::kLegacy && !authenticated_) {
           server_.closeConnection(id_, "a torch 1.13 client cannot authenticate, and this store requires a token",
                                   true);
-          return false;
+          return std::nullopt;
         }
       }
       Request request;
       ParseResult parsed = parseRequest(rest, generation_, server_.options_.limits, request);
       if (parsed.status == ParseStatus::kError) {
         server_.closeConnection(id_, "bad request: " + parsed.error, true);
-        return false;
+        return std::nullopt;
       }
       if (parsed.status == ParseStatus::kNeedMore) {
         need_at_least_ = parsed.need_at_least;
         break;
       }
       offset += parsed.consumed;
-      completed_any = true;
-      if (!handle(request)) return false;
+      if (!handle(request)) return std::nullopt;
     }
-    if (offset > 0) {
-      std::memmove(in_.data(), in_.data() + offset, in_len_ - offset);
-      in_len_ -= offset;
-    }
-    if (in_len_ == 0 && in_.size() > kIdleBufferBytes) {
-      in_.clear();
-      in_.shrink_to_fit();
-    }
-    // The deadline covers one request: it restarts whenever a request completes.
+    return offset;
+  }
+
+  // The deadline covers one request: it restarts whenever a request completes.
+  void noteProgress(size_t consumed) {
     if (in_len_ == 0) {
       partial_since_.reset();
-    } else if (completed_any || !partial_since_) {
+    } else if (consumed > 0 || !partial_since_) {
       partial_since_ = Clock::now();
     }
-    return true;
   }
 
   bool reject(const std::string& reason) {
@@ -405,7 +438,13 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
 };
 
 StoreServer::Impl::Impl(StoreServerOptions options)
-    : options_(std::move(options)), log_(logger("store")), acceptor_(io_), sweep_timer_(io_) {
+    : options_(std::move(options)),
+      log_(logger("store")),
+      // Sockets are only ever used from the one I/O thread, so their per-operation locks
+      // can go; the scheduler keeps its lock for the post() from the destructor.
+      io_(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO),
+      acceptor_(io_),
+      sweep_timer_(io_) {
   boost::system::error_code ec;
   std::string host = options_.host == "localhost" ? "127.0.0.1" : options_.host;
   auto address = asio::ip::make_address(host, ec);

@@ -40,11 +40,10 @@ void StoreState::notifyWatchers(const std::string& key, uint8_t kind, const std:
 }
 
 void StoreState::set(const std::string& key, std::string value, StoreEffects& effects) {
-  auto it = data_.find(key);
-  if (it == data_.end()) {
-    auto& stored = data_[key];
-    stored = std::move(value);
-    notifyWatchers(key, static_cast<uint8_t>(wire::WatchResponse::kKeyCreated), nullptr, &stored, effects);
+  auto [it, created] = data_.try_emplace(key);
+  if (created) {
+    it->second = std::move(value);
+    notifyWatchers(key, static_cast<uint8_t>(wire::WatchResponse::kKeyCreated), nullptr, &it->second, effects);
   } else {
     if (watchers_.count(key)) {
       std::string old = std::move(it->second);
