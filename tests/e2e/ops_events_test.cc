@@ -4,7 +4,6 @@
 // two nodes), and the job finishes there.
 #include <csignal>
 #include <filesystem>
-#include <sstream>
 
 #include <catch2/catch.hpp>
 
@@ -36,19 +35,8 @@ TEST_CASE("events of a run with one restart and one scale-down", "[e2e][ops]") {
   for (auto& agent : agents) REQUIRE(agent->waitForOutput("restart=1", 60s));
   // A worker can print before its agent records worker_start: kill only once all three are
   // recorded, or the killed agent's record is lost with it.
-  REQUIRE(eventually(
-      [&] {
-        std::istringstream lines(readFile(events));
-        int recorded = 0;
-        for (std::string line; std::getline(lines, line);) {
-          if (line.find("\"event\":\"worker_start\"") != std::string::npos &&
-              line.find("\"attempt\":1,") != std::string::npos) {
-            ++recorded;
-          }
-        }
-        return recorded == 3;
-      },
-      10s));
+  // Only worker_start has "round" right after "attempt".
+  REQUIRE(eventually([&] { return countOf(readFile(events), "\"attempt\":1,\"round\":1,") == 3; }, 10s));
   ::kill(agents[2]->pid(), SIGKILL);
   REQUIRE(agents[2]->wait(10s));
   for (int i = 0; i < 2; ++i) {
