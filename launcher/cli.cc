@@ -14,6 +14,7 @@
 #include "launcher/parse_number.h"
 #include "launcher/program_resolver.h"
 #include "launcher/slurm_env.h"
+#include "launcher/version.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -50,6 +51,7 @@ struct RawFlags {
   std::string health_check_addr = "0.0.0.0";
   bool slurm = false;
   bool dry_run = false;
+  bool version = false;
 };
 
 // "--nproc_per_node" -> "--nproc_per_node,--nproc-per-node"; the PET_ name follows torchrun.
@@ -320,12 +322,14 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   addOption(app, "", "--health_check_addr", f.health_check_addr, "Address the health check listens on.");
   addFlag(app, "", "--slurm", f.slurm, "Take --nnodes, --node_rank, --master_addr/--master_port (or --rdzv_endpoint), --rdzv_id and --nproc_per_node from SLURM's job step variables unless given.");
   addFlag(app, "", "--dry_run", f.dry_run, "Print the resolved flags, one per line, and exit without starting anything.");
+  // No PET_VERSION: an exported variable must never turn a job into a version print.
+  app.add_flag("--version", f.version, "Print ddprun's version, its git revision and the torch store wire generations it speaks.");
   app.footer("positional arguments:\n  training_script [args...]   The program to launch in parallel, followed by its arguments.");
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    return ParsedCommandLine{app.help(), {}, {}, {}};
+    return ParsedCommandLine{app.help(), {}, {}, {}, {}};
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
@@ -334,6 +338,11 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
     throw UsageError("unrecognized argument: " + program.front() + " (see ddprun --help)");
   }
   if (!program.empty() && program.front() == "--") program.erase(program.begin());
+  if (f.version) {
+    ParsedCommandLine parsed;
+    parsed.version_text = versionText();
+    return parsed;
+  }
   if (f.slurm) applySlurm(app, f);
   ParsedCommandLine parsed;
   parsed.config = buildConfig(f, program);

@@ -16,6 +16,7 @@ struct ParsedCommandLine {
   agent::AgentConfig config;
   std::string start_method;               // accepted for compatibility; native processes ignore it.
   std::optional<std::string> dry_run_text;  // --dry_run: the resolved flags to print; nothing runs.
+  std::optional<std::string> version_text;  // --version: what to print; nothing else is set.
 };
 
 // Parses argv (argv[0] is the program name) and validates everything a user can get

@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
       std::fputs(parsed.help_text->c_str(), stdout);
       return agent::kExitOk;
     }
+    if (parsed.version_text) {
+      std::fputs(parsed.version_text->c_str(), stdout);
+      return agent::kExitOk;
+    }
     if (parsed.dry_run_text) {
       std::fputs(parsed.dry_run_text->c_str(), stdout);
       return agent::kExitOk;

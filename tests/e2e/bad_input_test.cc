@@ -51,6 +51,25 @@ TEST_CASE("help prints the flags and exits 0", "[e2e][bad_input]") {
   CHECK_THAT(r.out, Catch::Contains("training_script"));
 }
 
+TEST_CASE("ddprun --version prints the version, the git revision and the store wire generations", "[e2e][bad_input]") {
+  auto r = run({ddprunPath(), "--version"});
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.empty());
+  CHECK_THAT(r.out, Catch::Matches("ddprun [0-9]+\\.[0-9]+\\.[0-9]+( \\(git [0-9a-f]{12}(\\+dirty)?\\))?\n"
+                                   "store wire: torch 2\\.x TCPStore \\(VALIDATE handshake\\), torch 1\\.13 TCPStore\n"));
+  // Built from a git checkout, the revision is known.
+  if (fileExists(std::string(DDPRUN_TEST_SOURCE_DIR) + "/.git")) CHECK_THAT(r.out, Catch::Contains("(git "));
+}
+
+TEST_CASE("a --version after the program belongs to the program", "[e2e][bad_input]") {
+  auto r = run({ddprunPath(), "--standalone", "--no_python", "sh", "-c", "echo \"worker got $1\"", "sh", "--version"});
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("worker got --version"));
+  CHECK_THAT(r.out, !Catch::Contains("store wire"));
+}
+
 TEST_CASE("an unreachable rendezvous store fails with exit 3 within join_timeout", "[e2e][bad_input]") {
   auto start = std::chrono::steady_clock::now();
   // Node 1 of a static job whose node 0 never comes up (port 1 is never served).
