@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <set>
+#include <thread>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -67,9 +69,20 @@ OrphanGuard::OrphanGuard() {
 
 OrphanGuard::~OrphanGuard() {
   if (write_fd_ >= 0) ::close(write_fd_);
-  if (guard_pid_ > 0) {
-    while (::waitpid(guard_pid_, nullptr, 0) < 0 && errno == EINTR) {
-    }
+  if (guard_pid_ <= 0) return;
+  // On EOF the guard exits at once. One that cannot (stopped by a signal, or stuck) must not
+  // hold ddprun's exit: after kReapTimeout it is killed and reaped.
+  auto deadline = std::chrono::steady_clock::now() + kReapTimeout;
+  for (;;) {
+    pid_t reaped = ::waitpid(guard_pid_, nullptr, WNOHANG);
+    if (reaped == guard_pid_ || (reaped < 0 && errno != EINTR)) return;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  logger("agent")->warn("orphan guard (pid {}) did not exit within {} ms of the agent's end; killing it", guard_pid_,
+                        kReapTimeout.count());
+  ::kill(guard_pid_, SIGKILL);
+  while (::waitpid(guard_pid_, nullptr, 0) < 0 && errno == EINTR) {
   }
 }
 

@@ -9,14 +9,18 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+
 namespace ddprun::agent {
 
 class OrphanGuard {
  public:
   // Forks the guard. Call while the process is single-threaded. Throws SystemError.
   OrphanGuard();
-  // Closes the pipe and reaps the guard (it exits at once on EOF).
+  // Closes the pipe and reaps the guard (it exits at once on EOF); a guard still there
+  // after kReapTimeout (stopped, say) is killed, so ddprun's exit never waits on it.
   ~OrphanGuard();
+  static constexpr std::chrono::milliseconds kReapTimeout{2000};
   OrphanGuard(const OrphanGuard&) = delete;
   OrphanGuard& operator=(const OrphanGuard&) = delete;
 

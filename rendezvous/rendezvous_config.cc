@@ -3,16 +3,28 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
-std::chrono::milliseconds seconds(const std::string& key, const std::string& text) {
+// Bounds of every rendezvous duration, in seconds. The upper one keeps milliseconds from
+// overflowing (join_timeout=1e16 once came out as a negative timeout); the lower one keeps
+// a value from rounding to 0 ms. Intervals, which a loop sleeps between rounds of work, get a
+// larger minimum so that a typo cannot make the loop spin a core.
+constexpr double kMaxSeconds = 1e7;
+constexpr double kMinSeconds = 0.001;
+constexpr double kMinIntervalSeconds = 0.05;
+
+std::chrono::milliseconds seconds(const std::string& key, const std::string& text, double min = kMinSeconds) {
   char* end = nullptr;
   double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value <= 0) {
-    throw UsageError("--rdzv_conf " + key + "=" + text + ": expected a positive number of seconds");
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value < min ||
+      value > kMaxSeconds) {
+    throw UsageError(fmt::format("--rdzv_conf {}={}: expected a number of seconds from {} to {:.0f}", key, text, min,
+                                 kMaxSeconds));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(value * 1000 + 0.5));
 }
@@ -37,7 +49,7 @@ RendezvousSettings parseRendezvousSettings(const std::map<std::string, std::stri
     } else if (key == "read_timeout") {
       s.read_timeout = seconds(key, value);
     } else if (key == "keep_alive_interval") {
-      s.keep_alive_interval = seconds(key, value);
+      s.keep_alive_interval = seconds(key, value, kMinIntervalSeconds);
     } else if (key == "keep_alive_max_attempt") {
       char* end = nullptr;
       long n = std::strtol(value.c_str(), &end, 10);

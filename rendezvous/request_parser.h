@@ -19,6 +19,9 @@ struct StoreLimits {
   size_t max_value_bytes = 64 * 1024 * 1024; // one value.
   uint64_t max_keys_per_request = 1 << 20;   // CHECK/WAIT/MULTI_GET/MULTI_SET.
   size_t max_request_bytes = 256 * 1024 * 1024;  // one whole request.
+  // One reply (MULTI_GET, LIST_KEYS): one 1 MiB key asked for 4096 times once made a 4 GiB
+  // reply and took the agent down with std::bad_alloc.
+  size_t max_reply_bytes = 256 * 1024 * 1024;
 };
 
 struct Request {

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -17,6 +18,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <fmt/format.h>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -91,6 +93,11 @@ class StoreServer::Impl {
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::steady_timer sweep_timer_;
+  asio::steady_timer accept_timer_{io_};
+  std::chrono::milliseconds accept_backoff_{0};
+  uint64_t accept_failures_ = 0;
+  Clock::time_point last_accept_log_{};
+  static constexpr std::chrono::seconds kAcceptLogInterval{10};
   int port_ = 0;
   StoreState state_;
   std::vector<uint8_t> scratch_ = std::vector<uint8_t>(kScratchBytes);  // see Connection::onReadable
@@ -259,7 +266,16 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         break;
       }
       offset += parsed.consumed;
-      if (!handle(request)) return std::nullopt;
+      bool open = false;
+      try {
+        open = handle(request);
+      } catch (const std::exception& e) {
+        // Out of memory, say: this client's request fails and its connection closes; the
+        // store, and the agent whose thread this is, go on.
+        server_.closeConnection(id_, std::string("request failed: ") + e.what(), true);
+        return std::nullopt;
+      }
+      if (!open) return std::nullopt;
     }
     return offset;
   }
@@ -352,12 +368,24 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
       case Command::kAppend:
         state.append(r.keys[0], r.values[0], effects);
         break;
-      case Command::kMultiGet:
+      case Command::kMultiGet: {
+        // The reply's size is known before anything is copied into it.
+        uint64_t reply_bytes = 0;
+        for (const auto& key : r.keys) {
+          const std::string* value = state.get(key);
+          reply_bytes += sizeof(uint64_t) + (value ? value->size() : 0);
+        }
+        if (reply_bytes > server_.options_.limits.max_reply_bytes) {
+          return reject(fmt::format("MULTI_GET of {} keys needs a {}-byte reply, over the {}-byte limit", r.keys.size(),
+                                    reply_bytes, server_.options_.limits.max_reply_bytes));
+        }
+        reply.reserve(reply_bytes);
         for (const auto& key : r.keys) {
           const std::string* value = state.get(key);
           putBytes(reply, value ? *value : std::string());
         }
         break;
+      }
       case Command::kMultiSet:
         for (size_t i = 0; i < r.keys.size(); ++i) state.set(r.keys[i], std::move(r.values[i]), effects);
         break;
@@ -463,7 +491,15 @@ StoreServer::Impl::Impl(StoreServerOptions options)
   thread_ = std::thread([this] {
     // A named thread shows up as such in top, perf and gdb.
     pthread_setname_np(pthread_self(), "ddprun-store");
-    io_.run();
+    // No exception may leave this thread: it would terminate the agent and its workers.
+    for (;;) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {
+        log_->error("store I/O thread: {}; serving on", e.what());
+      }
+    }
   });
   log_->debug("store listening on {}:{}{}", options_.host, port_, options_.token.empty() ? "" : " (token required)");
 }
@@ -473,6 +509,7 @@ StoreServer::Impl::~Impl() {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
     sweep_timer_.cancel();
+    accept_timer_.cancel();
     for (auto& [id, connection] : connections_) connection->close();
     connections_.clear();
     connection_count_ = 0;
@@ -490,10 +527,25 @@ void StoreServer::Impl::accept() {
       connection_count_ = connections_.size();
       log_->trace("store: client {} connected", connection->peer());
       connection->start();
-    } else {
-      log_->warn("store: accept failed: {}", ec.message());
+      accept_backoff_ = std::chrono::milliseconds(0);
+      accept();
+      return;
     }
-    accept();
+    // Out of descriptors, say: retrying at once spun a core and wrote a million log lines in
+    // six seconds. Back off (doubling up to a second) and log once per interval with a count.
+    accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+    ++accept_failures_;
+    const auto now = Clock::now();
+    if (now - last_accept_log_ >= kAcceptLogInterval) {
+      log_->warn("store: accept failed: {} ({} failures since the last report; next try in {} ms, backing off to 1 s)",
+                 ec.message(), accept_failures_, accept_backoff_.count());
+      accept_failures_ = 0;
+      last_accept_log_ = now;
+    }
+    accept_timer_.expires_after(accept_backoff_);
+    accept_timer_.async_wait([this](const boost::system::error_code& timer_ec) {
+      if (!timer_ec) accept();
+    });
   });
 }
 

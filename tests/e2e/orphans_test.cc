@@ -1,4 +1,8 @@
+#include <signal.h>
+
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <catch2/catch.hpp>
@@ -64,4 +68,48 @@ TEST_CASE("stopping on a signal leaves no grandchild behind", "[e2e][orphans]") 
   REQUIRE(ddprun.wait(20s));
   CHECK(ddprun.exitCode() == 128 + SIGTERM);
   for (pid_t pid : pids) CHECK_FALSE(processAlive(pid));
+}
+
+namespace {
+
+// The orphan guard ddprun forks: its child named "ddprun-guard" (0 when there is none).
+pid_t guardOf(pid_t ddprun) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat;
+    try {
+      stat = readFile(entry.path().string() + "/stat");
+    } catch (const std::exception&) {
+      continue;  // gone meanwhile
+    }
+    // pid (comm) state ppid ...
+    auto close = stat.rfind(')');
+    if (close == std::string::npos || stat.find("(ddprun-guard)") == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == ddprun) return static_cast<pid_t>(std::stoi(name));
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a stopped orphan guard does not keep ddprun from exiting", "[e2e][orphans]") {
+  TempDir dir;
+  std::string go = dir.file("go");
+  TestProcess ddprun({ddprunPath(), "--standalone", "--no_python", "sh", "-c",
+                      "echo worker-up; while [ ! -e " + go + " ]; do sleep 0.05; done"});
+  REQUIRE(ddprun.waitForOutput("worker-up", 20s));
+  pid_t guard = 0;
+  REQUIRE(eventually([&] { return (guard = guardOf(ddprun.pid())) > 0; }, 5s));
+  REQUIRE(::kill(guard, SIGSTOP) == 0);
+  { std::ofstream(go) << "go"; }
+  // The job ends normally; before the fix ddprun then waited for the stopped guard forever.
+  REQUIRE(ddprun.wait(20s));
+  CHECK(ddprun.exitCode() == 0);
+  CHECK_THAT(ddprun.err(), Catch::Contains("orphan guard"));
+  CHECK(eventually([&] { return !processAlive(guard); }, 5s));
 }

@@ -5,6 +5,7 @@
 #include "worker_runtime/checkpoint/checkpoint.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -285,4 +286,45 @@ TEST_CASE(
 
   CHECK_THROWS_AS(ckpt::CheckpointManager({.directory = ckdir, .keep = 0}), ddprun::UsageError);
   CHECK_THROWS_AS(ckpt::CheckpointManager({.directory = ""}), ddprun::UsageError);
+}
+
+TEST_CASE("huge sparse files among the checkpoints cost their header, not their size, and are skipped",
+          "[checkpoint]") {
+  TempDir dir;
+  const std::string ckdir = dir.file("ckpts");
+  ckpt::CheckpointManager manager({.directory = ckdir, .keep = 5});
+  CheckpointTestNet model;
+  fillModel(*model, 10.0f);
+  manager.save(*model, nullptr, {.step = 10});
+  constexpr uintmax_t kHuge = uintmax_t{16} << 30;  // 16 GiB apparent, a few KB on disk
+  // Newer than the good one: a file of zeros, and a real header padded out to 16 GiB.
+  { std::ofstream(manager.pathFor(20)); }
+  fs::resize_file(manager.pathFor(20), kHuge);
+  fs::copy_file(manager.pathFor(10), manager.pathFor(30));
+  fs::resize_file(manager.pathFor(30), kHuge);
+
+  // Allocating either file's size would fail under this limit (the loader once did, and
+  // std::bad_alloc escaped resumeLatest).
+  struct rlimit old_limit {};
+  REQUIRE(::getrlimit(RLIMIT_AS, &old_limit) == 0);
+  long pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  struct rlimit limit = old_limit;
+  limit.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (rlim_t{4} << 30);
+  REQUIRE(::setrlimit(RLIMIT_AS, &limit) == 0);
+  std::optional<ckpt::TrainingProgress> progress;
+  std::string error;
+  try {
+    CheckpointTestNet resumed;
+    progress = manager.resumeLatest(*resumed, nullptr);
+    if (progress) CHECK(uniform(resumed, 10.0f));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_AS, &old_limit);
+  CHECK(error.empty());
+  REQUIRE(progress.has_value());
+  CHECK(progress->step == 10);
+  CHECK_THAT(ckpt::verifyFile(manager.pathFor(20)), Catch::Contains("not a ddprun checkpoint"));
+  CHECK_THAT(ckpt::verifyFile(manager.pathFor(30)), Catch::Contains("truncated or padded"));
 }

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "launcher/cli.h"
 #include "launcher/program_resolver.h"
+#include "rendezvous/rendezvous_config.h"
 #include "tests/support/test_process.h"
 
 using ddprun::UsageError;
@@ -218,6 +219,12 @@ TEST_CASE("bad input is one clear error naming the problem", "[cli]") {
       {{"--max_restarts", "-1", "--no_python", "true"}, "--max_restarts"},
       {{"--monitor_interval", "fast", "--no_python", "true"}, "--monitor_interval"},
       {{"--term_timeout", "-3", "--no_python", "true"}, "--term_timeout"},
+      {{"--term_timeout", "1e30", "--no_python", "true"}, "--term_timeout"},
+      {{"--node_cooldown", "1e300", "--no_python", "true"}, "--node_cooldown"},
+      {{"--rdzv_conf", "join_timeout=1e16", "--no_python", "true"}, "join_timeout=1e16"},
+      {{"--rdzv_conf", "keep_alive_interval=0.0001", "--no_python", "true"}, "keep_alive_interval=0.0001"},
+      {{"--rdzv_conf", "keep_alive_interval=0.01", "--no_python", "true"}, "keep_alive_interval=0.01"},
+      {{"--rdzv_conf", "last_call_timeout=0.0001", "--no_python", "true"}, "last_call_timeout=0.0001"},
       {{"--redirects", "4", "--no_python", "true"}, "--redirects"},
       {{"--redirects", "0:1,0:2", "--no_python", "true"}, "--redirects"},
       {{"--redirects", "0:1,", "--no_python", "true"}, "--redirects"},
@@ -256,4 +263,16 @@ TEST_CASE("help reads like torchrun's", "[cli]") {
                            "training_script"}) {
     CHECK_THAT(*p.help_text, Catch::Contains(flag));
   }
+}
+
+TEST_CASE("durations at the edges of their ranges are taken exactly", "[cli]") {
+  auto c = parse({"--term_timeout=10000000", "--node_cooldown=0", "--rdzv_conf",
+                  "join_timeout=10000000,keep_alive_interval=0.05,last_call_timeout=0.001", "--no_python", "true"})
+               .config;
+  CHECK(c.term_timeout == std::chrono::milliseconds(10000000000LL));
+  CHECK(c.node_cooldown == std::chrono::milliseconds(0));
+  auto settings = ddprun::rendezvous::parseRendezvousSettings(c.rendezvous.conf);
+  CHECK(settings.join_timeout == std::chrono::milliseconds(10000000000LL));
+  CHECK(settings.keep_alive_interval == std::chrono::milliseconds(50));
+  CHECK(settings.last_call_timeout == std::chrono::milliseconds(1));
 }

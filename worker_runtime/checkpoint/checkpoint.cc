@@ -126,47 +126,65 @@ void writeFileAtomically(const std::string& path, const std::string& header, con
   if (rc != 0) throw SystemError(op + ": fsync directory " + dir.string(), err);
 }
 
-// Reads the whole file and checks the header; returns the payload or throws.
+// Reads exactly `size` bytes at the current offset of fd into out (resized to what was read).
+void readFully(int fd, std::string& out, size_t size, const std::string& op) {
+  out.resize(size);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::read(fd, out.data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) DDPRUN_CKPT_THROW_ERRNO(op + ": read");
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+}
+
+// Checks the header, then reads the payload; returns it or throws DdprunError. Nothing is
+// allocated for the payload until the header has been found good and its size matches the
+// file's: a huge sparse or foreign file costs 32 bytes, not its apparent size.
 std::string readPayload(const std::string& path) {
   const std::string op = "checkpoint load(" + path + ")";
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) DDPRUN_CKPT_THROW_ERRNO(op + ": open");
+  std::string header;
   std::string bytes;
+  uint64_t file_size = 0;
+  uint32_t crc = 0;
   try {
     struct stat st {};
     if (::fstat(fd, &st) != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": stat");
-    bytes.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (done < bytes.size()) {
-      ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) DDPRUN_CKPT_THROW_ERRNO(op + ": read");
-      if (n == 0) break;
-      done += static_cast<size_t>(n);
+    file_size = static_cast<uint64_t>(st.st_size);
+    readFully(fd, header, kHeaderSize, op);
+    if (header.size() < kHeaderSize || !std::equal(kMagic.begin(), kMagic.end(), header.begin())) {
+      throw DdprunError(op + ": not a ddprun checkpoint (" + std::to_string(file_size) +
+                        " bytes, no DDPRUNCK header)");
     }
-    bytes.resize(done);
+    const auto version = static_cast<uint32_t>(getLe(header.data() + 8, 4));
+    if (version != kFormatVersion) {
+      throw DdprunError(op + ": format version " + std::to_string(version) + ", this build reads " +
+                        std::to_string(kFormatVersion));
+    }
+    crc = static_cast<uint32_t>(getLe(header.data() + 12, 4));
+    const uint64_t size = getLe(header.data() + 16, 8);
+    if (size != file_size - kHeaderSize) {
+      throw DdprunError(op + ": truncated or padded: header says " + std::to_string(size) +
+                        " bytes of payload, file has " + std::to_string(file_size - kHeaderSize));
+    }
+    try {
+      readFully(fd, bytes, static_cast<size_t>(size), op);
+    } catch (const std::bad_alloc&) {
+      throw DdprunError(op + ": its " + std::to_string(size) + "-byte payload does not fit in memory");
+    }
+    if (bytes.size() != size) {
+      throw DdprunError(op + ": truncated while reading: " + std::to_string(bytes.size()) + " of " +
+                        std::to_string(size) + " bytes of payload");
+    }
   } catch (...) {
     ::close(fd);
     throw;
   }
   ::close(fd);
-
-  if (bytes.size() < kHeaderSize || !std::equal(kMagic.begin(), kMagic.end(), bytes.begin())) {
-    throw DdprunError(op + ": not a ddprun checkpoint (" + std::to_string(bytes.size()) +
-                      " bytes, no DDPRUNCK header)");
-  }
-  const auto version = static_cast<uint32_t>(getLe(bytes.data() + 8, 4));
-  if (version != kFormatVersion) {
-    throw DdprunError(op + ": format version " + std::to_string(version) + ", this build reads " +
-                      std::to_string(kFormatVersion));
-  }
-  const auto crc = static_cast<uint32_t>(getLe(bytes.data() + 12, 4));
-  const uint64_t size = getLe(bytes.data() + 16, 8);
-  if (size != bytes.size() - kHeaderSize) {
-    throw DdprunError(op + ": truncated or padded: header says " + std::to_string(size) +
-                      " bytes of payload, file has " + std::to_string(bytes.size() - kHeaderSize));
-  }
-  bytes.erase(0, kHeaderSize);
   const uint32_t actual = crc32Of(bytes.data(), bytes.size());
   if (actual != crc) {
     char detail[96];
@@ -388,10 +406,12 @@ LoadedCheckpoint loadFile(const std::string& path, torch::nn::Module& model, tor
 }
 
 std::string verifyFile(const std::string& path) {
+  // Any failure to read a candidate (not only a bad header: an I/O error, no memory) means
+  // "skip it"; resuming then falls back to the next older checkpoint.
   try {
     readPayload(path);
     return {};
-  } catch (const DdprunError& e) {
+  } catch (const std::exception& e) {
     return e.what();
   }
 }
