@@ -40,6 +40,9 @@ namespace {
 // request needs, so thousands of idle clients cost little.
 constexpr size_t kMinReadSpace = 4096;
 constexpr size_t kScratchBytes = 64 * 1024;
+// The largest request an unauthenticated connection may have outstanding (the handshake's
+// frames are a few dozen bytes).
+constexpr size_t kMaxHandshakeBytes = 1024;
 using Clock = std::chrono::steady_clock;
 
 const char* commandName(Command c) {
@@ -175,7 +178,10 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         dst = server_.scratch_.data();
         space = server_.scratch_.size();
       } else {
-        size_t want = std::max(in_len_ + kMinReadSpace, need_at_least_);
+        // Grow at most twofold per read: a header announcing 64 MiB costs memory only as its
+        // bytes arrive (it was once zero-filled at once, before any of them came).
+        size_t target = std::max(in_len_ + kMinReadSpace, need_at_least_);
+        size_t want = std::min(target, std::max(in_len_ * 2, in_len_ + kMinReadSpace));
         if (in_.size() < want) in_.resize(want);
         dst = in_.data() + in_len_;
         space = in_.size() - in_len_;
@@ -262,6 +268,14 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         return std::nullopt;
       }
       if (parsed.status == ParseStatus::kNeedMore) {
+        // Before the handshake only the handshake's own small frames are waited for.
+        if (!authenticated_ && (!isHandshake(rest[0]) || parsed.need_at_least > kMaxHandshakeBytes)) {
+          server_.closeConnection(id_,
+                                  fmt::format("unauthenticated {} of {} bytes on a store that requires a token",
+                                              commandName(static_cast<Command>(rest[0])), parsed.need_at_least),
+                                  true);
+          return std::nullopt;
+        }
         need_at_least_ = parsed.need_at_least;
         break;
       }
@@ -287,6 +301,13 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
     } else if (consumed > 0 || !partial_since_) {
       partial_since_ = Clock::now();
     }
+  }
+
+  // The commands a connection may send before it has proved the token (current generation:
+  // the first byte of a request is the command).
+  static bool isHandshake(uint8_t command_byte) {
+    auto command = static_cast<Command>(command_byte);
+    return command == Command::kValidate || command == Command::kAuthHello || command == Command::kAuthProof;
   }
 
   bool reject(const std::string& reason) {

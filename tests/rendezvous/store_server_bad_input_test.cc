@@ -6,6 +6,7 @@
 #include <fstream>
 #include <future>
 #include <limits>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -504,4 +505,39 @@ TEST_CASE("bad input: a MULTI_GET whose reply would be gigabytes is refused, and
   fair.close();
   f.expectOnlyClientLeft();
   f.expectServes("a gigabyte MULTI_GET");
+}
+
+namespace {
+
+size_t residentBytes() {
+  long pages = 0;
+  long resident = 0;
+  std::ifstream("/proc/self/statm") >> pages >> resident;
+  return static_cast<size_t>(resident) * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+TEST_CASE("bad input: requests announcing 60 MiB cost memory only as their bytes arrive", "[bad-input]") {
+  Fixture f;
+  const size_t before = residentBytes();
+  std::vector<std::unique_ptr<RawConnection>> raws;
+  for (int i = 0; i < 4; ++i) {
+    raws.push_back(std::make_unique<RawConnection>(f.server.port()));
+    REQUIRE(raws.back()->send(validateFrame() + std::string(Frame(Command::kSet).str("/big").u64(60u << 20)) +
+                              std::string(8192, 'v')));
+  }
+  // The buffer for the rest is sized when more of the request arrives: send more, in a
+  // second segment each, once the server has taken the first.
+  std::this_thread::sleep_for(200ms);
+  for (auto& raw : raws) REQUIRE(raw->send(std::string(8192, 'w')));
+  // The server reads each socket as soon as bytes arrive; half a second is ample for four.
+  std::this_thread::sleep_for(500ms);
+  f.client.set("sentinel/during", "served");
+  CHECK(f.client.get("sentinel/during") == "served");
+  // The server lives in this process: 4 x 60 MiB zero-filled up front would show here.
+  const size_t after = residentBytes();
+  CHECK(after - std::min(before, after) < (32u << 20));
+  raws.clear();
+  f.expectServes("four 60 MiB announcements");
 }

@@ -124,6 +124,12 @@ TEST_CASE("token: raw frames without the handshake are refused", "[token]") {
     REQUIRE(hello.raw.send(Frame(Command::kGetNumKeys)));
     CHECK_FALSE(hello.raw.readValue<int64_t>(3s).has_value());
   }
+  SECTION("a SET announcing 64 MiB before the handshake is refused at once, not awaited") {
+    RawConnection raw(server.port());
+    REQUIRE(raw.send(validateFrame() + std::string(Frame(Command::kSet).str("/big").u64(64u << 20)) +
+                     std::string(100, 'v')));
+    CHECK(raw.closedByPeerWithin(3s));
+  }
   SECTION("AUTH_PROOF before AUTH_HELLO") {
     RawConnection raw(server.port());
     REQUIRE(raw.send(validateFrame() + std::string(Frame(Command::kAuthProof).bytes(std::string(32, 'p')))));
