@@ -32,7 +32,7 @@ struct AgentConfig {
   std::chrono::milliseconds node_cooldown{0};
   std::chrono::milliseconds node_cooldown_max{300000};  // --node_cooldown_max.
   std::optional<int> health_check_port;   // --health_check_port; unset: no endpoint.
-  std::string health_check_addr = "0.0.0.0";  // --health_check_addr: where it listens.
+  std::string health_check_addr = "127.0.0.1";  // --health_check_addr: where it listens (loopback unless told).
   std::optional<std::string> events_file;  // DDPRUN_EVENTS_FILE; unset: events only in --log_dir.
   rendezvous::RendezvousConfig rendezvous;
 };

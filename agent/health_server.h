@@ -1,11 +1,12 @@
 // The agent's health-check endpoint (--health_check_port): a plain HTTP/1.1 server on
 // its own thread that answers GET / (or /health, /healthz) with 200 and the agent's state
 // as JSON while the agent is healthy, and 503 with the same body when it is not (sitting
-// out a cooldown, stopping, finished). One connection at a time, each bounded by a short
-// deadline, so a stalled client delays the next probe by at most that long. Anything but
-// GET/HEAD is 405; other paths are 404.
+// out a cooldown, stopping, finished). Connections are served concurrently from one poll
+// loop, each bounded by a short deadline and their number capped (the oldest goes), so idle
+// or stalled clients never delay a probe. Anything but GET/HEAD is 405; other paths are 404.
 #pragma once
 
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,8 +28,16 @@ class HealthServer {
   void update(bool healthy, std::string body);
 
  private:
+  struct Client {
+    int fd;
+    std::chrono::steady_clock::time_point deadline;
+    std::string request;
+    std::string response;  // empty until the request head is complete
+    size_t sent;
+  };
   void serve();
-  void answer(int fd);
+  bool progress(Client& client);
+  std::string respond(const std::string& request);
 
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // eventfd: readable once the destructor wants the thread to end

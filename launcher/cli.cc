@@ -48,7 +48,7 @@ struct RawFlags {
   std::string node_cooldown = "0";
   std::string node_cooldown_max = "300";
   std::string health_check_port;
-  std::string health_check_addr = "0.0.0.0";
+  std::string health_check_addr = "127.0.0.1";
   bool slurm = false;
   bool dry_run = false;
   bool version = false;
@@ -319,7 +319,7 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   addOption(app, "", "--node_cooldown", f.node_cooldown, "Seconds a node whose workers failed twice in a row sits out of the job, doubling with each further failure (0: never).");
   addOption(app, "", "--node_cooldown_max", f.node_cooldown_max, "Longest cooldown of a failing node, in seconds.");
   addOption(app, "", "--health_check_port", f.health_check_port, "Serve the agent's health on this port (HTTP GET: 200 and its state as JSON while healthy, else 503).");
-  addOption(app, "", "--health_check_addr", f.health_check_addr, "Address the health check listens on.");
+  addOption(app, "", "--health_check_addr", f.health_check_addr, "Address the health check listens on (default loopback; 0.0.0.0 or the node's address for probes from elsewhere).");
   addFlag(app, "", "--slurm", f.slurm, "Take --nnodes, --node_rank, --master_addr/--master_port (or --rdzv_endpoint), --rdzv_id and --nproc_per_node from SLURM's job step variables unless given.");
   addFlag(app, "", "--dry_run", f.dry_run, "Print the resolved flags, one per line, and exit without starting anything.");
   // No PET_VERSION: an exported variable must never turn a job into a version print.

@@ -76,6 +76,8 @@ TEST_CASE("defaults match torchrun's", "[cli]") {
   CHECK_FALSE(c.tee.anyStream());
   CHECK(c.entrypoint == std::vector<std::string>{trueProgram()});
   CHECK(p.start_method == "spawn");
+  // Not torchrun's: the health endpoint listens on loopback unless told otherwise.
+  CHECK(c.health_check_addr == "127.0.0.1");
 }
 
 TEST_CASE("every flag is accepted in its underscore and its dash spelling", "[cli]") {
