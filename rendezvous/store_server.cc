@@ -139,6 +139,21 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
 
   void waitSatisfied() { send(std::string(1, static_cast<char>(wire::WaitResponse::kStopWaiting))); }
 
+  // A torch 1.13 watch notification. A watcher cannot be paused (changes come from other
+  // clients), so one that lets more than max_pending_reply_bytes pile up is closed instead:
+  // four watchers that never read once took the server to 1 GB over thirty 4 MiB SETs.
+  void notify(std::string frame) {
+    if (closed_) return;
+    const size_t queued = pending_.size() + writing_.size() + frame.size();
+    if (queued > server_.options_.max_pending_reply_bytes) {
+      server_.closeConnection(id_,
+                              fmt::format("watcher does not read its notifications ({} bytes would be queued)", queued),
+                              true);
+      return;
+    }
+    send(std::move(frame));
+  }
+
   // True when a request has been incomplete for longer than the request timeout.
   bool stalled(Clock::time_point now) const {
     return partial_since_ && now - *partial_since_ > server_.options_.request_timeout;
@@ -611,7 +626,10 @@ void StoreServer::Impl::deliver(const StoreEffects& effects) {
     auto it = connections_.find(id);
     if (it != connections_.end()) it->second->waitSatisfied();
   }
-  for (const auto& [id, frame] : effects.watch_messages) send(id, frame);
+  for (const auto& [id, frame] : effects.watch_messages) {
+    auto it = connections_.find(id);
+    if (it != connections_.end()) it->second->notify(frame);
+  }
 }
 
 void StoreServer::Impl::send(ConnectionId id, std::string bytes) {

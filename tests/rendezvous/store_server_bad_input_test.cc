@@ -541,3 +541,25 @@ TEST_CASE("bad input: requests announcing 60 MiB cost memory only as their bytes
   raws.clear();
   f.expectServes("four 60 MiB announcements");
 }
+
+TEST_CASE("bad input: torch 1.13 watchers that never read are closed, not buffered without bound", "[bad-input]") {
+  auto options = localServerOptions();
+  options.max_pending_reply_bytes = 16u << 20;
+  Fixture f(options);
+  std::vector<std::unique_ptr<RawConnection>> watchers;
+  for (int i = 0; i < 4; ++i) {
+    watchers.push_back(std::make_unique<RawConnection>(f.server.port()));
+    REQUIRE(watchers.back()->send(Frame(LegacyCommand::kWatchKey).str("/watched")));
+  }
+  // Registration is answered in order; once all four are registered, every SET notifies all.
+  for (auto& w : watchers) {
+    CHECK(w->readValue<uint8_t>() == static_cast<uint8_t>(wire::WatchResponse::kCallbackRegistered));
+  }
+  const std::string big(4u << 20, 'x');
+  for (int i = 0; i < 30; ++i) f.client.set("/watched", big + std::to_string(i));
+  // Thirty changes carry 240 MiB of old and new values per watcher: past 16 MiB queued (plus
+  // what the kernel's socket buffers hold), each watcher is closed.
+  for (auto& w : watchers) CHECK(w->closedByPeerWithin(10s));
+  watchers.clear();
+  f.expectServes("watchers that never read");
+}
