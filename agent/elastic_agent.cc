@@ -18,6 +18,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "agent/adopted_children.h"
 #include "agent/error_file.h"
 #include "agent/event_log.h"
 #include "agent/failure_report.h"
@@ -40,6 +41,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr auto kGroupPollInterval = std::chrono::milliseconds(10);
+// Rounds of stopping adopted orphans (each may hand its own children to the agent).
+constexpr int kMaxOrphanRounds = 8;
 // Output still arriving after every worker's process group is gone comes from a
 // process that left its group (setsid); we stop waiting for it after this long.
 constexpr auto kDrainTimeout = std::chrono::seconds(1);
@@ -128,6 +131,7 @@ class ElasticAgent::Impl {
   int finishJob(int exit_code);
   void afterSuccess();
   void stopWorkers(int signal);
+  void stopAdoptedOrphans();
   void clearProcessGroups();
   void drainOutput();
   void endAttempt();
@@ -418,7 +422,33 @@ void ElasticAgent::Impl::clearProcessGroups() {
       if (!alive.empty()) runFor(kGroupPollInterval);
     }
   }
+  stopAdoptedOrphans();
   for (const Worker& w : workers_) guard_.forget(w.pid);
+}
+
+// Descendants that left their worker's process group (setsid daemons) escaped the group kill
+// and, their parents gone, came to the agent as subreaper. They may not outlive the attempt
+// either: SIGTERM, then SIGKILL after --term_timeout. Stopping one can hand its own children
+// to the agent in turn, so this repeats (a bounded number of times) until none is left.
+void ElasticAgent::Impl::stopAdoptedOrphans() {
+  // Workers themselves are never taken for orphans, even one somehow still running.
+  auto orphansNow = [this] {
+    std::vector<pid_t> workers;
+    for (const Worker& w : workers_) workers.push_back(w.pid);
+    return liveChildren(guard_.pid(), workers);
+  };
+  for (int round = 0; round < kMaxOrphanRounds; ++round) {
+    std::vector<pid_t> orphans = orphansNow();
+    if (orphans.empty()) return;
+    log_->warn("stopping {} process(es) that left their worker's process group and outlived it (pid {}{})",
+               orphans.size(), orphans.front(), orphans.size() > 1 ? ", ..." : "");
+    for (pid_t pid : orphans) ::kill(pid, SIGTERM);
+    const auto deadline = Clock::now() + config_.term_timeout;
+    while (!orphansNow().empty() && Clock::now() < deadline) runFor(kGroupPollInterval);
+    for (pid_t pid : orphansNow()) ::kill(pid, SIGKILL);
+    const auto reap_deadline = Clock::now() + std::chrono::seconds(5);
+    while (!orphansNow().empty() && Clock::now() < reap_deadline) runFor(kGroupPollInterval);
+  }
 }
 
 void ElasticAgent::Impl::drainOutput() {

@@ -113,3 +113,22 @@ TEST_CASE("a stopped orphan guard does not keep ddprun from exiting", "[e2e][orp
   CHECK_THAT(ddprun.err(), Catch::Contains("orphan guard"));
   CHECK(eventually([&] { return !processAlive(guard); }, 5s));
 }
+
+TEST_CASE("a worker's setsid daemon does not outlive a successful job", "[e2e][orphans]") {
+  TempDir dir;
+  std::string pid_file = dir.file("daemon");
+  // setsid leaves the worker's process group (and session): the group kill cannot reach it.
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--term_timeout=2", "--no_python", "sh", "-c",
+                // Exit only once the daemon leads its own session (field 6 of its stat).
+                "setsid sleep 300 & d=$!; echo $d > " + pid_file +
+                    "; while [ \"$(cut -d' ' -f6 /proc/$d/stat)\" != \"$d\" ]; do sleep 0.01; done; exit 0"},
+               {}, 30s);
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 0);
+  auto pids = pidsIn(pid_file);
+  REQUIRE(pids.size() == 1);
+  const bool gone = eventually([&] { return !processAlive(pids[0]); }, 5s);
+  if (!gone) ::kill(pids[0], SIGKILL);  // leave nothing behind, pass or fail
+  CHECK(gone);
+  CHECK_THAT(r.err, Catch::Contains("left their worker's process group"));
+}
