@@ -10,7 +10,7 @@
 
 namespace ddprun::agent {
 
-std::vector<pid_t> liveChildren(pid_t except, const std::vector<pid_t>& also_except) {
+std::vector<pid_t> liveChildren(const std::vector<pid_t>& except) {
   const pid_t self = ::getpid();
   std::vector<pid_t> children;
   std::error_code ec;
@@ -28,7 +28,7 @@ std::vector<pid_t> liveChildren(pid_t except, const std::vector<pid_t>& also_exc
     pid_t ppid = 0;
     if (!(rest >> state >> ppid) || ppid != self || state == 'Z') continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (pid == except || std::find(also_except.begin(), also_except.end(), pid) != also_except.end()) continue;
+    if (std::find(except.begin(), except.end(), pid) != except.end()) continue;
     children.push_back(pid);
   }
   return children;

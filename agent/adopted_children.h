@@ -9,8 +9,7 @@
 
 namespace ddprun::agent {
 
-// The live (non-zombie) children of this process, from /proc, leaving out `except` and
-// anything in `also_except`.
-std::vector<pid_t> liveChildren(pid_t except, const std::vector<pid_t>& also_except = {});
+// The live (non-zombie) children of this process, from /proc, leaving out those in `except`.
+std::vector<pid_t> liveChildren(const std::vector<pid_t>& except);
 
 }  // namespace ddprun::agent

@@ -431,12 +431,10 @@ void ElasticAgent::Impl::clearProcessGroups() {
 // either: SIGTERM, then SIGKILL after --term_timeout. Stopping one can hand its own children
 // to the agent in turn, so this repeats (a bounded number of times) until none is left.
 void ElasticAgent::Impl::stopAdoptedOrphans() {
-  // Workers themselves are never taken for orphans, even one somehow still running.
-  auto orphansNow = [this] {
-    std::vector<pid_t> workers;
-    for (const Worker& w : workers_) workers.push_back(w.pid);
-    return liveChildren(guard_.pid(), workers);
-  };
+  // Neither the guard nor a worker (even one somehow still running) is an orphan.
+  std::vector<pid_t> ours = {guard_.pid()};
+  for (const Worker& w : workers_) ours.push_back(w.pid);
+  auto orphansNow = [&ours] { return liveChildren(ours); };
   for (int round = 0; round < kMaxOrphanRounds; ++round) {
     std::vector<pid_t> orphans = orphansNow();
     if (orphans.empty()) return;

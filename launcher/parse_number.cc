@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "common/durations.h"
 #include "common/error.h"
 
 namespace ddprun::launcher {
@@ -30,11 +33,9 @@ double parseSeconds(std::string_view flag, std::string_view text) {
   std::string copy(text);
   char* end = nullptr;
   double value = std::strtod(copy.c_str(), &end);
-  // The bound keeps every duration representable in milliseconds (1e30 s once overflowed
-  // into "kill at once") while leaving room for any real job: 1e7 s is about 115 days.
   if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value) || value < 0 ||
-      value > kMaxSeconds) {
-    throw invalid(flag, text, "a number of seconds from 0 to 10000000");
+      value > kMaxDurationSeconds) {
+    throw invalid(flag, text, fmt::format("a number of seconds from 0 to {:.0f}", kMaxDurationSeconds));
   }
   return value;
 }

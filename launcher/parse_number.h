@@ -9,10 +9,7 @@ namespace ddprun::launcher {
 // "invalid <flag> value '<text>': expected <expected>".
 int parseInt(std::string_view flag, std::string_view text, int min, int max, std::string_view expected);
 
-// The longest duration any flag accepts, in seconds (about 115 days).
-inline constexpr double kMaxSeconds = 1e7;
-
-// Parses all of `text` as a number of seconds in [0, kMaxSeconds] (fractions allowed).
+// Parses all of `text` as a number of seconds in [0, kMaxDurationSeconds] (fractions allowed).
 double parseSeconds(std::string_view flag, std::string_view text);
 
 }  // namespace ddprun::launcher

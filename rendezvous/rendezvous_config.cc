@@ -5,16 +5,15 @@
 
 #include <fmt/format.h>
 
+#include "common/durations.h"
 #include "common/error.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
-// Bounds of every rendezvous duration, in seconds. The upper one keeps milliseconds from
-// overflowing (join_timeout=1e16 once came out as a negative timeout); the lower one keeps
-// a value from rounding to 0 ms. Intervals, which a loop sleeps between rounds of work, get a
-// larger minimum so that a typo cannot make the loop spin a core.
-constexpr double kMaxSeconds = 1e7;
+// Lower bounds of rendezvous durations, in seconds (the upper one is kMaxDurationSeconds):
+// no value may round to 0 ms, and intervals, which a loop sleeps between rounds of work, get
+// a larger minimum so that a typo cannot make the loop spin a core.
 constexpr double kMinSeconds = 0.001;
 constexpr double kMinIntervalSeconds = 0.05;
 
@@ -22,9 +21,9 @@ std::chrono::milliseconds seconds(const std::string& key, const std::string& tex
   char* end = nullptr;
   double value = std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value < min ||
-      value > kMaxSeconds) {
+      value > kMaxDurationSeconds) {
     throw UsageError(fmt::format("--rdzv_conf {}={}: expected a number of seconds from {} to {:.0f}", key, text, min,
-                                 kMaxSeconds));
+                                 kMaxDurationSeconds));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(value * 1000 + 0.5));
 }

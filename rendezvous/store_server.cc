@@ -406,20 +406,19 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         break;
       case Command::kMultiGet: {
         // The reply's size is known before anything is copied into it.
+        std::vector<const std::string*> values;
+        values.reserve(r.keys.size());
         uint64_t reply_bytes = 0;
         for (const auto& key : r.keys) {
-          const std::string* value = state.get(key);
-          reply_bytes += sizeof(uint64_t) + (value ? value->size() : 0);
+          values.push_back(state.get(key));
+          reply_bytes += sizeof(uint64_t) + (values.back() ? values.back()->size() : 0);
         }
         if (reply_bytes > server_.options_.limits.max_reply_bytes) {
           return reject(fmt::format("MULTI_GET of {} keys needs a {}-byte reply, over the {}-byte limit", r.keys.size(),
                                     reply_bytes, server_.options_.limits.max_reply_bytes));
         }
         reply.reserve(reply_bytes);
-        for (const auto& key : r.keys) {
-          const std::string* value = state.get(key);
-          putBytes(reply, value ? *value : std::string());
-        }
+        for (const std::string* value : values) putBytes(reply, value ? *value : std::string());
         break;
       }
       case Command::kMultiSet:

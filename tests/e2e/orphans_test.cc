@@ -1,7 +1,6 @@
 #include <signal.h>
 
 #include <csignal>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -72,25 +71,13 @@ TEST_CASE("stopping on a signal leaves no grandchild behind", "[e2e][orphans]") 
 
 namespace {
 
-// The orphan guard ddprun forks: its child named "ddprun-guard" (0 when there is none).
+// The orphan guard ddprun forks first, from its main thread: its child named "ddprun-guard"
+// (0 when there is none).
 pid_t guardOf(pid_t ddprun) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string stat;
-    try {
-      stat = readFile(entry.path().string() + "/stat");
-    } catch (const std::exception&) {
-      continue;  // gone meanwhile
-    }
-    // pid (comm) state ppid ...
-    auto close = stat.rfind(')');
-    if (close == std::string::npos || stat.find("(ddprun-guard)") == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == ddprun) return static_cast<pid_t>(std::stoi(name));
+  const std::string self = std::to_string(ddprun);
+  std::istringstream children(readFile("/proc/" + self + "/task/" + self + "/children"));
+  for (pid_t child; children >> child;) {
+    if (readFile("/proc/" + std::to_string(child) + "/comm") == "ddprun-guard\n") return child;
   }
   return 0;
 }
