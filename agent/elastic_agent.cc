@@ -28,6 +28,7 @@
 #include "agent/node_cooldown.h"
 #include "agent/orphan_guard.h"
 #include "agent/process_spawner.h"
+#include "agent/secret_file.h"
 #include "agent/worker_env.h"
 #include "common/env_names.h"
 #include "common/error.h"
@@ -311,6 +312,11 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   SpawnRequest request;
   request.argv = config_.entrypoint;
   request.env = workerEnvironment(base_env_, config_, rdzv, worker.place, worker.error_file);
+  if (!rdzv.rpc_secret.empty()) {
+    const std::string secret_file = dir + "/rpc_secret";
+    writeSecretFile(secret_file, rdzv.rpc_secret);
+    request.env[env::kRpcSecretFile] = secret_file;
+  }
 
   const Std redirected = config_.redirects.forLocalRank(local_rank);
   const Std teed = config_.tee.forLocalRank(local_rank);

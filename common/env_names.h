@@ -25,6 +25,10 @@ inline constexpr const char* kTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ER
 // torch 1.13 reads the older spelling; setting both keeps either generation safe.
 inline constexpr const char* kNcclAsyncErrorHandling = "NCCL_ASYNC_ERROR_HANDLING";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// The RPC peers' shared secret: a file of mode 0600 written by the agent each round.
+inline constexpr const char* kRpcSecretFile = "DDPRUN_RPC_SECRET_FILE";
+// The secret itself, for workers started by another launcher.
+inline constexpr const char* kRpcSecret = "DDPRUN_RPC_SECRET";
 
 // Read by the agent.
 inline constexpr const char* kLogLinePrefixTemplate = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";

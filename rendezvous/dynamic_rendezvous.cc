@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "rendezvous/local_addresses.h"
+#include "rendezvous/sha256.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/token_auth.h"
@@ -101,6 +102,7 @@ class DynamicRendezvous::Impl {
   Seat joinStatic(int round, Clock::time_point deadline);
   int restartCountFor(int round);
   void publishWorkerStore(int round);
+  std::string rpcSecret(int round, int participants) const;
   // Refreshes the heartbeat of this node's published record through `store` (the
   // watcher's own client); nothing before the first publishStatus().
   void refreshStatus(Store& store);
@@ -356,6 +358,7 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
       result.master_addr = master.substr(0, colon);
       result.master_port = std::atoi(master.c_str() + colon + 1);
       result.use_agent_store = true;
+      result.rpc_secret = rpcSecret(round, seat.participants);
 
       if (sat_out_) client_->add(prefix_ + "away", -1);
       in_round_ = true;
@@ -375,6 +378,24 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
   } catch (const StoreError& e) {
     throw error(round, e.what());
   }
+}
+
+// Derived from the token, the secret is the same on every node and never crosses the
+// network; on a single node it is random. A multi-node job without a token has no private
+// channel: its workers agree on one through the store.
+std::string DynamicRendezvous::Impl::rpcSecret(int round, int participants) const {
+  std::string material;
+  if (!token_.empty()) {
+    const auto d = hmacSha256(token_, fmt::format("ddprun-rpc|{}|{}", config_.run_id, round));
+    material.assign(reinterpret_cast<const char*>(d.data()), d.size());
+  } else if (participants == 1) {
+    material = randomNonce() + randomNonce();
+  } else {
+    return "";
+  }
+  std::string hex;
+  for (unsigned char c : material) hex += fmt::format("{:02x}", c);
+  return hex;
 }
 
 // Static jobs without a token give the workers the rendezvous store itself, as torchrun

@@ -51,6 +51,9 @@ struct RendezvousResult {
   std::string master_addr;       // MASTER_ADDR for the workers.
   int master_port = 0;           // MASTER_PORT for the workers.
   bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE.
+  // The RPC peers' secret for this round (worker_runtime/rpc/auth.h), handed to the
+  // workers in a 0600 file; empty when it could only travel through the open store.
+  std::string rpc_secret;
 };
 
 }  // namespace ddprun::rendezvous

@@ -8,6 +8,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/utils.h>
 
+#include <unistd.h>
+
 #include <cmath>
 
 #include "common/error.h"
@@ -31,12 +33,29 @@ Future ready(Value v) {
   return f;
 }
 
+// A module's shape comes from a caller: refuse sizes that are not positive or whose
+// parameters (float32, with optimizer state about 4x) could not fit in this host's memory,
+// before LibTorch allocates anything.
+void checkShape(const std::string& kind, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) {
+    throw DdprunError(fmt::format("RemoteModule {}: sizes must be positive, got {} x {}", kind, rows, cols));
+  }
+  const double bytes = static_cast<double>(rows) * static_cast<double>(cols) * sizeof(float);
+  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (bytes * 4 > memory) {
+    throw DdprunError(fmt::format("RemoteModule {}: {} x {} parameters need {:.1f} GiB with optimizer state, more "
+                                  "than this host's {:.1f} GiB of memory",
+                                  kind, rows, cols, bytes * 4 / (1u << 30), memory / (1u << 30)));
+  }
+}
+
 Value createModule(const Args& a) {
   const std::string& kind = a.at(0).toString();
   auto obj = std::make_shared<ModuleObject>();
   obj->kind = kind;
   if (kind == "EmbeddingBag") {
     const std::string& mode = a.at(3).toString();
+    checkShape(kind, a.at(1).toInt(), a.at(2).toInt());
     torch::nn::EmbeddingBagOptions o(a.at(1).toInt(), a.at(2).toInt());
     // The weight's gradient is computed sparse (only the rows looked up): the context turns it
     // dense for anyone who reads it, and the optimizer applies it exactly as the dense one, so
@@ -57,6 +76,7 @@ Value createModule(const Args& a) {
       return m->forward(in.at(first).toTensor(), offsets);
     };
   } else if (kind == "Linear") {
+    checkShape(kind, a.at(1).toInt(), a.at(2).toInt());
     auto m = torch::nn::Linear(torch::nn::LinearOptions(a.at(1).toInt(), a.at(2).toInt()).bias(a.at(3).toBool()));
     obj->module = m.ptr();
     obj->forward = [m](const Args& in, size_t first) mutable { return m->forward(in.at(first).toTensor()); };

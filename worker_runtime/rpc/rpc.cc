@@ -34,8 +34,10 @@
 #include "common/env_names.h"
 #include "common/logging.h"
 #include "rendezvous/tcp_store_client.h"
+#include "worker_runtime/rpc/auth.h"
 #include "worker_runtime/rpc/dist_autograd.h"
 #include "worker_runtime/rpc/internal.h"
+#include "worker_runtime/rpc/wire.h"
 
 namespace ddprun::rpc {
 
@@ -51,21 +53,12 @@ auto log() {
   return l;
 }
 
-constexpr uint32_t kMagic = 0x43505244;  // "DRPC"
-enum class Kind : uint8_t { kRequest = 1, kResponse = 2, kError = 3 };
-
-struct WireHeader {
-  uint32_t magic = kMagic;
-  uint8_t kind = 0;
-  uint8_t flags = 0;
-  uint16_t reserved = 0;
-  int32_t src = -1;
-  uint32_t meta_bytes = 0;
-  uint64_t id = 0;
-  uint64_t tensor_bytes = 0;
-};
-static_assert(sizeof(WireHeader) == 32);
-constexpr uint32_t kMaxMeta = 256u << 20;
+using wire::Kind;
+using WireHeader = wire::Header;
+constexpr uint32_t kMagic = wire::kMagic;
+constexpr uint32_t kMaxMeta = wire::kMaxMetaBytes;
+// Tensors of a message are allocated in batches that at most double what has arrived.
+constexpr uint64_t kFirstTensorBatch = 1u << 20;
 
 // ---- value codec ----
 
@@ -356,15 +349,25 @@ thread_local int t_caller = -1;
 
 class Agent;
 
+// One parsed entry of a message's tensor table.
+struct TensorSpec {
+  c10::ScalarType dtype;
+  std::vector<int64_t> sizes;
+  uint64_t bytes = 0;
+};
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
+  // Outbound connections are authenticated before they are made (connectionTo); inbound
+  // ones run the callee's side of the handshake first.
   Connection(Agent& agent, tcp::socket socket, int peer, bool outbound)
-      : agent_(agent), socket_(std::move(socket)), peer_(peer), outbound_(outbound) {
+      : agent_(agent), socket_(std::move(socket)), peer_(peer), outbound_(outbound), authenticated_(outbound) {
     socket_.set_option(tcp::no_delay(true));
     socket_.non_blocking(true);
     fd_ = socket_.native_handle();
+    opened_ = Clock::now();
   }
-  void start() { readHeader(); }
+  void start();
   // Writes the whole message; throws PeerError when the connection is broken.
   void write(const OutMessage& m, Clock::time_point deadline);
   void close() {
@@ -373,8 +376,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
   }
+  // Fails the connection (once): records the reason and tells the agent.
+  void fail(const std::string& reason);
+  // I/O thread: closes the connection when its handshake or the message it is reading
+  // made no progress in time (a stalled or partial message must not hold it forever).
+  void checkDeadline(Clock::time_point now) {
+    if (deadline_ && now > *deadline_) fail(deadline_reason_);
+  }
   int peer() const { return peer_; }
   bool outbound() const { return outbound_; }
+  bool authenticated() const { return authenticated_.load(); }
+  Clock::time_point opened() const { return opened_; }
   bool broken() const { return broken_.load(); }
   std::string brokenReason() {
     std::lock_guard lock(reason_mutex_);
@@ -383,24 +395,53 @@ class Connection : public std::enable_shared_from_this<Connection> {
   tcp::socket& socket() { return socket_; }
 
  private:
+  void readHello();
+  void readProof();
   void readHeader();
+  void readHeaderPart();
+  void checkHeader();
   void readMeta();
-  void readTensors();
-  void fail(const std::string& reason);
+  void parseTable();
+  void readTensorBatch();
+  void readBatch();
+  void deliver();
+  void progress(const char* what);
+  bool lost(const boost::system::error_code& ec) {
+    if (!ec) return false;
+    fail(ec == asio::error::eof ? "peer closed the connection" : ec.message());
+    return true;
+  }
 
   Agent& agent_;
   tcp::socket socket_;
   int fd_ = -1;
   int peer_;
   bool outbound_;
+  std::atomic<bool> authenticated_;
+  Clock::time_point opened_;
   std::mutex write_mutex_;
   std::atomic<bool> closed_{false};
   std::atomic<bool> broken_{false};
+  std::atomic<bool> failed_{false};
   std::mutex reason_mutex_;
   std::string reason_;
   // Reader state (I/O thread only).
+  std::optional<Clock::time_point> deadline_;
+  std::string deadline_reason_;
+  auth::ClientHello hello_;
+  auth::ServerHello server_hello_;
+  auth::ClientProof proof_;
+  uint8_t verdict_ = auth::kAccepted;
+  std::string client_nonce_, server_nonce_;
   WireHeader header_;
+  size_t header_received_ = 0;
   std::string meta_;
+  size_t meta_received_ = 0;
+  std::vector<TensorSpec> specs_;
+  size_t next_tensor_ = 0;
+  uint64_t tensor_received_ = 0;
+  std::vector<asio::mutable_buffer> batch_;
+  size_t batch_index_ = 0;
   std::vector<at::Tensor> in_tensors_;
   size_t body_offset_ = 0;
 };
@@ -461,7 +502,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
     if (rank < 0 || rank >= world_size_) throw DdprunError(fmt::format("rpc: no worker with rank {}", rank));
     return {peers_[rank].name, rank};
   }
+  // Ranks from the wire are checked before use; this is still safe on any int.
   std::string describe(int rank) const {
+    if (rank < 0 || rank >= static_cast<int>(peers_.size())) return fmt::format("unknown rank {}", rank);
     const auto& p = peers_[rank];
     return fmt::format("worker '{}' (rank {}, {}:{})", p.name, rank, p.host, p.port);
   }
@@ -469,6 +512,11 @@ class Agent : public std::enable_shared_from_this<Agent> {
     return t.count() < 0 ? options_.rpc_timeout : t;
   }
   void post(std::function<void()> fn) { pool_.post(std::move(fn)); }
+  const std::string& secret() const { return secret_; }
+  // How long a message may go without a byte arriving once it has begun.
+  std::chrono::milliseconds readTimeout() const { return options_.rpc_timeout; }
+  // Logs a refused handshake, at most once per 10 s (a scanner must not flood the log).
+  void noteRefused(const std::string& reason);
 
   // RRef owner table.
   std::pair<int64_t, int64_t> newRRefId() { return {rank_, next_rref_serial_.fetch_add(1)}; }
@@ -485,7 +533,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
  private:
   std::shared_ptr<Connection> connectionTo(int rank);
   void accept();
+  void admit(tcp::socket socket);
   void sweep();
+  void checkDeadlines();
+  void loadSecret();
   void dispatchRequest(const std::shared_ptr<Connection>& conn, const WireHeader& h, Reader& in,
                        std::vector<at::Tensor>& tensors);
   void respond(const std::shared_ptr<Connection>& conn, uint64_t id, int peer, int64_t context_id, const Future& result,
@@ -505,6 +556,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::unordered_map<std::string, int> by_name_;
   std::unique_ptr<rendezvous::TcpStoreClient> store_;
   std::string prefix_;
+  std::string secret_;
+  std::atomic<int64_t> refused_{0};
+  Clock::time_point last_refusal_log_{};
+  int sweeps_ = 0;
 
   asio::io_context io_;
   tcp::acceptor acceptor_;
@@ -598,93 +653,233 @@ void Connection::write(const OutMessage& m, Clock::time_point deadline) {
 }
 
 void Connection::fail(const std::string& reason) {
+  if (failed_.exchange(true)) return;
   {
     std::lock_guard lock(reason_mutex_);
     if (reason_.empty()) reason_ = reason;
   }
   broken_ = true;
+  deadline_.reset();
   agent_.onConnectionLost(shared_from_this(), reason);
 }
 
-void Connection::readHeader() {
-  auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(&header_, sizeof header_),
-                   [self](const boost::system::error_code& ec, size_t) {
-                     if (ec) return self->fail(ec == asio::error::eof ? "peer closed the connection" : ec.message());
-                     if (self->header_.magic != kMagic || self->header_.meta_bytes > kMaxMeta) {
-                       return self->fail("malformed message (bad magic or size)");
-                     }
-                     if (self->peer_ < 0) self->peer_ = self->header_.src;
-                     self->readMeta();
-                   });
+void Connection::start() {
+  if (outbound_) return readHeader();
+  deadline_ = opened_ + auth::kHandshakeTimeout;
+  deadline_reason_ = fmt::format("no handshake within {} s", auth::kHandshakeTimeout.count());
+  readHello();
 }
 
-void Connection::readMeta() {
-  meta_.resize(header_.meta_bytes);
+void Connection::progress(const char* what) {
+  deadline_ = Clock::now() + agent_.readTimeout();
+  deadline_reason_ = fmt::format("{} stalled for {} ms", what, agent_.readTimeout().count());
+}
+
+// The callee's side of the handshake (rpc/auth.h); nothing else is read before it ends.
+void Connection::readHello() {
   auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(meta_), [self](const boost::system::error_code& ec, size_t) {
-    if (ec) return self->fail(ec == asio::error::eof ? "peer closed the connection" : ec.message());
-    self->readTensors();
+  asio::async_read(socket_, asio::buffer(&hello_, sizeof hello_), [self](const boost::system::error_code& ec, size_t) {
+    if (self->lost(ec)) return;
+    const auto& h = self->hello_;
+    if (h.magic != auth::kHelloMagic || h.dst != self->agent_.rank() || h.src < 0 ||
+        h.src >= self->agent_.worldSize()) {
+      self->agent_.noteRefused("a connection that did not open with this job's handshake");
+      return self->fail("no valid handshake");
+    }
+    self->client_nonce_.assign(reinterpret_cast<const char*>(h.nonce), auth::kNonceBytes);
+    self->server_nonce_ = auth::randomNonce();
+    auto& answer = self->server_hello_;
+    answer.src = self->agent_.rank();
+    std::memcpy(answer.nonce, self->server_nonce_.data(), auth::kNonceBytes);
+    const std::string proof = auth::serverProof(self->agent_.secret(), h.src, self->agent_.rank(),
+                                                self->client_nonce_, self->server_nonce_);
+    std::memcpy(answer.proof, proof.data(), auth::kProofBytes);
+    asio::async_write(self->socket_, asio::buffer(&answer, sizeof answer),
+                      [self](const boost::system::error_code& ec2, size_t) {
+                        if (!self->lost(ec2)) self->readProof();
+                      });
   });
 }
 
-void Connection::readTensors() {
+void Connection::readProof() {
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(&proof_, sizeof proof_), [self](const boost::system::error_code& ec, size_t) {
+    if (self->lost(ec)) return;
+    const int caller = self->hello_.src;
+    const std::string expected = auth::clientProof(self->agent_.secret(), caller, self->agent_.rank(),
+                                                   self->client_nonce_, self->server_nonce_);
+    const std::string got(reinterpret_cast<const char*>(self->proof_.proof), auth::kProofBytes);
+    if (!auth::proofsEqual(got, expected)) {
+      self->agent_.noteRefused(fmt::format("a caller claiming rank {} without the job secret", caller));
+      return self->fail("wrong proof");
+    }
+    asio::async_write(self->socket_, asio::buffer(&self->verdict_, 1),
+                      [self, caller](const boost::system::error_code& ec2, size_t) {
+                        if (self->lost(ec2)) return;
+                        self->peer_ = caller;
+                        self->authenticated_ = true;
+                        self->deadline_.reset();
+                        self->readHeader();
+                      });
+  });
+}
+
+// Reads the header in pieces so that a partial one is caught by the read deadline.
+void Connection::readHeader() {
+  header_received_ = 0;
+  readHeaderPart();
+}
+
+void Connection::readHeaderPart() {
+  auto self = shared_from_this();
+  auto* base = reinterpret_cast<char*>(&header_);
+  socket_.async_read_some(asio::buffer(base + header_received_, sizeof(WireHeader) - header_received_),
+                          [self](const boost::system::error_code& ec, size_t n) {
+                            if (self->lost(ec)) return;
+                            self->header_received_ += n;
+                            self->progress("a message header");
+                            if (self->header_received_ < sizeof(WireHeader)) return self->readHeaderPart();
+                            self->checkHeader();
+                          });
+}
+
+void Connection::checkHeader() {
+  const auto& h = header_;
+  const bool known_kind =
+      h.kind >= static_cast<uint8_t>(Kind::kRequest) && h.kind <= static_cast<uint8_t>(Kind::kError);
+  if (h.magic != kMagic || h.meta_bytes > kMaxMeta || !known_kind) {
+    return fail("malformed message (bad magic, kind or size)");
+  }
+  if (h.src != peer_) {
+    return fail(fmt::format("malformed message (sender {} on the connection of rank {})", h.src, peer_));
+  }
+  readMeta();
+}
+
+// The metadata grows as its bytes arrive: an announced size costs nothing until sent.
+void Connection::readMeta() {
+  const size_t total = header_.meta_bytes;
+  if (meta_received_ == total) return parseTable();
+  const size_t target = std::min(total, std::max(wire::kFirstMetaChunk, meta_received_ * 2));
+  meta_.resize(target);
+  auto self = shared_from_this();
+  socket_.async_read_some(asio::buffer(meta_.data() + meta_received_, target - meta_received_),
+                          [self](const boost::system::error_code& ec, size_t n) {
+                            if (self->lost(ec)) return;
+                            self->meta_received_ += n;
+                            self->progress("a message");
+                            self->readMeta();
+                          });
+}
+
+// Checks the whole tensor table (count, dtypes, dimensions, byte total) before any
+// tensor is allocated.
+void Connection::parseTable() {
+  specs_.clear();
   in_tensors_.clear();
-  std::vector<asio::mutable_buffer> buffers;
-  uint64_t total = 0;
   try {
     Reader in(meta_.data(), meta_.size());
-    auto count = in.pod<uint32_t>();
-    if (count > (1u << 24)) throw DdprunError("rpc: malformed message (tensor count)");
+    const auto count = in.pod<uint32_t>();
+    if (count > wire::kMaxTensors) {
+      throw DdprunError(fmt::format("rpc: malformed message ({} tensors, at most {})", count, wire::kMaxTensors));
+    }
+    uint64_t total = 0;
     for (uint32_t i = 0; i < count; ++i) {
-      auto dtype = in.pod<int8_t>();
-      auto ndim = in.pod<uint8_t>();
+      const auto dtype = in.pod<int8_t>();
+      const auto ndim = in.pod<uint8_t>();
       if (dtype < 0 || dtype >= static_cast<int8_t>(c10::ScalarType::NumOptions)) {
         throw DdprunError("rpc: malformed message (dtype)");
       }
-      std::vector<int64_t> sizes(ndim);
-      for (auto& s : sizes) {
-        s = in.pod<int64_t>();
-        if (s < 0) throw DdprunError("rpc: malformed message (negative size)");
+      if (ndim > wire::kMaxDims) throw DdprunError("rpc: malformed message (too many dimensions)");
+      TensorSpec spec{static_cast<c10::ScalarType>(dtype), std::vector<int64_t>(ndim), 0};
+      uint64_t bytes = c10::elementSize(spec.dtype);
+      for (auto& d : spec.sizes) {
+        d = in.pod<int64_t>();
+        if (d < 0) throw DdprunError("rpc: malformed message (negative size)");
+        if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
+          throw DdprunError("rpc: malformed message (tensor size overflows)");
+        }
       }
-      at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(static_cast<c10::ScalarType>(dtype)));
-      total += t.nbytes();
-      if (t.nbytes() > 0) buffers.emplace_back(t.data_ptr(), t.nbytes());
-      in_tensors_.push_back(std::move(t));
+      spec.bytes = bytes;
+      if (__builtin_add_overflow(total, bytes, &total)) throw DdprunError("rpc: malformed message (tensor bytes)");
+      specs_.push_back(std::move(spec));
     }
     body_offset_ = in.consumed(meta_.data());  // the body starts where the tensor table ends
     if (total != header_.tensor_bytes) throw DdprunError("rpc: malformed message (tensor bytes)");
   } catch (const std::exception& e) {
     return fail(e.what());
   }
-  auto self = shared_from_this();
-  auto deliver = [self](const boost::system::error_code& ec, size_t) {
-    if (ec) return self->fail(ec == asio::error::eof ? "peer closed the connection" : ec.message());
-    try {
-      self->agent_.onMessage(self, self->header_, self->meta_, self->body_offset_, self->in_tensors_);
-    } catch (const std::exception& e) {
-      return self->fail(std::string("bad message: ") + e.what());
+  next_tensor_ = 0;
+  tensor_received_ = 0;
+  readTensorBatch();
+}
+
+// Allocates the next tensors, at most as many bytes as have arrived so far (1 MiB at
+// first), and reads into their storage with scatter reads. A single large tensor is
+// allocated whole but not touched: its pages come into memory as its bytes arrive.
+void Connection::readTensorBatch() {
+  if (next_tensor_ == specs_.size()) return deliver();
+  batch_.clear();
+  batch_index_ = 0;
+  const uint64_t budget = std::max(kFirstTensorBatch, tensor_received_);
+  uint64_t bytes = 0;
+  try {
+    while (next_tensor_ < specs_.size()) {
+      const auto& spec = specs_[next_tensor_];
+      if (!batch_.empty() && bytes + spec.bytes > budget) break;
+      at::Tensor t = at::empty(spec.sizes, at::TensorOptions().dtype(spec.dtype));
+      if (spec.bytes > 0) batch_.emplace_back(t.data_ptr(), spec.bytes);
+      in_tensors_.push_back(std::move(t));
+      bytes += spec.bytes;
+      ++next_tensor_;
     }
-    self->in_tensors_.clear();
-    if (!self->closed_) self->readHeader();
-  };
-  if (buffers.empty()) {
-    deliver({}, 0);
-  } else {
-    asio::async_read(socket_, buffers, deliver);
+  } catch (const std::exception& e) {
+    return fail(fmt::format("cannot allocate a received tensor: {}", e.what()));
   }
+  readBatch();
+}
+
+void Connection::readBatch() {
+  while (batch_index_ < batch_.size() && batch_[batch_index_].size() == 0) ++batch_index_;
+  if (batch_index_ == batch_.size()) return readTensorBatch();
+  // Asio reads at most 64 buffers per call.
+  const size_t end = std::min(batch_.size(), batch_index_ + 64);
+  std::vector<asio::mutable_buffer> view(batch_.begin() + static_cast<std::ptrdiff_t>(batch_index_),
+                                         batch_.begin() + static_cast<std::ptrdiff_t>(end));
+  auto self = shared_from_this();
+  socket_.async_read_some(view, [self](const boost::system::error_code& ec, size_t n) {
+    if (self->lost(ec)) return;
+    self->tensor_received_ += n;
+    self->progress("a message's tensors");
+    while (n > 0) {
+      auto& b = self->batch_[self->batch_index_];
+      const size_t used = std::min(n, b.size());
+      b += used;
+      n -= used;
+      if (b.size() == 0) ++self->batch_index_;
+    }
+    self->readBatch();
+  });
+}
+
+void Connection::deliver() {
+  deadline_.reset();
+  try {
+    agent_.onMessage(shared_from_this(), header_, meta_, body_offset_, in_tensors_);
+  } catch (const std::exception& e) {
+    return fail(std::string("bad message: ") + e.what());
+  }
+  in_tensors_.clear();
+  specs_.clear();
+  meta_received_ = 0;
+  // A connection idle after a big message does not keep its buffer.
+  if (meta_.capacity() > (1u << 20)) std::string().swap(meta_);
+  if (!closed_) readHeader();
 }
 
 // ---- agent ----
 
 void Agent::start() {
-  boost::system::error_code ec;
-  acceptor_.open(tcp::v4());
-  acceptor_.set_option(tcp::acceptor::reuse_address(true));
-  acceptor_.bind(tcp::endpoint(asio::ip::address_v4::any(), 0));
-  acceptor_.listen(1024);
-  const int port = acceptor_.local_endpoint().port();
-
   // Meet through the store: MASTER_ADDR/MASTER_PORT (the agent's store under
   // ddprun).
   std::string host = options_.store_host;
@@ -707,7 +902,18 @@ void Agent::start() {
   store_ = std::make_unique<rendezvous::TcpStoreClient>(so);
   const char* attempt = std::getenv(env::kRestartCount);
   prefix_ = fmt::format("ddprun/rpc/{}/", attempt ? attempt : "0");
+  loadSecret();
+  // Listen only on the address peers reach this worker at (the one its store connection
+  // uses), not the wildcard: a one-node job stays on loopback, as torch's TensorPipe does.
   const std::string my_host = store_->localAddress();
+  boost::system::error_code ec;
+  const auto my_address = asio::ip::make_address(my_host, ec);
+  if (ec) throw DdprunError(fmt::format("init_rpc: this worker's address '{}' is not an IP address", my_host));
+  acceptor_.open(my_address.is_v4() ? tcp::v4() : tcp::v6());
+  acceptor_.set_option(tcp::acceptor::reuse_address(true));
+  acceptor_.bind(tcp::endpoint(my_address, 0));
+  acceptor_.listen(1024);
+  const int port = acceptor_.local_endpoint().port();
   store_->set(prefix_ + "worker/" + std::to_string(rank_), fmt::format("{}\n{}\n{}", name_, my_host, port));
 
   std::vector<std::string> keys;
@@ -745,24 +951,83 @@ void Agent::start() {
   log()->debug("rpc agent '{}' (rank {}) listening on {}:{}", name_, rank_, my_host, port);
 }
 
+// The secret the launcher handed over, else one agreed through the store (the first
+// worker to arrive makes it): then the RPC is as private as the store.
+void Agent::loadSecret() {
+  if (auto secret = auth::secretFromEnvironment()) {
+    secret_ = *secret;
+    return;
+  }
+  secret_ = store_->compareSet(prefix_ + "secret", "", auth::randomSecret());
+  if (rank_ == 0) {
+    log()->info("rpc: no job secret from the launcher ({}); peers authenticate with one shared through the store",
+                env::kRpcSecretFile);
+  }
+}
+
+void Agent::noteRefused(const std::string& reason) {
+  const int64_t n = refused_.fetch_add(1) + 1;
+  const auto now = Clock::now();
+  if (now - last_refusal_log_ < std::chrono::seconds(10)) return;  // I/O thread only
+  last_refusal_log_ = now;
+  log()->warn("rpc: refused {} ({} refused so far)", reason, n);
+}
+
 void Agent::accept() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
     if (ec) {
-      if (!stopping_) log()->warn("rpc accept: {}", ec.message());
+      if (stopping_) return;
+      // Out of descriptors or similar: try again shortly instead of spinning.
+      log()->warn("rpc accept: {}", ec.message());
+      auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+      timer->async_wait([this, timer](const boost::system::error_code&) {
+        if (!stopping_) accept();
+      });
       return;
     }
     try {
-      auto conn = std::make_shared<Connection>(*this, std::move(socket), -1, false);
-      {
-        std::lock_guard lock(conn_mutex_);
-        inbound_.push_back(conn);
-      }
-      conn->start();
+      admit(std::move(socket));
     } catch (const std::exception& e) {
       log()->warn("rpc accept: {}", e.what());
     }
     if (!stopping_) accept();
   });
+}
+
+// Past kMaxUnauthenticated connections in the handshake, the oldest of them is closed:
+// callers finish the handshake in milliseconds, so the oldest is the likeliest stranger.
+void Agent::admit(tcp::socket socket) {
+  auto conn = std::make_shared<Connection>(*this, std::move(socket), -1, false);
+  std::shared_ptr<Connection> oldest;
+  {
+    std::lock_guard lock(conn_mutex_);
+    size_t waiting = 0;
+    for (const auto& c : inbound_) {
+      if (c->authenticated()) continue;
+      ++waiting;
+      if (!oldest || c->opened() < oldest->opened()) oldest = c;
+    }
+    if (waiting < auth::kMaxUnauthenticated) oldest.reset();
+    inbound_.push_back(conn);
+  }
+  if (oldest) {
+    noteRefused("connections that did not authenticate (too many waiting; closing the oldest)");
+    oldest->fail("too many connections waiting to authenticate");
+  }
+  conn->start();
+}
+
+void Agent::checkDeadlines() {
+  std::vector<std::shared_ptr<Connection>> all;
+  {
+    std::lock_guard lock(conn_mutex_);
+    all = inbound_;
+    for (const auto& c : outbound_) {
+      if (c) all.push_back(c);
+    }
+  }
+  const auto now = Clock::now();
+  for (const auto& c : all) c->checkDeadline(now);
 }
 
 void Agent::sweep() {
@@ -793,11 +1058,13 @@ void Agent::sweep() {
       p.future.set_exception(std::make_exception_ptr(RpcTimeout(
           fmt::format("rpc '{}' to {}: timed out after {} ms", p.func, describe(p.peer), p.timeout.count()))));
     }
+    if (++sweeps_ % 10 == 0) checkDeadlines();
     sweep();
   });
 }
 
 std::shared_ptr<Connection> Agent::connectionTo(int rank) {
+  if (rank < 0 || rank >= world_size_) throw DdprunError(fmt::format("rpc: no worker with rank {}", rank));
   {
     std::lock_guard lock(conn_mutex_);
     if (outbound_[rank]) return outbound_[rank];
@@ -834,6 +1101,8 @@ std::shared_ptr<Connection> Agent::connectionTo(int rank) {
   } else if (rc != 0) {
     throw PeerError(fmt::format("rpc: cannot connect to {}: {}", describe(rank), std::strerror(errno)));
   }
+  auth::clientHandshake(fd, secret_, rank_, rank, Clock::now() + std::min<std::chrono::milliseconds>(options_.rpc_timeout, auth::kHandshakeTimeout),
+                        describe(rank));
   auto conn = std::make_shared<Connection>(*this, std::move(socket), rank, true);
   {
     std::lock_guard lock(conn_mutex_);
@@ -940,6 +1209,10 @@ RRef Agent::remote(int rank, const std::string& func, const Args& args, std::chr
 void Agent::onConnectionLost(const std::shared_ptr<Connection>& conn, const std::string& reason) {
   conn->close();
   if (!conn->outbound()) {
+    {
+      std::lock_guard lock(conn_mutex_);
+      std::erase(inbound_, conn);
+    }
     if (!stopping_) log()->debug("rpc: incoming connection from rank {} closed: {}", conn->peer(), reason);
     return;
   }
@@ -980,6 +1253,10 @@ void Agent::onMessage(const std::shared_ptr<Connection>& conn, const WireHeader&
     std::lock_guard lock(pending_mutex_);
     auto it = pending_.find(h.id);
     if (it == pending_.end()) return;  // timed out already
+    // A reply counts only on the connection its call went out on: ids are guessable.
+    if (it->second.connection != conn) {
+      throw DdprunError(fmt::format("a reply to call {} that was not sent on this connection", h.id));
+    }
     call = std::move(it->second);
     pending_.erase(it);
   }
@@ -1007,6 +1284,10 @@ void Agent::dispatchRequest(const std::shared_ptr<Connection>& conn, const WireH
   const auto rref_creator = in.pod<int64_t>();
   const auto rref_serial = in.pod<int64_t>();
   const int src = h.src;
+  // remote(): the caller names the value it creates; it can only be one of its own.
+  if (rref_creator >= 0 && (rref_creator != src || rref_serial < 0)) {
+    throw DdprunError(fmt::format("malformed request (RRef {}:{} created by rank {})", rref_creator, rref_serial, src));
+  }
   const uint64_t id = h.id;
   {
     std::lock_guard lock(idle_mutex_);
@@ -1237,6 +1518,10 @@ void forkRRef(const RRefState& state, int dst) {
 
 std::shared_ptr<RRefState> adoptRRef(int owner, int64_t creator, int64_t serial, int src) {
   auto a = agent();
+  if (owner < 0 || owner >= a->worldSize() || creator < 0 || creator >= a->worldSize() || serial < 0) {
+    throw DdprunError(fmt::format("rpc: malformed message (RRef {}:{}:{} in a job of {})", owner, creator, serial,
+                                  a->worldSize()));
+  }
   auto state = std::make_shared<RRefState>();
   state->owner = owner;
   state->creator = creator;
