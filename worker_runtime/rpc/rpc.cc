@@ -6,7 +6,7 @@
 // tensors straight into their storage with one scatter read) and decodes
 // messages in arrival order, so RRef reference additions and releases sent over
 // one connection are applied in the order they were sent. Writes do not go
-// through the I/O thread: the thread that has a message writes it with writev
+// through the I/O thread: the thread that has a message writes it with one gathering sendmsg
 // under the connection's write mutex (one hand-off less per call, and the
 // tensors' storage is written from where it lies). Incoming calls run on the
 // pool.
@@ -109,7 +109,7 @@ class Reader {
 
 enum class Tag : uint8_t { kNone, kBool, kInt, kDouble, kString, kTensor, kList, kRRef };
 
-// A message ready for writev: header, meta (tensor table + body), tensor blobs.
+// A message ready for a gathering write: header, meta (tensor table + body), tensor blobs.
 struct OutMessage {
   WireHeader header;
   std::string meta;
@@ -512,6 +512,25 @@ class Agent : public std::enable_shared_from_this<Agent> {
     return t.count() < 0 ? options_.rpc_timeout : t;
   }
   void post(std::function<void()> fn) { pool_.post(std::move(fn)); }
+  // Runs `send` (which makes calls) on the pool; shutdown counts it as a pending call.
+  void sendInBackground(std::function<void()> send) {
+    {
+      std::lock_guard lock(idle_mutex_);
+      ++pending_count_;
+    }
+    pool_.post([this, send = std::move(send)] {
+      try {
+        send();
+      } catch (const std::exception& e) {
+        log()->debug("rpc: background send: {}", e.what());
+      }
+      {
+        std::lock_guard lock(idle_mutex_);
+        --pending_count_;
+      }
+      idle_cv_.notify_all();
+    });
+  }
   const std::string& secret() const { return secret_; }
   // How long a message may go without a byte arriving once it has begun.
   std::chrono::milliseconds readTimeout() const { return options_.rpc_timeout; }
@@ -620,7 +639,12 @@ void Connection::write(const OutMessage& m, Clock::time_point deadline) {
   size_t first = 0;
   while (first < iov.size()) {
     const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-    ssize_t n = ::writev(fd_, iov.data() + first, count);
+    // sendmsg with MSG_NOSIGNAL, not writev: a peer that closed early must fail this
+    // write with EPIPE, not kill the worker with SIGPIPE.
+    msghdr mh{};
+    mh.msg_iov = iov.data() + first;
+    mh.msg_iovlen = static_cast<size_t>(count);
+    ssize_t n = ::sendmsg(fd_, &mh, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -1702,7 +1726,12 @@ detail::RRefState::~RRefState() {
       local = Future();  // drop our hold on the value before the owner may free it
       a->ownerRelease(creator, serial);
     } else {
-      a->call(owner, "ddprun.rref.release", {creator, serial}, kDefaultTimeout, -1);
+      // On the pool: the last handle may die on the I/O thread (a decoded message), which
+      // must not wait to connect to the owner. Counted as a pending call until sent, so
+      // shutdown waits for it.
+      a->sendInBackground([a, owner = owner, creator = creator, serial = serial] {
+        a->call(owner, "ddprun.rref.release", {creator, serial}, kDefaultTimeout, -1);
+      });
     }
   } catch (const std::exception& e) {
     log()->debug("rpc: releasing RRef {}:{}:{}: {}", owner, creator, serial, e.what());

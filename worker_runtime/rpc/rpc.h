@@ -15,7 +15,7 @@
 //
 // Transport: one Boost.Asio TCP connection per (caller, callee) pair with
 // TCP_NODELAY; requests and responses are framed messages whose tensors are
-// written from their storage with writev and read straight into new tensors.
+// written from their storage with one gathering write and read straight into new tensors.
 // Functions run on a pool of num_worker_threads threads (they may block and
 // make nested calls).
 //
