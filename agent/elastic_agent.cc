@@ -29,6 +29,7 @@
 #include "agent/orphan_guard.h"
 #include "agent/process_spawner.h"
 #include "agent/worker_env.h"
+#include "common/console_writer.h"
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -322,15 +323,17 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
     bool to_console;
     bool prefixed;
     std::string file;
-    int console_fd;
+    ConsoleStream console;
   };
-  auto plan = [&](bool redirect, bool tee, std::string file, int console_fd) {
+  auto plan = [&](bool redirect, bool tee, std::string file, ConsoleStream console) {
     StreamPlan p{redirect || tee, (!redirect || tee) && !filtered_out, tee || config_.local_ranks_filter.has_value(),
-                 std::move(file), console_fd};
+                 std::move(file), console};
     return p;
   };
-  StreamPlan out = plan(includesStdout(redirected), includesStdout(teed), LogLayout::stdoutFile(dir), STDOUT_FILENO);
-  StreamPlan err = plan(includesStderr(redirected), includesStderr(teed), LogLayout::stderrFile(dir), STDERR_FILENO);
+  StreamPlan out = plan(includesStdout(redirected), includesStdout(teed), LogLayout::stdoutFile(dir),
+                        ConsoleStream::kStdout);
+  StreamPlan err = plan(includesStderr(redirected), includesStderr(teed), LogLayout::stderrFile(dir),
+                        ConsoleStream::kStderr);
   auto target = [](const StreamPlan& p) {
     if (p.to_console && (p.prefixed || p.to_file)) return StdioTarget{StdioTarget::Kind::kPipe, {}};
     if (p.to_console) return StdioTarget{StdioTarget::Kind::kInherit, {}};
@@ -352,7 +355,8 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
       file_fd = ::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (file_fd < 0) log_->warn("cannot open {}: {}; output goes to the console only", p.file, std::strerror(errno));
     }
-    auto forwarder = std::make_unique<LineForwarder>(io_, pipe_fd, file_fd, p.console_fd, p.prefixed ? prefix : "");
+    auto forwarder = std::make_unique<LineForwarder>(
+        io_, pipe_fd, file_fd, p.to_console ? std::optional(p.console) : std::nullopt, p.prefixed ? prefix : "");
     forwarder->start();
     forwarders_.push_back(std::move(forwarder));
   };
@@ -866,7 +870,7 @@ int ElasticAgent::Impl::runRounds() {
       }
       continue;
     }
-    writeAll(STDERR_FILENO, formatFailureReport(config_.entry_name, failures));
+    console().write(ConsoleStream::kStderr, formatFailureReport(config_.entry_name, failures));
     return finishJob(kExitWorkersFailed);
   }
 }

@@ -20,9 +20,9 @@ bool writeAll(int fd, std::string_view data) {
   return true;
 }
 
-LineForwarder::LineForwarder(boost::asio::io_context& io, int pipe_fd, int file_fd, int console_fd,
-                             std::string prefix)
-    : pipe_(io, pipe_fd), file_fd_(file_fd), console_fd_(console_fd), prefix_(std::move(prefix)) {}
+LineForwarder::LineForwarder(boost::asio::io_context& io, int pipe_fd, int file_fd,
+                             std::optional<ConsoleStream> console, std::string prefix)
+    : pipe_(io, pipe_fd), file_fd_(file_fd), console_(console), prefix_(std::move(prefix)) {}
 
 LineForwarder::~LineForwarder() {
   boost::system::error_code ignored;
@@ -38,7 +38,7 @@ void LineForwarder::readMore() {
     if (n > 0) {
       std::string_view chunk(buffer_.data(), n);
       if (file_fd_ >= 0) writeAll(file_fd_, chunk);
-      if (console_fd_ >= 0) {
+      if (console_) {
         splitter_.feed(chunk, [this](std::string_view line) { emitLine(line); });
       }
     }
@@ -53,7 +53,7 @@ void LineForwarder::readMore() {
 void LineForwarder::finish() {
   if (finished_) return;
   finished_ = true;
-  if (console_fd_ >= 0) {
+  if (console_) {
     splitter_.flush([this](std::string_view line) { emitLine(line); });
   }
   boost::system::error_code ignored;
@@ -66,7 +66,7 @@ void LineForwarder::close() { finish(); }
 void LineForwarder::emitLine(std::string_view line) {
   line_out_.assign(prefix_);
   line_out_.append(line);
-  writeAll(console_fd_, line_out_);
+  console().write(*console_, line_out_);
 }
 
 }  // namespace ddprun::agent

@@ -1,24 +1,30 @@
 // Reads one worker stream (a pipe) on the agent's io_context and sends it on: the raw
 // bytes to the worker's log file (when teed), whole prefixed lines to the console (when
-// shown). Event-driven: output appears as soon as the worker writes it.
+// shown). Event-driven: output appears as soon as the worker writes it. Console lines go
+// through console() (common/console_writer.h), so a stalled console never blocks the
+// event loop; the log file gets every byte regardless.
 #pragma once
 
 #include <array>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include "agent/line_splitter.h"
+#include "common/console_writer.h"
 
 namespace ddprun::agent {
 
 class LineForwarder {
  public:
-  // Takes ownership of `pipe_fd` and `file_fd` (-1: no file). `console_fd` (-1: not
-  // shown) is borrowed. Not thread-safe: use from the io_context's thread only.
-  LineForwarder(boost::asio::io_context& io, int pipe_fd, int file_fd, int console_fd, std::string prefix);
+  // Takes ownership of `pipe_fd` and `file_fd` (-1: no file). `console`: where whole lines
+  // are shown, each with `prefix` (nothing: not shown). Not thread-safe: use from the
+  // io_context's thread only.
+  LineForwarder(boost::asio::io_context& io, int pipe_fd, int file_fd, std::optional<ConsoleStream> console,
+                std::string prefix);
   ~LineForwarder();
   LineForwarder(const LineForwarder&) = delete;
   LineForwarder& operator=(const LineForwarder&) = delete;
@@ -36,7 +42,7 @@ class LineForwarder {
 
   boost::asio::posix::stream_descriptor pipe_;
   int file_fd_;
-  int console_fd_;
+  std::optional<ConsoleStream> console_;
   std::string prefix_;
   LineSplitter splitter_;
   std::array<char, 65536> buffer_{};
