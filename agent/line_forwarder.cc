@@ -64,8 +64,8 @@ void LineForwarder::readMore() {
 void LineForwarder::writeFile(std::string_view chunk) {
   const int err = writeAll(options_.file_fd, chunk);
   if (err == 0) return;
-  logger("agent")->warn("cannot write worker log {}: {}; the rest of this stream is not saved there",
-                        options_.file, std::strerror(err));
+  logger("agent")->warn("cannot write worker log {}: {}; the rest of this stream is not saved there", options_.file,
+                        std::strerror(err));
   if (options_.record) options_.record->file_error = std::strerror(err);
   ::close(options_.file_fd);
   options_.file_fd = -1;

@@ -27,7 +27,8 @@ class ConsoleWriter {
     int stdout_fd = 1;                  // where kStdout goes; default STDOUT_FILENO.
     int stderr_fd = 2;                  // where kStderr goes; default STDERR_FILENO.
     size_t capacity = size_t{4} << 20;  // most bytes queued at once; default 4 MiB.
-    std::chrono::milliseconds report_interval{10000};  // least time between drop reports; default 10 s.
+    // The least time between two drop reports; default 10 s.
+    std::chrono::milliseconds report_interval{10000};
     // Told how many lines were dropped since the last report; default: nobody. Called
     // without locks held, from the writer thread or from finish(); it may write() itself.
     std::function<void(uint64_t dropped)> on_dropped;

@@ -27,8 +27,8 @@ std::vector<std::string> printingWorker(const std::string& dir, int lines) {
 
 std::vector<std::string> ddprunWith(const std::string& tee, const std::string& log_dir,
                                     const std::vector<std::string>& worker) {
-  std::vector<std::string> argv = {ddprunPath(),      "--standalone", "--nproc_per_node=1", "--tee=" + tee,
-                                   "--term_timeout=5", "--log_dir",    log_dir};
+  std::vector<std::string> argv = {
+      ddprunPath(), "--standalone", "--nproc_per_node=1", "--tee=" + tee, "--term_timeout=5", "--log_dir", log_dir};
   argv.insert(argv.end(), worker.begin(), worker.end());
   return argv;
 }

@@ -49,5 +49,6 @@ TEST_CASE("a full log directory is reported once per file and keeps the worker's
   // The worker's last stderr line, lost to the full disk, is in the failure report.
   const auto report = r.err.find("Root cause");
   REQUIRE(report != std::string::npos);
-  CHECK_THAT(r.err.substr(report), Catch::Contains("worker stderr: the real reason, disk quota of the dataset exceeded"));
+  CHECK_THAT(r.err.substr(report),
+             Catch::Contains("worker stderr: the real reason, disk quota of the dataset exceeded"));
 }
