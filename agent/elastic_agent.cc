@@ -30,6 +30,7 @@
 #include "agent/process_spawner.h"
 #include "agent/secret_file.h"
 #include "agent/worker_env.h"
+#include "common/console_writer.h"
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -116,6 +117,7 @@ class ElasticAgent::Impl {
     int signal = 0;
     std::chrono::system_clock::time_point exit_time;
     std::string error_file;
+    std::shared_ptr<StreamRecord> stderr_record;  // when stderr goes through the agent
     bool failed() const { return !running && !stopped_by_agent && (signal != 0 || exit_code != 0); }
   };
   enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
@@ -139,6 +141,7 @@ class ElasticAgent::Impl {
   bool anyRunning() const;
   void signalRunning(int signal);
   std::vector<WorkerFailure> collectFailures() const;
+  void addStderrTails(std::vector<WorkerFailure>& failures) const;
   void runFor(Clock::duration d);
   int runRounds();
 
@@ -328,19 +331,23 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
     bool to_console;
     bool prefixed;
     std::string file;
-    int console_fd;
+    ConsoleStream console;
   };
-  auto plan = [&](bool redirect, bool tee, std::string file, int console_fd) {
+  auto plan = [&](bool redirect, bool tee, std::string file, ConsoleStream console) {
     StreamPlan p{redirect || tee, (!redirect || tee) && !filtered_out, tee || config_.local_ranks_filter.has_value(),
-                 std::move(file), console_fd};
+                 std::move(file), console};
     return p;
   };
-  StreamPlan out = plan(includesStdout(redirected), includesStdout(teed), LogLayout::stdoutFile(dir), STDOUT_FILENO);
-  StreamPlan err = plan(includesStderr(redirected), includesStderr(teed), LogLayout::stderrFile(dir), STDERR_FILENO);
+  StreamPlan out = plan(includesStdout(redirected), includesStdout(teed), LogLayout::stdoutFile(dir),
+                        ConsoleStream::kStdout);
+  StreamPlan err = plan(includesStderr(redirected), includesStderr(teed), LogLayout::stderrFile(dir),
+                        ConsoleStream::kStderr);
+  // A log file is written by the agent, never by the worker itself: a full --log_dir must
+  // not fail the worker's writes (and so change its exit code).
   auto target = [](const StreamPlan& p) {
-    if (p.to_console && (p.prefixed || p.to_file)) return StdioTarget{StdioTarget::Kind::kPipe, {}};
+    if (p.to_file || (p.to_console && p.prefixed)) return StdioTarget{StdioTarget::Kind::kPipe, {}};
     if (p.to_console) return StdioTarget{StdioTarget::Kind::kInherit, {}};
-    return StdioTarget{StdioTarget::Kind::kFile, p.to_file ? p.file : "/dev/null"};
+    return StdioTarget{StdioTarget::Kind::kFile, "/dev/null"};
   };
   request.out = target(out);
   request.err = target(err);
@@ -351,19 +358,28 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   guard_.watch(spawned.pid);
   log_->debug("worker rank {} started (pid {})", worker.place.rank, spawned.pid);
 
-  auto forward = [&](int pipe_fd, const StreamPlan& p) {
+  auto forward = [&](int pipe_fd, const StreamPlan& p, std::shared_ptr<StreamRecord> record) {
     if (pipe_fd < 0) return;
-    int file_fd = -1;
+    ForwardOptions options;
     if (p.to_file) {
-      file_fd = ::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (file_fd < 0) log_->warn("cannot open {}: {}; output goes to the console only", p.file, std::strerror(errno));
+      options.file = p.file;
+      options.file_fd = ::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (options.file_fd < 0) {
+        const int err = errno;
+        log_->warn("cannot open worker log {}: {}; this stream is not saved there", p.file, std::strerror(err));
+        if (record) record->file_error = std::strerror(err);
+      }
     }
-    auto forwarder = std::make_unique<LineForwarder>(io_, pipe_fd, file_fd, p.console_fd, p.prefixed ? prefix : "");
+    if (p.to_console) options.console = p.console;
+    if (p.prefixed) options.prefix = prefix;
+    options.record = std::move(record);
+    auto forwarder = std::make_unique<LineForwarder>(io_, pipe_fd, std::move(options));
     forwarder->start();
     forwarders_.push_back(std::move(forwarder));
   };
-  forward(spawned.stdout_pipe, out);
-  forward(spawned.stderr_pipe, err);
+  forward(spawned.stdout_pipe, out, nullptr);
+  if (spawned.stderr_pipe >= 0) worker.stderr_record = std::make_shared<StreamRecord>();
+  forward(spawned.stderr_pipe, err, worker.stderr_record);
 }
 
 // Runs the event loop for at most `d` (or until a handler has run, whichever is first).
@@ -491,6 +507,18 @@ std::vector<WorkerFailure> ElasticAgent::Impl::collectFailures() const {
   }
   sortRootCauseFirst(failures);
   return failures;
+}
+
+// Called once the attempt's output is drained, so that the tails hold the last lines.
+void ElasticAgent::Impl::addStderrTails(std::vector<WorkerFailure>& failures) const {
+  for (WorkerFailure& f : failures) {
+    for (const Worker& w : workers_) {
+      if (w.pid != f.pid || !w.stderr_record) continue;
+      f.stderr_tail = w.stderr_record->tail.text();
+      f.stderr_file = w.stderr_record->file;
+      f.stderr_file_error = w.stderr_record->file_error;
+    }
+  }
 }
 
 // The rendezvous blocks (possibly for minutes, waiting for nodes); it runs on its own
@@ -872,7 +900,8 @@ int ElasticAgent::Impl::runRounds() {
       }
       continue;
     }
-    writeAll(STDERR_FILENO, formatFailureReport(config_.entry_name, failures));
+    addStderrTails(failures);
+    console().write(ConsoleStream::kStderr, formatFailureReport(config_.entry_name, failures));
     return finishJob(kExitWorkersFailed);
   }
 }

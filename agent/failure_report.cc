@@ -64,8 +64,21 @@ void appendFailure(std::string& out, const WorkerFailure& f) {
       out += "  traceback :\n";
       out += indent(f.error->traceback, "    ");
     }
-  } else {
+  } else if (f.stderr_tail.empty()) {
     out += "  message   : (the worker wrote no error file; see its stderr)\n";
+  } else {
+    out += "  message   : (the worker wrote no error file; the end of its stderr follows)\n";
+  }
+  if (!f.stderr_tail.empty() && (!f.error || !f.stderr_file_error.empty())) {
+    const size_t lines = static_cast<size_t>(std::count(f.stderr_tail.begin(), f.stderr_tail.end(), '\n'));
+    std::string where;
+    if (!f.stderr_file_error.empty()) {
+      where = fmt::format("; {} is incomplete: {}", f.stderr_file, f.stderr_file_error);
+    } else if (!f.stderr_file.empty()) {
+      where = fmt::format("; all of it in {}", f.stderr_file);
+    }
+    out += fmt::format("  stderr    : (last {} line{}{})\n", lines, lines == 1 ? "" : "s", where);
+    out += indent(f.stderr_tail, "    ");
   }
 }
 

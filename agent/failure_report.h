@@ -23,6 +23,11 @@ struct WorkerFailure {
   std::chrono::system_clock::time_point time;  // when the agent saw it exit.
   std::string error_file;
   std::optional<WorkerErrorRecord> error;
+  // The last lines of the worker's stderr, when it went through the agent (--tee,
+  // --redirects, --local_ranks_filter); empty otherwise.
+  std::string stderr_tail;
+  std::string stderr_file;        // where its stderr was saved; empty: nowhere.
+  std::string stderr_file_error;  // why that file is incomplete (strerror); empty: it is not.
 };
 
 // "SIGKILL" for 9, "signal 77" for numbers without a name.
@@ -32,7 +37,8 @@ std::string signalName(int signal);
 // exit time; ties by exit time, then rank.
 void sortRootCauseFirst(std::vector<WorkerFailure>& failures);
 
-// Formats the whole report; `failures` must be sorted and non-empty.
+// Formats the whole report; `failures` must be sorted and non-empty. A worker's stderr tail
+// is shown when it wrote no error file, or when its stderr log is incomplete.
 std::string formatFailureReport(std::string_view entry_name, const std::vector<WorkerFailure>& failures);
 
 }  // namespace ddprun::agent

@@ -3,31 +3,40 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include <boost/asio/read.hpp>
 
-namespace ddprun::agent {
+#include "common/logging.h"
 
-bool writeAll(int fd, std::string_view data) {
+namespace ddprun::agent {
+namespace {
+
+// Writes all of `data` to `fd`, retrying on EINTR and short writes. Returns 0, or the
+// errno that stopped it.
+int writeAll(int fd, std::string_view data) {
   while (!data.empty()) {
     ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return false;
+      return errno;
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
-  return true;
+  return 0;
 }
 
-LineForwarder::LineForwarder(boost::asio::io_context& io, int pipe_fd, int file_fd, int console_fd,
-                             std::string prefix)
-    : pipe_(io, pipe_fd), file_fd_(file_fd), console_fd_(console_fd), prefix_(std::move(prefix)) {}
+}  // namespace
+
+LineForwarder::LineForwarder(boost::asio::io_context& io, int pipe_fd, ForwardOptions options)
+    : pipe_(io, pipe_fd), options_(std::move(options)) {
+  if (options_.record) options_.record->file = options_.file;
+}
 
 LineForwarder::~LineForwarder() {
   boost::system::error_code ignored;
   pipe_.close(ignored);
-  if (file_fd_ >= 0) ::close(file_fd_);
+  if (options_.file_fd >= 0) ::close(options_.file_fd);
 }
 
 void LineForwarder::start() { readMore(); }
@@ -37,8 +46,8 @@ void LineForwarder::readMore() {
     if (finished_) return;
     if (n > 0) {
       std::string_view chunk(buffer_.data(), n);
-      if (file_fd_ >= 0) writeAll(file_fd_, chunk);
-      if (console_fd_ >= 0) {
+      if (options_.file_fd >= 0) writeFile(chunk);
+      if (splitsLines()) {
         splitter_.feed(chunk, [this](std::string_view line) { emitLine(line); });
       }
     }
@@ -50,10 +59,22 @@ void LineForwarder::readMore() {
   });
 }
 
+// A file that failed once (a full disk) is not written again: a log with a hole in it
+// would look complete. The warning names it once; the tail keeps the last lines.
+void LineForwarder::writeFile(std::string_view chunk) {
+  const int err = writeAll(options_.file_fd, chunk);
+  if (err == 0) return;
+  logger("agent")->warn("cannot write worker log {}: {}; the rest of this stream is not saved there", options_.file,
+                        std::strerror(err));
+  if (options_.record) options_.record->file_error = std::strerror(err);
+  ::close(options_.file_fd);
+  options_.file_fd = -1;
+}
+
 void LineForwarder::finish() {
   if (finished_) return;
   finished_ = true;
-  if (console_fd_ >= 0) {
+  if (splitsLines()) {
     splitter_.flush([this](std::string_view line) { emitLine(line); });
   }
   boost::system::error_code ignored;
@@ -64,9 +85,11 @@ void LineForwarder::close() { finish(); }
 
 // One write per line: the prefix and the line reach the console together.
 void LineForwarder::emitLine(std::string_view line) {
-  line_out_.assign(prefix_);
+  if (options_.record) options_.record->tail.add(line);
+  if (!options_.console) return;
+  line_out_.assign(options_.prefix);
   line_out_.append(line);
-  writeAll(console_fd_, line_out_);
+  console().write(*options_.console, line_out_);
 }
 
 }  // namespace ddprun::agent

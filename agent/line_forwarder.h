@@ -1,24 +1,47 @@
 // Reads one worker stream (a pipe) on the agent's io_context and sends it on: the raw
-// bytes to the worker's log file (when teed), whole prefixed lines to the console (when
-// shown). Event-driven: output appears as soon as the worker writes it.
+// bytes to the worker's log file (--redirects, --tee), whole prefixed lines to the console
+// (when shown), the last lines to an in-memory tail (for the failure report). Event-driven:
+// output appears as soon as the worker writes it.
+//
+// The worker only ever writes into the pipe, so nothing that happens to the log file or
+// the console can fail its writes or change its exit code. Console lines go through
+// console() (common/console_writer.h): a stalled console never blocks the event loop. A
+// log file that cannot be written (ENOSPC) is warned about once and then left alone.
 #pragma once
 
 #include <array>
-#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include "agent/line_splitter.h"
+#include "agent/output_tail.h"
+#include "common/console_writer.h"
 
 namespace ddprun::agent {
 
+// What the agent keeps of a forwarded stream after its forwarder is gone.
+struct StreamRecord {
+  std::string file;        // the log file; empty when the stream has none.
+  std::string file_error;  // why the log file is incomplete (strerror); empty when it is not.
+  OutputTail tail;         // the stream's last lines.
+};
+
+struct ForwardOptions {
+  int file_fd = -1;                      // the log file, owned by the forwarder; -1: none.
+  std::string file;                      // its path, for messages.
+  std::optional<ConsoleStream> console;  // where whole lines are shown; default: not shown.
+  std::string prefix;                    // put before each console line; default none.
+  std::shared_ptr<StreamRecord> record;  // gets the tail and file errors; default: none kept.
+};
+
 class LineForwarder {
  public:
-  // Takes ownership of `pipe_fd` and `file_fd` (-1: no file). `console_fd` (-1: not
-  // shown) is borrowed. Not thread-safe: use from the io_context's thread only.
-  LineForwarder(boost::asio::io_context& io, int pipe_fd, int file_fd, int console_fd, std::string prefix);
+  // Takes ownership of `pipe_fd`. Not thread-safe: use from the io_context's thread only.
+  LineForwarder(boost::asio::io_context& io, int pipe_fd, ForwardOptions options);
   ~LineForwarder();
   LineForwarder(const LineForwarder&) = delete;
   LineForwarder& operator=(const LineForwarder&) = delete;
@@ -32,20 +55,16 @@ class LineForwarder {
  private:
   void readMore();
   void finish();
+  void writeFile(std::string_view chunk);
   void emitLine(std::string_view line);
+  bool splitsLines() const { return options_.console.has_value() || options_.record != nullptr; }
 
   boost::asio::posix::stream_descriptor pipe_;
-  int file_fd_;
-  int console_fd_;
-  std::string prefix_;
+  ForwardOptions options_;
   LineSplitter splitter_;
   std::array<char, 65536> buffer_{};
   std::string line_out_;
   bool finished_ = false;
 };
-
-// Writes all of `data` to `fd`, retrying on EINTR and short writes. Returns false when
-// the descriptor is gone (EPIPE, EBADF); the caller drops the output.
-bool writeAll(int fd, std::string_view data);
 
 }  // namespace ddprun::agent

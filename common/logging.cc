@@ -5,10 +5,23 @@
 #include <string>
 
 #include <spdlog/cfg/helpers.h>
-#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/sinks/base_sink.h>
+
+#include "common/console_writer.h"
 
 namespace ddprun {
 namespace {
+
+// stderr through the console writer: a log line never waits for a stalled console.
+class ConsoleSink : public spdlog::sinks::base_sink<std::mutex> {
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t formatted;
+    formatter_->format(msg, formatted);
+    console().write(ConsoleStream::kStderr, std::string_view(formatted.data(), formatted.size()));
+  }
+  void flush_() override {}
+};
 
 std::mutex& registryMutex() {
   static std::mutex m;
@@ -28,7 +41,7 @@ std::shared_ptr<spdlog::logger> logger(std::string_view layer) {
 }
 
 void configureLogging(std::string_view program_name) {
-  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto sink = std::make_shared<ConsoleSink>();
   auto root = std::make_shared<spdlog::logger>(std::string(program_name), sink);
   spdlog::set_default_logger(root);
   spdlog::set_pattern("[ddprun] %^%l%$: %v");
@@ -36,6 +49,8 @@ void configureLogging(std::string_view program_name) {
   if (const char* levels = std::getenv("DDPRUN_LOG_LEVEL"); levels && *levels) {
     spdlog::cfg::helpers::load_levels(levels);
   }
+  // Its thread starts now, before main() starts (or forks) anything else.
+  console();
 }
 
 }  // namespace ddprun

@@ -15,7 +15,9 @@ namespace ddprun {
 std::shared_ptr<spdlog::logger> logger(std::string_view layer);
 
 // Sends every layer's log lines to stderr with a "[ddprun] " style prefix and applies
-// DDPRUN_LOG_LEVEL (default: info). Call once, from main(), before any other thread starts.
+// DDPRUN_LOG_LEVEL (default: info). Lines go through console() (common/console_writer.h):
+// logging never blocks on a stalled stderr; when its queue is full, lines are dropped and
+// counted. Call once, from main(), before any other thread starts.
 void configureLogging(std::string_view program_name);
 
 }  // namespace ddprun

@@ -1,10 +1,14 @@
 // ddprun: parse the command line, fork the orphan guard, run the elastic agent.
 // The one try/catch of the launcher: every error becomes one line and an exit code
-// from the README's table.
+// from the README's table. The line goes through the console writer, after the log lines
+// queued before it; at exit the writer gets a bounded time to empty its queue.
 #include <cstdio>
+
+#include <fmt/format.h>
 
 #include "agent/elastic_agent.h"
 #include "agent/orphan_guard.h"
+#include "common/console_writer.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "launcher/cli.h"
@@ -35,13 +39,13 @@ int main(int argc, char** argv) {
     agent::ElasticAgent elastic_agent(std::move(parsed.config), guard);
     return elastic_agent.run();
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+    console().write(ConsoleStream::kStderr, fmt::format("ddprun: error: {}\n", e.what()));
     return agent::kExitUsage;
   } catch (const RendezvousError& e) {
-    std::fprintf(stderr, "ddprun: rendezvous failed: %s\n", e.what());
+    console().write(ConsoleStream::kStderr, fmt::format("ddprun: rendezvous failed: {}\n", e.what()));
     return agent::kExitRendezvous;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+    console().write(ConsoleStream::kStderr, fmt::format("ddprun: error: {}\n", e.what()));
     return agent::kExitWorkersFailed;
   }
 }

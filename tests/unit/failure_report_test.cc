@@ -93,6 +93,28 @@ TEST_CASE("the report names rank, host, pid, exit and the worker's message", "[f
   CHECK_THAT(other_part, Catch::Contains("wrote no error file"));
 }
 
+TEST_CASE("the report shows a worker's stderr tail when it wrote no error file or its log is incomplete",
+          "[failure_report]") {
+  auto t0 = Clock::from_time_t(1700000100);
+  WorkerFailure f = failure(0, t0, 7);
+  f.stderr_tail = "loading shard 3\nOSError: disk quota exceeded\n";
+  f.stderr_file = "/logs/attempt_0/0/stderr.log";
+  std::string report = formatFailureReport("train.py", {f});
+  CHECK_THAT(report, Catch::Contains("(the worker wrote no error file; the end of its stderr follows)"));
+  CHECK_THAT(report, Catch::Contains("  stderr    : (last 2 lines; all of it in /logs/attempt_0/0/stderr.log)\n"
+                                     "    loading shard 3\n    OSError: disk quota exceeded\n"));
+
+  f.stderr_file_error = "No space left on device";
+  report = formatFailureReport("train.py", {f});
+  CHECK_THAT(report, Catch::Contains("(last 2 lines; /logs/attempt_0/0/stderr.log is incomplete: No space left on device)"));
+
+  // With an error file the tail is shown only when the log is incomplete.
+  f.error = WorkerErrorRecord{"OSError: disk quota exceeded", "", 1700000100.0};
+  CHECK_THAT(formatFailureReport("train.py", {f}), Catch::Contains("    OSError: disk quota exceeded\n"));
+  f.stderr_file_error.clear();
+  CHECK_THAT(formatFailureReport("train.py", {f}), !Catch::Contains("stderr    :"));
+}
+
 TEST_CASE("signal names", "[failure_report]") {
   CHECK(signalName(9) == "SIGKILL");
   CHECK(signalName(15) == "SIGTERM");

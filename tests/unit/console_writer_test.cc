@@ -1,0 +1,110 @@
+#include "common/console_writer.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/test_process.h"
+
+using namespace ddprun;
+using namespace ddprun::testing;
+
+namespace {
+
+struct Pipe {
+  int read_end = -1;
+  int write_end = -1;
+  Pipe() {
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+    read_end = fds[0];
+    write_end = fds[1];
+  }
+  ~Pipe() {
+    if (read_end >= 0) ::close(read_end);
+    if (write_end >= 0) ::close(write_end);
+  }
+  // Reads what is there, waiting at most `ms` for the first byte.
+  std::string drain(int ms) {
+    std::string out;
+    char buf[65536];
+    for (;;) {
+      pollfd p{read_end, POLLIN, 0};
+      if (::poll(&p, 1, out.empty() ? ms : 0) <= 0) return out;
+      ssize_t n = ::read(read_end, buf, sizeof buf);
+      if (n <= 0) return out;
+      out.append(buf, static_cast<size_t>(n));
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the console writer keeps each stream's lines in order", "[console_writer]") {
+  Pipe out, err;
+  ConsoleWriter::Options options;
+  options.stdout_fd = out.write_end;
+  options.stderr_fd = err.write_end;
+  ConsoleWriter writer(options);
+  CHECK(writer.write(ConsoleStream::kStdout, "one\n"));
+  CHECK(writer.write(ConsoleStream::kStderr, "err\n"));
+  CHECK(writer.write(ConsoleStream::kStdout, "two\nthree\n"));
+  REQUIRE(writer.flush(std::chrono::seconds(10)));
+  CHECK(out.drain(1000) == "one\ntwo\nthree\n");
+  CHECK(err.drain(1000) == "err\n");
+  CHECK(writer.droppedLines() == 0);
+}
+
+TEST_CASE("a console nobody reads never blocks the writer's callers and lines over the bound are dropped and counted",
+          "[console_writer]") {
+  Pipe out;
+  std::atomic<uint64_t> reported{0};
+  ConsoleWriter::Options options;
+  options.stdout_fd = out.write_end;
+  options.stderr_fd = out.write_end;
+  options.capacity = 64 * 1024;
+  options.report_interval = std::chrono::milliseconds(0);
+  options.on_dropped = [&](uint64_t n) { reported += n; };
+  ConsoleWriter writer(options);
+  const std::string line(99, 'x');
+  // 2 MB: far more than the pipe buffer and the queue together. No call may wait for the
+  // reader (if one did, this loop would never end).
+  constexpr int kLines = 20000;
+  int accepted = 0;
+  for (int i = 0; i < kLines; ++i) accepted += writer.write(ConsoleStream::kStdout, line + "\n") ? 1 : 0;
+  CHECK(accepted < kLines);
+  CHECK(writer.droppedLines() == static_cast<uint64_t>(kLines - accepted));
+  CHECK_FALSE(writer.flush(std::chrono::milliseconds(50)));
+  // The console is read again: what was queued comes out, and the whole count is reported.
+  std::string got;
+  REQUIRE(eventually(
+      [&] {
+        got += out.drain(10);
+        return reported.load() == static_cast<uint64_t>(kLines - accepted);
+      },
+      std::chrono::seconds(20)));
+  REQUIRE(writer.flush(std::chrono::seconds(10)));
+  got += out.drain(100);
+  CHECK(countOf(got, "\n") == accepted);
+  CHECK(writer.finish(std::chrono::seconds(1)));
+}
+
+TEST_CASE("destroying a writer stuck on a stalled console does not wait for the console", "[console_writer]") {
+  Pipe out;
+  {
+    ConsoleWriter::Options options;
+    options.stdout_fd = out.write_end;
+    ConsoleWriter writer(options);
+    const std::string chunk(1 << 20, 'y');
+    for (int i = 0; i < 3; ++i) writer.write(ConsoleStream::kStdout, chunk);
+    CHECK_FALSE(writer.finish(std::chrono::milliseconds(100)));
+  }  // returns after at most kDestroyTimeout, its thread left in write()
+  // That thread gets EPIPE once the reader is gone, and ends.
+  ::close(out.read_end);
+  out.read_end = -1;
+}
