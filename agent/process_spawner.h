@@ -1,6 +1,7 @@
 // Starting one worker process. Each worker leads its own process group (so signals reach
-// its children too) and dies with the agent (PR_SET_PDEATHSIG). Its stdout and stderr
-// are either inherited, written straight to a file, or a pipe the agent reads.
+// its children too) and dies with the agent (PR_SET_PDEATHSIG). Given a cgroup, it enters
+// it before exec, so that nothing it starts is ever outside. Its stdout and stderr are
+// either inherited, written straight to a file, or a pipe the agent reads.
 #pragma once
 
 #include <sys/types.h>
@@ -22,6 +23,7 @@ struct SpawnRequest {
   std::map<std::string, std::string> env;       // the worker's whole environment.
   StdioTarget out;
   StdioTarget err;
+  std::string cgroup;  // a cgroup v2 directory to start the worker in; empty: none.
 };
 
 struct SpawnedProcess {
@@ -32,7 +34,8 @@ struct SpawnedProcess {
 
 // Forks and execs the worker; returns once exec has succeeded. Must be called from the
 // thread that will outlive the worker (PR_SET_PDEATHSIG follows the forking thread).
-// Throws SystemError naming the program when a file cannot be opened or exec fails.
+// Throws SystemError naming the program when a file cannot be opened or exec fails. A cgroup
+// that cannot be entered is logged as a warning: the worker then runs outside it.
 SpawnedProcess spawnWorker(const SpawnRequest& request);
 
 }  // namespace ddprun::agent
