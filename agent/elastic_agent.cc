@@ -534,17 +534,12 @@ void ElasticAgent::Impl::scanEscaped() {
   for (const ProcessStamp& p : escaped_) {
     if (!now.count(p)) guard_.forgetProcess(p);
   }
-  std::vector<pid_t> added;
   for (const ProcessStamp& p : now) {
     if (escaped_.count(p)) continue;
     guard_.watchProcess(p);
-    added.push_back(p.pid);
+    log_->debug("the orphan guard now watches pid {}: it left its worker's process group", p.pid);
   }
   escaped_ = std::move(now);
-  if (!added.empty()) {
-    log_->debug("told the orphan guard of {} process(es) that left their worker's process group (pid {}{})",
-                added.size(), added.front(), added.size() > 1 ? ", ..." : "");
-  }
 }
 
 // The attempt's leftovers are stopped: nothing of it is left for the guard to kill.
