@@ -155,6 +155,7 @@ class ElasticAgent::Impl {
   void stopWorkers(int signal);
   void stopAdoptedOrphans();
   void setUpContainment();
+  void startEscapeScan();
   void armEscapeScan();
   void scanEscaped();
   void forgetEscaped();
@@ -195,6 +196,7 @@ class ElasticAgent::Impl {
   asio::signal_set user_signals_;
   asio::steady_timer escape_scan_;
   std::unique_ptr<WorkerCgroups> cgroups_;
+  bool escape_scan_started_ = false;
   std::set<ProcessStamp> escaped_;  // told to the guard: outside every worker's group
   std::vector<Worker> workers_;
   std::vector<std::unique_ptr<LineForwarder>> forwarders_;
@@ -392,6 +394,8 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   worker.pid = spawned.pid;
   worker.running = true;
   guard_.watch(spawned.pid);
+  // A worker outside a cgroup is contained by its process group only: watch who leaves it.
+  if (!spawned.in_cgroup) startEscapeScan();
   log_->debug("worker rank {} started (pid {})", worker.place.rank, spawned.pid);
 
   auto forward = [&](int pipe_fd, const StreamPlan& p, std::shared_ptr<StreamRecord> record) {
@@ -512,6 +516,12 @@ void ElasticAgent::Impl::setUpContainment() {
   }
   log_->debug("workers are contained by process groups only ({}); processes that leave them are found every {} ms",
               cgroups_->whyNot(), kEscapeScanInterval.count());
+  startEscapeScan();
+}
+
+void ElasticAgent::Impl::startEscapeScan() {
+  if (escape_scan_started_) return;
+  escape_scan_started_ = true;
   armEscapeScan();
 }
 

@@ -116,7 +116,8 @@ SpawnedProcess spawnWorker(const SpawnRequest& request) {
   // already succeeds, so a second write here both checks and, failing that, retries.
   if (cgroup_procs.get() >= 0) {
     const std::string pid = std::to_string(spawned.pid);
-    if (::write(cgroup_procs.get(), pid.data(), pid.size()) < 0) warnNotInCgroup(request.cgroup, errno);
+    spawned.in_cgroup = ::write(cgroup_procs.get(), pid.data(), pid.size()) >= 0;
+    if (!spawned.in_cgroup) warnNotInCgroup(request.cgroup, errno);
   }
   // The agent reaps its workers itself (SIGCHLD + waitpid) so Boost must let go.
   child.detach();

@@ -30,6 +30,7 @@ struct SpawnedProcess {
   pid_t pid = -1;        // also the process group id.
   int stdout_pipe = -1;  // read end (close-on-exec) for kPipe, else -1; caller owns it.
   int stderr_pipe = -1;
+  bool in_cgroup = false;  // whether it entered the requested cgroup
 };
 
 // Forks and execs the worker; returns once exec has succeeded. Must be called from the
