@@ -8,10 +8,13 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <chrono>
 #include <future>
 #include <optional>
+#include <set>
+#include <string_view>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -20,6 +23,7 @@
 
 #include "agent/adopted_children.h"
 #include "agent/error_file.h"
+#include "agent/escaped_processes.h"
 #include "agent/event_log.h"
 #include "agent/failure_report.h"
 #include "agent/health_server.h"
@@ -29,6 +33,7 @@
 #include "agent/orphan_guard.h"
 #include "agent/process_spawner.h"
 #include "agent/secret_file.h"
+#include "agent/worker_cgroups.h"
 #include "agent/worker_env.h"
 #include "common/console_writer.h"
 #include "common/env_names.h"
@@ -48,12 +53,24 @@ constexpr int kMaxOrphanRounds = 8;
 // Output still arriving after every worker's process group is gone comes from a
 // process that left its group (setsid); we stop waiting for it after this long.
 constexpr auto kDrainTimeout = std::chrono::seconds(1);
+// Without cgroups, how often the agent looks for workers' descendants that left their
+// process group, to tell the orphan guard. One started less than this before ddprun is
+// killed with kill -9 can outlive it; a scan is one pass over /proc.
+constexpr auto kEscapeScanInterval = std::chrono::milliseconds(500);
+// How long killed processes get to leave their cgroups at the end of an attempt.
+constexpr auto kCgroupRemoveTimeout = std::chrono::seconds(5);
 constexpr const char* kDefaultPrefixTemplate = "[rank${rank}]:";
 
 std::string hostName() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
   return buf;
+}
+
+// DDPRUN_NO_CGROUPS=1 (any value but empty or 0) keeps workers out of cgroups.
+bool cgroupsAllowed() {
+  const char* value = std::getenv(env::kNoCgroups);
+  return value == nullptr || *value == '\0' || std::string_view(value) == "0";
 }
 
 bool groupAlive(pid_t pgid) { return ::kill(-pgid, 0) == 0 || errno == EPERM; }
@@ -101,9 +118,11 @@ class ElasticAgent::Impl {
         child_signals_(io_, SIGCHLD),
         stop_signals_(io_, SIGINT, SIGTERM, SIGHUP),
         user_signals_(io_, SIGUSR1, SIGUSR2),
+        escape_scan_(io_),
         cooldown_(config_.node_cooldown, config_.node_cooldown_max) {
     stop_signals_.add(SIGQUIT);
   }
+  ~Impl();
 
   int run();
 
@@ -135,6 +154,12 @@ class ElasticAgent::Impl {
   void afterSuccess();
   void stopWorkers(int signal);
   void stopAdoptedOrphans();
+  void setUpContainment();
+  void startEscapeScan();
+  void armEscapeScan();
+  void scanEscaped();
+  void forgetEscaped();
+  void removeWorkerCgroups();
   void clearProcessGroups();
   void drainOutput();
   void endAttempt();
@@ -169,6 +194,10 @@ class ElasticAgent::Impl {
   asio::signal_set child_signals_;
   asio::signal_set stop_signals_;
   asio::signal_set user_signals_;
+  asio::steady_timer escape_scan_;
+  std::unique_ptr<WorkerCgroups> cgroups_;
+  bool escape_scan_started_ = false;
+  std::set<ProcessStamp> escaped_;  // told to the guard: outside every worker's group
   std::vector<Worker> workers_;
   std::vector<std::unique_ptr<LineForwarder>> forwarders_;
   int stop_signal_ = 0;        // the first SIGINT/TERM/HUP/QUIT received.
@@ -191,6 +220,14 @@ class ElasticAgent::Impl {
   int exit_code_ = -1;
   bool store_lost_ = false;    // no more status records: a publish could wait on a dead store
 };
+
+ElasticAgent::Impl::~Impl() {
+  if (!cgroups_ || !cgroups_->enabled()) return;
+  const std::string root = cgroups_->root();
+  cgroups_.reset();
+  // One the agent could not remove stays with the guard, which tries again when ddprun exits.
+  if (::access(root.c_str(), F_OK) != 0) guard_.forgetCgroup(root);
+}
 
 ElasticAgent::ElasticAgent(AgentConfig config, OrphanGuard& guard)
     : impl_(std::make_unique<Impl>(std::move(config), guard)) {}
@@ -351,11 +388,14 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   };
   request.out = target(out);
   request.err = target(err);
+  request.cgroup = cgroups_->create(local_rank, attempt);
 
   SpawnedProcess spawned = spawnWorker(request);
   worker.pid = spawned.pid;
   worker.running = true;
   guard_.watch(spawned.pid);
+  // A worker outside a cgroup is contained by its process group only: watch who leaves it.
+  if (!spawned.in_cgroup) startEscapeScan();
   log_->debug("worker rank {} started (pid {})", worker.place.rank, spawned.pid);
 
   auto forward = [&](int pipe_fd, const StreamPlan& p, std::shared_ptr<StreamRecord> record) {
@@ -445,7 +485,77 @@ void ElasticAgent::Impl::clearProcessGroups() {
     }
   }
   stopAdoptedOrphans();
+  removeWorkerCgroups();
+  forgetEscaped();
   for (const Worker& w : workers_) guard_.forget(w.pid);
+}
+
+// What is still in the workers' cgroups now ignored SIGTERM or was out of reach of the group
+// and orphan stops above (a daemon whose parent still runs): SIGKILL, then remove the cgroups.
+void ElasticAgent::Impl::removeWorkerCgroups() {
+  const auto deadline = Clock::now() + kCgroupRemoveTimeout;
+  for (;;) {
+    cgroups_->killAll();
+    // The killed may be the agent's children: running the loop reaps them.
+    if (cgroups_->removeEmpty()) return;
+    if (Clock::now() >= deadline) break;
+    runFor(kGroupPollInterval);
+  }
+  log_->warn("cannot remove the workers' cgroups under {}: processes still in them after {} s", cgroups_->root(),
+             std::chrono::duration_cast<std::chrono::seconds>(kCgroupRemoveTimeout).count());
+}
+
+// Where workers are contained by cgroups the kernel keeps every descendant in; else by
+// process groups, which a descendant can leave, so the agent watches for those that do.
+void ElasticAgent::Impl::setUpContainment() {
+  cgroups_ = std::make_unique<WorkerCgroups>(::getpid(), cgroupsAllowed());
+  if (cgroups_->enabled()) {
+    log_->debug("workers are contained by cgroups under {}", cgroups_->root());
+    guard_.watchCgroup(cgroups_->root());
+    return;
+  }
+  log_->debug("workers are contained by process groups only ({}); processes that leave them are found every {} ms",
+              cgroups_->whyNot(), kEscapeScanInterval.count());
+  startEscapeScan();
+}
+
+void ElasticAgent::Impl::startEscapeScan() {
+  if (escape_scan_started_) return;
+  escape_scan_started_ = true;
+  armEscapeScan();
+}
+
+void ElasticAgent::Impl::armEscapeScan() {
+  escape_scan_.expires_after(kEscapeScanInterval);
+  escape_scan_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    scanEscaped();
+    armEscapeScan();
+  });
+}
+
+// Tells the guard which of the workers' descendants are outside every worker's process
+// group now, so that a kill -9 of ddprun takes them too; and which are gone.
+void ElasticAgent::Impl::scanEscaped() {
+  if (!anyRunning()) return;
+  std::vector<pid_t> groups;
+  for (const Worker& w : workers_) groups.push_back(w.pid);
+  std::set<ProcessStamp> now = escapedDescendants(guard_.pid(), groups);
+  for (const ProcessStamp& p : escaped_) {
+    if (!now.count(p)) guard_.forgetProcess(p);
+  }
+  for (const ProcessStamp& p : now) {
+    if (escaped_.count(p)) continue;
+    guard_.watchProcess(p);
+    log_->debug("the orphan guard now watches pid {}: it left its worker's process group", p.pid);
+  }
+  escaped_ = std::move(now);
+}
+
+// The attempt's leftovers are stopped: nothing of it is left for the guard to kill.
+void ElasticAgent::Impl::forgetEscaped() {
+  for (const ProcessStamp& p : escaped_) guard_.forgetProcess(p);
+  escaped_.clear();
 }
 
 // Descendants that left their worker's process group (setsid daemons) escaped the group kill
@@ -743,6 +853,7 @@ int ElasticAgent::Impl::run() {
   ::signal(SIGPIPE, SIG_IGN);
   // Orphaned grandchildren of workers come to us, so we can reap and account for them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  setUpContainment();
   armChildSignals();
   armStopSignals();
   armUserSignals();

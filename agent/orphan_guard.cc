@@ -1,6 +1,7 @@
 #include "agent/orphan_guard.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -9,14 +10,41 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <set>
+#include <string>
 #include <thread>
 
+#include "agent/cgroup_v2.h"
 #include "common/error.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
 namespace {
+
+// One record on the pipe: this header, then path_len bytes of path. A record is one write of at most PIPE_BUF bytes, so
+// it arrives whole.
+enum RecordKind : int32_t { kWatchGroup = 1, kForgetGroup, kWatchCgroup, kForgetCgroup, kWatchProcess, kForgetProcess };
+struct RecordHeader {
+  int32_t kind;
+  int32_t pid;
+  uint64_t start_time;
+  uint32_t path_len;
+};
+constexpr size_t kMaxPath = PIPE_BUF - sizeof(RecordHeader);
+
+// Reads exactly `size` bytes; false at EOF or on error.
+bool readFull(int fd, void* data, size_t size) {
+  auto* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = ::read(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
 
 [[noreturn]] void guardMain(int read_fd) {
   ::setsid();
@@ -31,18 +59,49 @@ namespace {
     if (devnull > 2) ::close(devnull);
   }
   std::set<int32_t> groups;
-  int32_t record = 0;
+  std::set<std::string> cgroups;
+  std::set<ProcessStamp> processes;
   for (;;) {
-    ssize_t n = ::read(read_fd, &record, sizeof record);
-    if (n == static_cast<ssize_t>(sizeof record)) {
-      if (record > 0) groups.insert(record);
-      if (record < 0) groups.erase(-record);
-      continue;
+    RecordHeader header;
+    if (!readFull(read_fd, &header, sizeof header)) break;  // EOF: the agent is gone (or closed the pipe).
+    std::string path(header.path_len, '\0');
+    if (header.path_len > kMaxPath || !readFull(read_fd, path.data(), path.size())) break;
+    const ProcessStamp process{header.pid, header.start_time};
+    switch (header.kind) {
+      case kWatchGroup:
+        groups.insert(header.pid);
+        break;
+      case kForgetGroup:
+        groups.erase(header.pid);
+        break;
+      case kWatchCgroup:
+        cgroups.insert(path);
+        break;
+      case kForgetCgroup:
+        cgroups.erase(path);
+        break;
+      case kWatchProcess:
+        processes.insert(process);
+        break;
+      case kForgetProcess:
+        processes.erase(process);
+        break;
+      default:
+        break;
     }
-    if (n < 0 && errno == EINTR) continue;
-    break;  // EOF: the agent is gone (or closed the pipe on its way out).
   }
+  // Everything is killed before the guard waits for anything, so all of it dies together.
+  for (const std::string& dir : cgroups) killCgroup(dir);
+  for (const ProcessStamp& process : processes) killStamped(process);
   for (int32_t pgid : groups) ::kill(-pgid, SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + OrphanGuard::kCgroupRemoveTimeout;
+  while (!cgroups.empty()) {
+    std::erase_if(cgroups, [](const std::string& dir) { return removeCgroupTree(dir); });
+    if (cgroups.empty() || std::chrono::steady_clock::now() >= deadline) break;
+    // Without cgroup.kill a process forked meanwhile survives one kill: kill again.
+    for (const std::string& dir : cgroups) killCgroup(dir);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   ::_exit(0);
 }
 
@@ -63,6 +122,8 @@ OrphanGuard::OrphanGuard() {
     guardMain(fds[0]);
   }
   ::close(fds[0]);
+  // A guard that stops reading (stopped by a signal) must not stall the agent on a full pipe.
+  ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
   guard_pid_ = pid;
   write_fd_ = fds[1];
 }
@@ -70,8 +131,8 @@ OrphanGuard::OrphanGuard() {
 OrphanGuard::~OrphanGuard() {
   if (write_fd_ >= 0) ::close(write_fd_);
   if (guard_pid_ <= 0) return;
-  // On EOF the guard exits at once. One that cannot (stopped by a signal, or stuck) must not
-  // hold ddprun's exit: after kReapTimeout it is killed and reaped.
+  // On EOF the guard exits at once. One that cannot (stopped by a signal, or stuck) must not hold ddprun's exit: after
+  // kReapTimeout it is killed and reaped.
   auto deadline = std::chrono::steady_clock::now() + kReapTimeout;
   for (;;) {
     pid_t reaped = ::waitpid(guard_pid_, nullptr, WNOHANG);
@@ -79,24 +140,45 @@ OrphanGuard::~OrphanGuard() {
     if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  logger("agent")->warn("orphan guard (pid {}) did not exit within {} ms of the agent's end; killing it", guard_pid_,
-                        kReapTimeout.count());
+  logger("agent")->warn(
+      "orphan guard (pid {}) did not exit within {} ms of "
+      "the agent's end; killing it",
+      guard_pid_, kReapTimeout.count());
   ::kill(guard_pid_, SIGKILL);
   while (::waitpid(guard_pid_, nullptr, 0) < 0 && errno == EINTR) {
   }
 }
 
-void OrphanGuard::watch(pid_t pgid) { send(static_cast<int>(pgid)); }
-void OrphanGuard::forget(pid_t pgid) { send(-static_cast<int>(pgid)); }
+void OrphanGuard::watch(pid_t pgid) { send(kWatchGroup, pgid, 0, {}); }
+void OrphanGuard::forget(pid_t pgid) { send(kForgetGroup, pgid, 0, {}); }
+void OrphanGuard::watchCgroup(const std::string& dir) { send(kWatchCgroup, 0, 0, dir); }
+void OrphanGuard::forgetCgroup(const std::string& dir) { send(kForgetCgroup, 0, 0, dir); }
+void OrphanGuard::watchProcess(const ProcessStamp& p) { send(kWatchProcess, p.pid, p.start_time, {}); }
+void OrphanGuard::forgetProcess(const ProcessStamp& p) { send(kForgetProcess, p.pid, p.start_time, {}); }
 
-void OrphanGuard::send(int record) {
-  int32_t value = record;
+void OrphanGuard::send(int kind, pid_t pid, uint64_t start_time, const std::string& path) {
+  if (path.size() > kMaxPath) {
+    logger("agent")->warn(
+        "orphan guard cannot take path {} (over {} bytes); "
+        "it is not cleaned up if ddprun is killed",
+        path, kMaxPath);
+    return;
+  }
+  char record[PIPE_BUF];
+  RecordHeader header{kind, pid, start_time, static_cast<uint32_t>(path.size())};
+  std::memcpy(record, &header, sizeof header);
+  std::memcpy(record + sizeof header, path.data(), path.size());
+  const size_t size = sizeof header + path.size();
   ssize_t n;
   do {
-    n = ::write(write_fd_, &value, sizeof value);
+    n = ::write(write_fd_, record, size);
   } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof value)) {
-    logger("agent")->warn("orphan guard unreachable (pid {}); workers may outlive a killed ddprun", guard_pid_);
+  if (n != static_cast<ssize_t>(size) && !warned_) {
+    warned_ = true;
+    logger("agent")->warn(
+        "orphan guard unreachable (pid {}): {}; workers may "
+        "outlive a killed ddprun",
+        guard_pid_, n < 0 ? std::strerror(errno) : "short write");
   }
 }
 

@@ -1,15 +1,18 @@
-// Makes "kill -9 ddprun" leave no worker behind, grandchildren included.
-// PR_SET_PDEATHSIG only reaches the workers themselves; a worker's own children would
-// outlive a killed agent. So the agent forks, before anything else, a tiny guard process
-// that learns each worker's process group over a pipe. When the agent dies for any
-// reason the pipe reaches EOF and the guard SIGKILLs every group still registered, then
-// exits. The guard ignores terminal signals and sits in its own session so that group
-// signals aimed at the agent do not take it down first.
+// Makes "kill -9 ddprun" leave no worker behind, grandchildren and daemons included. PR_SET_PDEATHSIG only reaches the
+// workers themselves; a worker's own children would outlive a killed agent. So the agent forks, before anything else, a
+// tiny guard process that learns over a pipe what to kill: each worker's process group, the agent's cgroup directory
+// (all workers' cgroups are below it), and, where there are no cgroups, each process that left its worker's group (by
+// pid and start time). When the agent dies for any reason the pipe reaches EOF and the guard SIGKILLs all of it still
+// registered, removes the cgroups, then exits. The guard ignores terminal signals and sits in its own session so that
+// group signals aimed at the agent do not take it down first.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <string>
+
+#include "agent/escaped_processes.h"
 
 namespace ddprun::agent {
 
@@ -17,25 +20,34 @@ class OrphanGuard {
  public:
   // Forks the guard. Call while the process is single-threaded. Throws SystemError.
   OrphanGuard();
-  // Closes the pipe and reaps the guard (it exits at once on EOF); a guard still there
+  // Closes the pipe and reaps the guard (it exits at once on EOF when nothing is left registered); a guard still there
   // after kReapTimeout (stopped, say) is killed, so ddprun's exit never waits on it.
   ~OrphanGuard();
   static constexpr std::chrono::milliseconds kReapTimeout{2000};
+  // How long the guard, once the agent died, waits for killed processes to leave the cgroups it is to remove.
+  static constexpr std::chrono::milliseconds kCgroupRemoveTimeout{5000};
   OrphanGuard(const OrphanGuard&) = delete;
   OrphanGuard& operator=(const OrphanGuard&) = delete;
 
-  // Registers / forgets a worker process group. Never blocks for long (one small pipe
-  // write); errors are logged, not thrown: losing the guard must not stop a job.
+  // Register / forget what the guard kills. None blocks (one small non-blocking pipe write); errors are logged once,
+  // not thrown: losing the guard must not stop a job.
   void watch(pid_t pgid);
   void forget(pid_t pgid);
+  // A cgroup directory: killed, with its descendants, and removed.
+  void watchCgroup(const std::string& dir);
+  void forgetCgroup(const std::string& dir);
+  // A process outside every watched group: killed (with the group it leads) if it still is the process stamped.
+  void watchProcess(const ProcessStamp& process);
+  void forgetProcess(const ProcessStamp& process);
 
   pid_t pid() const { return guard_pid_; }
 
  private:
-  void send(int record);
+  void send(int kind, pid_t pid, uint64_t start_time, const std::string& path);
 
   pid_t guard_pid_ = -1;
   int write_fd_ = -1;
+  bool warned_ = false;  // "unreachable" is said once
 };
 
 }  // namespace ddprun::agent

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include <boost/process/args.hpp>
 #include <boost/process/child.hpp>
@@ -15,6 +16,7 @@
 #include <boost/process/extend.hpp>
 
 #include "common/error.h"
+#include "common/logging.h"
 
 namespace ddprun::agent {
 namespace bp = boost::process;
@@ -25,6 +27,7 @@ struct WorkerChildSetup : bp::extend::handler {
   pid_t agent_pid;
   int stdout_fd;
   int stderr_fd;
+  int cgroup_procs_fd;
 
   template <class Executor>
   void on_exec_setup(Executor&) const {
@@ -32,6 +35,8 @@ struct WorkerChildSetup : bp::extend::handler {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // The agent may have died between fork and prctl; then nobody would reap us.
     if (::getppid() != agent_pid) ::_exit(127);
+    // "0" moves the writer itself; before exec, so that every descendant starts inside.
+    if (cgroup_procs_fd >= 0) (void)!::write(cgroup_procs_fd, "0", 1);
     if (stdout_fd >= 0) ::dup2(stdout_fd, STDOUT_FILENO);
     if (stderr_fd >= 0) ::dup2(stderr_fd, STDERR_FILENO);
     // Ignored signals stay ignored across exec; the agent ignores SIGPIPE for itself only.
@@ -56,6 +61,11 @@ class Fd {
  private:
   int fd_ = -1;
 };
+
+void warnNotInCgroup(const std::string& cgroup, int err) {
+  logger("agent")->warn("cannot start a worker in cgroup {}: {}; it is contained by its process group only", cgroup,
+                        std::strerror(err));
+}
 
 // Prepares the child's end of one stream; for a pipe also the agent's read end.
 void openTarget(const StdioTarget& target, Fd& child_end, Fd& agent_end) {
@@ -89,13 +99,26 @@ SpawnedProcess spawnWorker(const SpawnRequest& request) {
   for (const auto& [key, value] : request.env) env[key] = value;
   std::vector<std::string> args(request.argv.begin() + 1, request.argv.end());
 
+  Fd cgroup_procs;
+  if (!request.cgroup.empty()) {
+    cgroup_procs.reset(::open((request.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+    if (cgroup_procs.get() < 0) warnNotInCgroup(request.cgroup, errno);
+  }
+
   std::error_code ec;
   bp::child child(bp::exe = request.argv.front(), bp::args = args, env,
-                  WorkerChildSetup{{}, ::getpid(), out_child.get(), err_child.get()}, ec);
+                  WorkerChildSetup{{}, ::getpid(), out_child.get(), err_child.get(), cgroup_procs.get()}, ec);
   if (ec) throw SystemError("exec " + request.argv.front(), ec.value());
 
   SpawnedProcess spawned;
   spawned.pid = child.id();
+  // The child cannot report a failed write. Moving a process into the cgroup it is in
+  // already succeeds, so a second write here both checks and, failing that, retries.
+  if (cgroup_procs.get() >= 0) {
+    const std::string pid = std::to_string(spawned.pid);
+    spawned.in_cgroup = ::write(cgroup_procs.get(), pid.data(), pid.size()) >= 0;
+    if (!spawned.in_cgroup) warnNotInCgroup(request.cgroup, errno);
+  }
   // The agent reaps its workers itself (SIGCHLD + waitpid) so Boost must let go.
   child.detach();
   spawned.stdout_pipe = out_agent.release();

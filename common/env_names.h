@@ -34,5 +34,7 @@ inline constexpr const char* kRpcSecret = "DDPRUN_RPC_SECRET";
 inline constexpr const char* kLogLinePrefixTemplate = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
 inline constexpr const char* kPython = "PYTHON";
 inline constexpr const char* kLogLevel = "DDPRUN_LOG_LEVEL";
+// 1: workers are contained by process groups only, even where cgroups v2 can be written.
+inline constexpr const char* kNoCgroups = "DDPRUN_NO_CGROUPS";
 
 }  // namespace ddprun::env

@@ -1,8 +1,13 @@
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -118,4 +123,163 @@ TEST_CASE("a worker's setsid daemon does not outlive a successful job", "[e2e][o
   if (!gone) ::kill(pids[0], SIGKILL);  // leave nothing behind, pass or fail
   CHECK(gone);
   CHECK_THAT(r.err, Catch::Contains("left their worker's process group"));
+}
+
+namespace {
+
+// This process's cgroup v2 directory if a child cgroup can be created in it here (and so by
+// the ddprun it starts, which inherits its cgroup); empty otherwise (no cgroup2 mount, not
+// root, a read-only container).
+std::string writableCgroupDir() {
+  std::string mount;
+  std::istringstream mounts(readFile("/proc/self/mounts"));
+  for (std::string line; std::getline(mounts, line);) {
+    std::istringstream fields(line);
+    std::string device, point, type;
+    if (fields >> device >> point >> type && type == "cgroup2") {
+      mount = point;
+      break;
+    }
+  }
+  if (mount.empty()) return {};
+  std::istringstream cgroups(readFile("/proc/self/cgroup"));
+  std::string dir;
+  for (std::string line; std::getline(cgroups, line);) {
+    if (line.rfind("0::/", 0) == 0) dir = line == "0::/" ? mount : mount + line.substr(3);
+  }
+  if (dir.empty()) return {};
+  const std::string probe = dir + "/ddprun-test-probe-" + std::to_string(::getpid());
+  if (::mkdir(probe.c_str(), 0755) != 0) return {};
+  ::rmdir(probe.c_str());
+  return dir;
+}
+
+// Removes what a failed test left of a ddprun's cgroups (deepest first), so that nothing outlives
+// the test, pass or fail; returns whether there was anything.
+bool removeLeftCgroups(const std::string& dir) {
+  if (!fileExists(dir)) return false;
+  std::vector<std::string> dirs;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_directory()) dirs.push_back(entry.path());
+  }
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) ::rmdir(it->c_str());
+  ::rmdir(dir.c_str());
+  return true;
+}
+
+// A worker that starts two daemons that leave its process group and session: one with setsid,
+// one with setsid from a subshell that then exits (so it comes to ddprun as subreaper). It
+// writes their pids and then its own to `pid_file`, and says "daemons-ready" once both lead
+// their own sessions (field 6 of their stat).
+std::vector<std::string> daemonWorker(const std::string& pid_file, const std::string& then) {
+  const std::string leads = "[ \"$(cut -d' ' -f6 /proc/$1/stat)\" = \"$1\" ]";
+  return {"sh", "-c",
+          "leads() { " + leads + "; }; setsid sleep 300 & echo $! > " + pid_file + "; (setsid sleep 301 & echo $! >> " +
+              pid_file + "); echo $$ >> " + pid_file + "; for d in $(head -n 2 " + pid_file +
+              "); do while ! leads $d; do sleep 0.01; done; done; echo daemons-ready; " + then};
+}
+
+// kill -9 of ddprun while its worker's daemons run: afterwards neither they nor the worker may
+// be left, nor any cgroup of that ddprun. `no_cgroups` forces the process-group fallback.
+void killDuringDaemons(bool no_cgroups) {
+  TempDir dir;
+  const std::string pid_file = dir.file("pids");
+  const std::string cgroup_dir = no_cgroups ? std::string() : writableCgroupDir();
+  std::vector<std::string> argv = {ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python"};
+  for (const std::string& arg : daemonWorker(pid_file, "exec sleep 300")) argv.push_back(arg);
+  std::vector<pid_t> pids;
+  std::string our_cgroups;
+  {
+    TestProcess ddprun(argv, {{"DDPRUN_LOG_LEVEL", "agent=debug"}, {"DDPRUN_NO_CGROUPS", no_cgroups ? "1" : ""}});
+    REQUIRE(ddprun.waitForOutput("daemons-ready", 20s));
+    pids = pidsIn(pid_file);
+    REQUIRE(pids.size() == 3);
+    if (!cgroup_dir.empty()) {
+      our_cgroups = cgroup_dir + "/ddprun-" + std::to_string(ddprun.pid());
+      CHECK_THAT(ddprun.err(), Catch::Contains("workers are contained by cgroups under " + our_cgroups));
+      CHECK(fileExists(our_cgroups + "/w0-a0"));
+    } else {
+      CHECK_THAT(ddprun.err(), Catch::Contains("workers are contained by process groups only"));
+      // The agent finds the daemons by a periodic scan; kill -9 must come after it told the guard.
+      for (int i = 0; i < 2; ++i) {
+        CHECK(ddprun.waitForOutput("the orphan guard now watches pid " + std::to_string(pids[i]) + ":", 10s));
+      }
+    }
+    ::kill(ddprun.pid(), SIGKILL);
+    REQUIRE(ddprun.wait(10s));
+    CHECK(ddprun.termSignal() == SIGKILL);
+  }
+  const bool gone = eventually([&] {
+    for (pid_t pid : pids) {
+      if (processAlive(pid)) return false;
+    }
+    return true;
+  }, 10s);
+  for (pid_t pid : pids) {
+    if (processAlive(pid)) ::kill(pid, SIGKILL);  // leave nothing behind, pass or fail
+  }
+  CHECK(gone);
+  if (!our_cgroups.empty()) {
+    const bool removed = eventually([&] { return !fileExists(our_cgroups); }, 10s);
+    if (!removed) removeLeftCgroups(our_cgroups);
+    CHECK(removed);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("kill -9 of ddprun stops its workers' setsid daemons (cgroups where writable)", "[e2e][orphans]") {
+  killDuringDaemons(false);
+}
+
+TEST_CASE("kill -9 of ddprun stops its workers' setsid daemons with DDPRUN_NO_CGROUPS=1", "[e2e][orphans]") {
+  killDuringDaemons(true);
+}
+
+namespace {
+
+// A successful job whose worker leaves daemons: none may outlive it, nor any cgroup.
+void succeedWithDaemons(bool no_cgroups) {
+  TempDir dir;
+  const std::string pid_file = dir.file("pids");
+  const std::string cgroup_dir = no_cgroups ? std::string() : writableCgroupDir();
+  std::vector<std::string> argv = {ddprunPath(), "--standalone", "--nproc_per_node=1", "--term_timeout=2",
+                                   "--no_python"};
+  for (const std::string& arg : daemonWorker(pid_file, "exit 0")) argv.push_back(arg);
+  auto r = run(argv, {{"DDPRUN_LOG_LEVEL", "agent=debug"}, {"DDPRUN_NO_CGROUPS", no_cgroups ? "1" : ""}}, 30s);
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 0);
+  auto pids = pidsIn(pid_file);
+  REQUIRE(pids.size() == 3);
+  const bool gone = eventually([&] {
+    for (pid_t pid : pids) {
+      if (processAlive(pid)) return false;
+    }
+    return true;
+  }, 5s);
+  for (pid_t pid : pids) {
+    if (processAlive(pid)) ::kill(pid, SIGKILL);
+  }
+  CHECK(gone);
+  if (!cgroup_dir.empty()) {
+    const std::string needle = "workers are contained by cgroups under ";
+    const auto at = r.err.find(needle);
+    REQUIRE(at != std::string::npos);
+    const std::string ours = r.err.substr(at + needle.size(), r.err.find('\n', at) - at - needle.size());
+    CHECK_THAT(ours, Catch::StartsWith(cgroup_dir + "/ddprun-"));
+    const bool left = removeLeftCgroups(ours);
+    CHECK_FALSE(left);
+  } else {
+    CHECK_THAT(r.err, Catch::Contains("workers are contained by process groups only"));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("setsid daemons do not outlive a successful job and no cgroup is left", "[e2e][orphans]") {
+  succeedWithDaemons(false);
+}
+
+TEST_CASE("setsid daemons do not outlive a successful job with DDPRUN_NO_CGROUPS=1", "[e2e][orphans]") {
+  succeedWithDaemons(true);
 }
