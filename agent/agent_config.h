@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/numa_binding.h"
 #include "agent/std_streams.h"
 #include "rendezvous/rendezvous_config.h"
 
@@ -27,6 +28,13 @@ struct AgentConfig {
   StdSpec redirects;                      // -r/--redirects; default none.
   StdSpec tee;                            // -t/--tee; default none.
   std::optional<std::set<int>> local_ranks_filter;  // --local_ranks_filter; unset: all.
+  // --duplicate_stdout_filters / --duplicate_stderr_filters: teed lines containing any of
+  // these also go to attempt_<k>/filtered_std{out,err}.log; empty (default): no such file.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  // --numa-binding: the CPUs of each local rank, planned at start; empty (default): unbound.
+  std::optional<NumaMode> numa_binding;
+  std::vector<CpuBinding> cpu_bindings;
   // --node_cooldown: how long a node whose workers failed twice in a row sits out of the
   // job (doubling with each further failure, up to node_cooldown_max); 0: never (torchrun).
   std::chrono::milliseconds node_cooldown{0};

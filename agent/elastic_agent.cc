@@ -26,10 +26,12 @@
 #include "agent/escaped_processes.h"
 #include "agent/event_log.h"
 #include "agent/failure_report.h"
+#include "agent/filtered_log.h"
 #include "agent/health_server.h"
 #include "agent/line_forwarder.h"
 #include "agent/log_layout.h"
 #include "agent/node_cooldown.h"
+#include "agent/numa_binding.h"
 #include "agent/orphan_guard.h"
 #include "agent/process_spawner.h"
 #include "agent/secret_file.h"
@@ -200,6 +202,8 @@ class ElasticAgent::Impl {
   std::set<ProcessStamp> escaped_;  // told to the guard: outside every worker's group
   std::vector<Worker> workers_;
   std::vector<std::unique_ptr<LineForwarder>> forwarders_;
+  std::shared_ptr<FilteredLog> filtered_stdout_;  // this attempt's, with --duplicate_stdout_filters
+  std::shared_ptr<FilteredLog> filtered_stderr_;
   int stop_signal_ = 0;        // the first SIGINT/TERM/HUP/QUIT received.
   bool stopping_ = false;      // workers were told to stop; a second signal means kill.
   std::unique_ptr<rendezvous::DynamicRendezvous> rendezvous_;
@@ -323,6 +327,16 @@ void ElasticAgent::Impl::signalRunning(int signal) {
 void ElasticAgent::Impl::startWorkers(int attempt, const rendezvous::RendezvousResult& rdzv) {
   workers_.clear();
   forwarders_.clear();
+  filtered_stdout_.reset();
+  filtered_stderr_.reset();
+  if (!config_.duplicate_stdout_filters.empty()) {
+    filtered_stdout_ = std::make_shared<FilteredLog>(LogLayout::filteredStdoutFile(layout_->attemptDir(attempt)),
+                                                     config_.duplicate_stdout_filters);
+  }
+  if (!config_.duplicate_stderr_filters.empty()) {
+    filtered_stderr_ = std::make_shared<FilteredLog>(LogLayout::filteredStderrFile(layout_->attemptDir(attempt)),
+                                                     config_.duplicate_stderr_filters);
+  }
   for (const WorkerPlace& place : assignPlaces(config_.nproc_per_node, rdzv)) {
     Worker worker;
     worker.place = place;
@@ -389,6 +403,7 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   request.out = target(out);
   request.err = target(err);
   request.cgroup = cgroups_->create(local_rank, attempt);
+  if (!config_.cpu_bindings.empty()) request.cpus = config_.cpu_bindings.at(static_cast<size_t>(local_rank)).cpus;
 
   SpawnedProcess spawned = spawnWorker(request);
   worker.pid = spawned.pid;
@@ -396,9 +411,17 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   guard_.watch(spawned.pid);
   // A worker outside a cgroup is contained by its process group only: watch who leaves it.
   if (!spawned.in_cgroup) startEscapeScan();
-  log_->debug("worker rank {} started (pid {})", worker.place.rank, spawned.pid);
+  if (config_.numa_binding) {
+    const CpuBinding& binding = config_.cpu_bindings.at(static_cast<size_t>(local_rank));
+    log_->info("worker rank {} (local rank {}, pid {}) bound to CPUs {} (--numa-binding={}, NUMA node {})",
+               worker.place.rank, local_rank, spawned.pid, formatCpuList(binding.cpus),
+               numaModeName(*config_.numa_binding), binding.numa_node);
+  } else {
+    log_->debug("worker rank {} started (pid {})", worker.place.rank, spawned.pid);
+  }
 
-  auto forward = [&](int pipe_fd, const StreamPlan& p, std::shared_ptr<StreamRecord> record) {
+  auto forward = [&](int pipe_fd, const StreamPlan& p, std::shared_ptr<StreamRecord> record,
+                     std::shared_ptr<FilteredLog> filtered) {
     if (pipe_fd < 0) return;
     ForwardOptions options;
     if (p.to_file) {
@@ -413,13 +436,18 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
     if (p.to_console) options.console = p.console;
     if (p.prefixed) options.prefix = prefix;
     options.record = std::move(record);
+    options.filtered = std::move(filtered);
     auto forwarder = std::make_unique<LineForwarder>(io_, pipe_fd, std::move(options));
     forwarder->start();
     forwarders_.push_back(std::move(forwarder));
   };
-  forward(spawned.stdout_pipe, out, nullptr);
+  // As torchrun's: the ranks teed to the console (--tee, --local_ranks_filter) are filtered.
+  auto filteredIf = [&](bool teed_here, const std::shared_ptr<FilteredLog>& log) {
+    return teed_here && !filtered_out ? log : nullptr;
+  };
+  forward(spawned.stdout_pipe, out, nullptr, filteredIf(includesStdout(teed), filtered_stdout_));
   if (spawned.stderr_pipe >= 0) worker.stderr_record = std::make_shared<StreamRecord>();
-  forward(spawned.stderr_pipe, err, worker.stderr_record);
+  forward(spawned.stderr_pipe, err, worker.stderr_record, filteredIf(includesStderr(teed), filtered_stderr_));
 }
 
 // Runs the event loop for at most `d` (or until a handler has run, whichever is first).

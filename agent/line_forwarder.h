@@ -1,6 +1,7 @@
 // Reads one worker stream (a pipe) on the agent's io_context and sends it on: the raw
 // bytes to the worker's log file (--redirects, --tee), whole prefixed lines to the console
-// (when shown), the last lines to an in-memory tail (for the failure report). Event-driven:
+// (when shown), the last lines to an in-memory tail (for the failure report), the lines
+// matching --duplicate_*_filters to their attempt's filtered file. Event-driven:
 // output appears as soon as the worker writes it.
 //
 // The worker only ever writes into the pipe, so nothing that happens to the log file or
@@ -17,6 +18,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include "agent/filtered_log.h"
 #include "agent/line_splitter.h"
 #include "agent/output_tail.h"
 #include "common/console_writer.h"
@@ -36,6 +38,7 @@ struct ForwardOptions {
   std::optional<ConsoleStream> console;  // where whole lines are shown; default: not shown.
   std::string prefix;                    // put before each console line; default none.
   std::shared_ptr<StreamRecord> record;  // gets the tail and file errors; default: none kept.
+  std::shared_ptr<FilteredLog> filtered;  // gets prefixed lines to filter; default: none.
 };
 
 class LineForwarder {
@@ -57,7 +60,7 @@ class LineForwarder {
   void finish();
   void writeFile(std::string_view chunk);
   void emitLine(std::string_view line);
-  bool splitsLines() const { return options_.console.has_value() || options_.record != nullptr; }
+  bool splitsLines() const { return options_.console || options_.record || options_.filtered; }
 
   boost::asio::posix::stream_descriptor pipe_;
   ForwardOptions options_;

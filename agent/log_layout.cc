@@ -12,6 +12,16 @@
 
 namespace ddprun::agent {
 namespace fs = std::filesystem;
+namespace {
+
+std::string createDirectories(std::string dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw SystemError("create_directories(" + dir + ")", ec.value());
+  return dir;
+}
+
+}  // namespace
 
 void ensureWritableDirectory(const std::string& dir) {
   std::error_code ec;
@@ -51,12 +61,12 @@ LogLayout::~LogLayout() {
   fs::remove_all(run_dir_, ec);
 }
 
+std::string LogLayout::attemptDir(int attempt) const {
+  return createDirectories(run_dir_ + "/attempt_" + std::to_string(attempt));
+}
+
 std::string LogLayout::workerDir(int attempt, int local_rank) const {
-  std::string dir = run_dir_ + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local_rank);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw SystemError("create_directories(" + dir + ")", ec.value());
-  return dir;
+  return createDirectories(run_dir_ + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local_rank));
 }
 
 }  // namespace ddprun::agent

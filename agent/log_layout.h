@@ -1,5 +1,6 @@
 // Where a run's per-worker files live:
 //   <log_dir>/<run_id>_<unique>/attempt_<k>/<local_rank>/{stdout.log,stderr.log,error.json}
+//   <log_dir>/<run_id>_<unique>/attempt_<k>/filtered_{stdout,stderr}.log (--duplicate_*_filters)
 // Without --log_dir the same tree is made under $TMPDIR and, unless the user asked for
 // redirected or teed output, removed when the run ends.
 #pragma once
@@ -22,11 +23,16 @@ class LogLayout {
   // True when the run directory is a temporary one that the destructor removes.
   bool isTemporary() const { return remove_on_exit_; }
 
+  // Creates (if needed) and returns attempt_<k>/.
+  std::string attemptDir(int attempt) const;
   // Creates (if needed) and returns attempt_<k>/<local_rank>/.
   std::string workerDir(int attempt, int local_rank) const;
   static std::string stdoutFile(const std::string& worker_dir) { return worker_dir + "/stdout.log"; }
   static std::string stderrFile(const std::string& worker_dir) { return worker_dir + "/stderr.log"; }
   static std::string errorFile(const std::string& worker_dir) { return worker_dir + "/error.json"; }
+  // torchrun's names for the --duplicate_*_filters files, in the attempt directory.
+  static std::string filteredStdoutFile(const std::string& attempt_dir) { return attempt_dir + "/filtered_stdout.log"; }
+  static std::string filteredStderrFile(const std::string& attempt_dir) { return attempt_dir + "/filtered_stderr.log"; }
 
  private:
   std::string run_dir_;

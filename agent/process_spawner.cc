@@ -1,6 +1,7 @@
 #include "agent/process_spawner.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <boost/process/exe.hpp>
 #include <boost/process/extend.hpp>
 
+#include "agent/cpu_topology.h"
 #include "common/error.h"
 #include "common/logging.h"
 
@@ -28,6 +30,9 @@ struct WorkerChildSetup : bp::extend::handler {
   int stdout_fd;
   int stderr_fd;
   int cgroup_procs_fd;
+  const cpu_set_t* cpus;  // nullptr: keep the agent's affinity.
+  size_t cpus_bytes;
+  int bind_error_fd;  // gets the errno of a failed sched_setaffinity.
 
   template <class Executor>
   void on_exec_setup(Executor&) const {
@@ -37,6 +42,11 @@ struct WorkerChildSetup : bp::extend::handler {
     if (::getppid() != agent_pid) ::_exit(127);
     // "0" moves the writer itself; before exec, so that every descendant starts inside.
     if (cgroup_procs_fd >= 0) (void)!::write(cgroup_procs_fd, "0", 1);
+    if (cpus != nullptr && ::sched_setaffinity(0, cpus_bytes, cpus) != 0) {
+      const int err = errno;
+      (void)!::write(bind_error_fd, &err, sizeof err);
+      ::_exit(127);
+    }
     if (stdout_fd >= 0) ::dup2(stdout_fd, STDOUT_FILENO);
     if (stderr_fd >= 0) ::dup2(stderr_fd, STDERR_FILENO);
     // Ignored signals stay ignored across exec; the agent ignores SIGPIPE for itself only.
@@ -60,6 +70,30 @@ class Fd {
 
  private:
   int fd_ = -1;
+};
+
+// A cpu_set_t sized for the highest CPU in `cpus` (hosts may have more than 1024).
+class CpuMask {
+ public:
+  explicit CpuMask(const std::set<int>& cpus) {
+    if (cpus.empty()) return;
+    const int count = *cpus.rbegin() + 1;
+    set_ = CPU_ALLOC(count);
+    bytes_ = CPU_ALLOC_SIZE(count);
+    CPU_ZERO_S(bytes_, set_);
+    for (int cpu : cpus) CPU_SET_S(cpu, bytes_, set_);
+  }
+  ~CpuMask() {
+    if (set_) CPU_FREE(set_);
+  }
+  CpuMask(const CpuMask&) = delete;
+  CpuMask& operator=(const CpuMask&) = delete;
+  const cpu_set_t* get() const { return set_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  cpu_set_t* set_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 void warnNotInCgroup(const std::string& cgroup, int err) {
@@ -105,10 +139,38 @@ SpawnedProcess spawnWorker(const SpawnRequest& request) {
     if (cgroup_procs.get() < 0) warnNotInCgroup(request.cgroup, errno);
   }
 
+  // The child tells a failed binding apart from a failed exec through its own pipe.
+  CpuMask cpus(request.cpus);
+  Fd bind_error_read, bind_error_write;
+  if (cpus.get()) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw SystemError("pipe2()", errno);
+    bind_error_read.reset(fds[0]);
+    bind_error_write.reset(fds[1]);
+  }
+
   std::error_code ec;
   bp::child child(bp::exe = request.argv.front(), bp::args = args, env,
-                  WorkerChildSetup{{}, ::getpid(), out_child.get(), err_child.get(), cgroup_procs.get()}, ec);
+                  WorkerChildSetup{{},
+                                   ::getpid(),
+                                   out_child.get(),
+                                   err_child.get(),
+                                   cgroup_procs.get(),
+                                   cpus.get(),
+                                   cpus.bytes(),
+                                   bind_error_write.get()},
+                  ec);
   if (ec) throw SystemError("exec " + request.argv.front(), ec.value());
+  // A child that could not bind wrote its errno and exited before its exec pipe closed,
+  // so the number is here by now.
+  int bind_errno = 0;
+  if (cpus.get() && ::read(bind_error_read.get(), &bind_errno, sizeof bind_errno) == sizeof bind_errno) {
+    std::error_code ignored;
+    child.wait(ignored);
+    throw SystemError("bind worker " + request.argv.front() + " to CPUs " + formatCpuList(request.cpus) +
+                          " (sched_setaffinity)",
+                      bind_errno);
+  }
 
   SpawnedProcess spawned;
   spawned.pid = child.id();

@@ -1,12 +1,14 @@
 // Starting one worker process. Each worker leads its own process group (so signals reach
 // its children too) and dies with the agent (PR_SET_PDEATHSIG). Given a cgroup, it enters
-// it before exec, so that nothing it starts is ever outside. Its stdout and stderr are
-// either inherited, written straight to a file, or a pipe the agent reads.
+// it before exec, so that nothing it starts is ever outside; given CPUs (--numa-binding),
+// it is bound to them before exec too, so its first thread already runs there. Its stdout
+// and stderr are either inherited, written straight to a file, or a pipe the agent reads.
 #pragma once
 
 #include <sys/types.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@ struct SpawnRequest {
   StdioTarget out;
   StdioTarget err;
   std::string cgroup;  // a cgroup v2 directory to start the worker in; empty: none.
+  std::set<int> cpus;  // the CPUs to bind the worker to (sched_setaffinity); empty: inherited.
 };
 
 struct SpawnedProcess {
@@ -35,8 +38,9 @@ struct SpawnedProcess {
 
 // Forks and execs the worker; returns once exec has succeeded. Must be called from the
 // thread that will outlive the worker (PR_SET_PDEATHSIG follows the forking thread).
-// Throws SystemError naming the program when a file cannot be opened or exec fails. A cgroup
-// that cannot be entered is logged as a warning: the worker then runs outside it.
+// Throws SystemError naming the program when a file cannot be opened or exec fails, and
+// naming the CPUs when the worker cannot be bound to them (it is not started unbound). A
+// cgroup that cannot be entered is logged as a warning: the worker then runs outside it.
 SpawnedProcess spawnWorker(const SpawnRequest& request);
 
 }  // namespace ddprun::agent

@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 
 #include "agent/event_log.h"
+#include "agent/filtered_log.h"
 #include "agent/log_layout.h"
+#include "agent/numa_binding.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "launcher/nproc.h"
@@ -42,6 +44,9 @@ struct RawFlags {
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
+  std::string duplicate_stdout_filters;
+  std::string duplicate_stderr_filters;
+  std::string numa_binding;
   std::string local_addr;
   std::string start_method = "spawn";
   std::string term_timeout = "30";
@@ -162,6 +167,17 @@ std::set<int> parseRankList(const std::string& text) {
   return ranks;
 }
 
+// As in torchrun, only teed streams are filtered: without --tee the file stays empty.
+void warnIfNotTeed(const agent::AgentConfig& config, const char* stream, const std::vector<std::string>& filters,
+                   bool (*includes)(agent::Std)) {
+  if (filters.empty()) return;
+  for (int rank = 0; rank < config.nproc_per_node; ++rank) {
+    if (includes(config.tee.forLocalRank(rank))) return;
+  }
+  logger("launcher")->warn("--duplicate_{}_filters applies to teed {} only, and no local rank tees it (--tee)", stream,
+                           stream);
+}
+
 std::chrono::milliseconds toMillis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
 }
@@ -227,6 +243,18 @@ agent::AgentConfig buildConfig(RawFlags& f, const std::vector<std::string>& prog
   config.redirects = agent::StdSpec::parse("--redirects", f.redirects);
   config.tee = agent::StdSpec::parse("--tee", f.tee);
   if (!f.local_ranks_filter.empty()) config.local_ranks_filter = parseRankList(f.local_ranks_filter);
+  config.duplicate_stdout_filters = agent::parseFilterList("--duplicate_stdout_filters", f.duplicate_stdout_filters);
+  config.duplicate_stderr_filters = agent::parseFilterList("--duplicate_stderr_filters", f.duplicate_stderr_filters);
+  warnIfNotTeed(config, "stdout", config.duplicate_stdout_filters, agent::includesStdout);
+  warnIfNotTeed(config, "stderr", config.duplicate_stderr_filters, agent::includesStderr);
+  if (!f.numa_binding.empty()) {
+    config.numa_binding = agent::parseNumaMode(f.numa_binding);
+    if (!config.numa_binding) {
+      throw UsageError("invalid --numa-binding value '" + f.numa_binding +
+                       "': expected node, socket, exclusive or core-complex");
+    }
+    config.cpu_bindings = agent::planNumaBindingForHost(*config.numa_binding, config.nproc_per_node);
+  }
   if (f.start_method != "spawn" && f.start_method != "fork" && f.start_method != "forkserver") {
     throw UsageError("invalid --start_method value '" + f.start_method + "': expected spawn, fork or forkserver");
   }
@@ -313,6 +341,9 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   addOption(app, "-r", "--redirects", f.redirects, "Redirect std streams into log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank, e.g. 0:1,1:2.");
   addOption(app, "-t", "--tee", f.tee, "Tee std streams into log files and the console (same values as --redirects).");
   addOption(app, "", "--local_ranks_filter", f.local_ranks_filter, "Show console output only from these local ranks, e.g. 0,1.");
+  addOption(app, "", "--duplicate_stdout_filters", f.duplicate_stdout_filters, "Also copy teed stdout lines containing any of these comma-separated strings (,, for a comma) to attempt_<k>/filtered_stdout.log.");
+  addOption(app, "", "--duplicate_stderr_filters", f.duplicate_stderr_filters, "Also copy teed stderr lines containing any of these comma-separated strings (,, for a comma) to attempt_<k>/filtered_stderr.log.");
+  addOption(app, "", "--numa_binding", f.numa_binding, "Bind each worker to the CPUs near its GPU (local rank = GPU index): node, socket, exclusive or core-complex.");
   addOption(app, "", "--local_addr", f.local_addr, "Address of this node for the rendezvous (default: its host name).");
   addOption(app, "", "--start_method", f.start_method, "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are native processes.");
   addOption(app, "", "--term_timeout", f.term_timeout, "Seconds between SIGTERM and SIGKILL when stopping workers.");
