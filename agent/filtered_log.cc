@@ -40,7 +40,10 @@ std::vector<std::string> parseFilterList(std::string_view flag, std::string_view
 FilteredLog::FilteredLog(std::string path, std::vector<std::string> filters)
     : path_(std::move(path)), filters_(std::move(filters)) {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) logger("agent")->warn("cannot open {}: {}; filtered lines are not saved", path_, std::strerror(errno));
+  if (fd_ < 0) {
+    const int err = errno;
+    logger("agent")->warn("cannot open {}: {}; filtered lines are not saved", path_, std::strerror(err));
+  }
 }
 
 FilteredLog::~FilteredLog() {
@@ -64,8 +67,9 @@ void FilteredLog::offer(std::string_view prefix, std::string_view line) {
     ssize_t n = ::write(fd_, rest.data(), rest.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
+      const int err = errno;
       logger("agent")->warn("cannot write {}: {}; the rest of the filtered lines are not saved", path_,
-                            std::strerror(errno));
+                            std::strerror(err));
       ::close(fd_);
       fd_ = -1;
       return;
