@@ -58,7 +58,7 @@ TEST_CASE("rpc secret: one node's workers share a 0600 secret file, new for ever
   CHECK(first[0] != second[0]);
 }
 
-TEST_CASE("rpc secret: with a token every node derives the same secret; without one none is handed out",
+TEST_CASE("rpc secret: with a token every node derives the same secret and without one none is handed out",
           "[rpc][secret]") {
   for (const bool with_token : {true, false}) {
     INFO("token: " << with_token);
