@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <csignal>
 #include <optional>
 #include <set>
 #include <string>
@@ -20,10 +21,15 @@ struct AgentConfig {
   // Short name of what runs, for the failure report title ("train.py", "-m pkg.mod").
   std::string entry_name;
   int nproc_per_node = 1;                 // --nproc_per_node, resolved to a count.
+  // --virtual_local_rank: each worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming its one device.
+  bool virtual_local_rank = false;
   std::string role = "default";           // --role; ROLE_NAME.
   int max_restarts = 0;                   // --max_restarts.
   std::chrono::milliseconds monitor_interval{5000};  // --monitor_interval; only reported.
   std::chrono::milliseconds term_timeout{30000};     // --term_timeout: SIGTERM -> SIGKILL grace.
+  // --signals_to_handle: signals that stop the job (forwarded, then SIGKILL after term_timeout).
+  // SIGUSR1/SIGUSR2 not listed here are forwarded to the workers and the job goes on.
+  std::vector<int> stop_signals{SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   std::optional<std::string> log_dir;     // --log_dir; unset: a temporary directory.
   StdSpec redirects;                      // -r/--redirects; default none.
   StdSpec tee;                            // -t/--tee; default none.

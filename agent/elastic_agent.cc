@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -118,11 +119,17 @@ class ElasticAgent::Impl {
         log_(logger("agent")),
         host_(hostName()),
         child_signals_(io_, SIGCHLD),
-        stop_signals_(io_, SIGINT, SIGTERM, SIGHUP),
-        user_signals_(io_, SIGUSR1, SIGUSR2),
+        stop_signals_(io_),
+        user_signals_(io_),
         escape_scan_(io_),
         cooldown_(config_.node_cooldown, config_.node_cooldown_max) {
-    stop_signals_.add(SIGQUIT);
+    const auto& stop = config_.stop_signals;
+    for (int sig : stop) stop_signals_.add(sig);
+    // The user signals are the operator's way to talk to the workers (a checkpoint request
+    // from SLURM, say), so they are forwarded unless --signals_to_handle makes them stop the job.
+    for (int sig : {SIGUSR1, SIGUSR2}) {
+      if (std::find(stop.begin(), stop.end(), sig) == stop.end()) user_signals_.add(sig);
+    }
   }
   ~Impl();
 
@@ -204,7 +211,7 @@ class ElasticAgent::Impl {
   std::vector<std::unique_ptr<LineForwarder>> forwarders_;
   std::shared_ptr<FilteredLog> filtered_stdout_;  // this attempt's, with --duplicate_stdout_filters
   std::shared_ptr<FilteredLog> filtered_stderr_;
-  int stop_signal_ = 0;        // the first SIGINT/TERM/HUP/QUIT received.
+  int stop_signal_ = 0;        // the first of config_.stop_signals received.
   bool stopping_ = false;      // workers were told to stop; a second signal means kill.
   std::unique_ptr<rendezvous::DynamicRendezvous> rendezvous_;
   int round_ = -1;

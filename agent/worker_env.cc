@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "agent/failure_report.h"
 #include "common/env_names.h"
 
 extern char** environ;
@@ -24,6 +25,23 @@ std::vector<WorkerPlace> assignPlaces(int nproc_per_node, const rendezvous::Rend
   return places;
 }
 
+std::optional<std::string> virtualDevice(const std::optional<std::string>& inherited, int local_rank) {
+  if (!inherited) return std::to_string(local_rank);
+  // As torchrun splits it: an empty list is one empty entry (no device for local rank 0).
+  std::string_view rest = *inherited;
+  for (int i = 0;; ++i) {
+    auto comma = rest.find(',');
+    if (i == local_rank) {
+      std::string_view entry = rest.substr(0, comma);
+      while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+      while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+      return std::string(entry);
+    }
+    if (comma == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(comma + 1);
+  }
+}
+
 bool setsOmpNumThreads(const std::map<std::string, std::string>& base, int nproc_per_node) {
   return nproc_per_node > 1 && !base.count(env::kOmpNumThreads);
 }
@@ -34,8 +52,15 @@ std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::
                                                      const WorkerPlace& place, const std::string& error_file) {
   const bool set_omp = setsOmpNumThreads(base, config.nproc_per_node);
   auto& e = base;
+  if (config.virtual_local_rank) {
+    auto inherited = e.find(env::kCudaVisibleDevices);
+    std::optional<std::string> device =
+        virtualDevice(inherited == e.end() ? std::nullopt : std::optional<std::string>(inherited->second),
+                      place.local_rank);
+    e[env::kCudaVisibleDevices] = device.value_or("");
+  }
   e[env::kRank] = std::to_string(place.rank);
-  e[env::kLocalRank] = std::to_string(place.local_rank);
+  e[env::kLocalRank] = config.virtual_local_rank ? "0" : std::to_string(place.local_rank);
   e[env::kWorldSize] = std::to_string(place.world_size);
   e[env::kLocalWorldSize] = std::to_string(place.local_world_size);
   e[env::kGroupRank] = std::to_string(rdzv.group_rank);
@@ -50,6 +75,9 @@ std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::
   e[env::kRunId] = config.rendezvous.run_id;
   e[env::kUseAgentStore] = rdzv.use_agent_store ? "True" : "False";
   e[env::kErrorFile] = error_file;
+  std::string signals;
+  for (int sig : config.stop_signals) signals += (signals.empty() ? "" : ",") + signalName(sig);
+  e[env::kSignalsToHandle] = signals;
   e.try_emplace(env::kTorchNcclAsyncErrorHandling, "1");
   e.try_emplace(env::kNcclAsyncErrorHandling, "1");
   if (set_omp) e[env::kOmpNumThreads] = "1";

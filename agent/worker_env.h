@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "agent/agent_config.h"
@@ -23,8 +24,15 @@ struct WorkerPlace {
 // of the local world sizes of the nodes before it (rdzv.rank_base).
 std::vector<WorkerPlace> assignPlaces(int nproc_per_node, const rendezvous::RendezvousResult& rdzv);
 
+// --virtual_local_rank: the CUDA_VISIBLE_DEVICES value of the worker at `local_rank`. Entry
+// number local_rank of the agent's own list (`inherited`, split at commas, blanks trimmed),
+// or the index itself when the agent has no list. Nothing when the list is too short.
+std::optional<std::string> virtualDevice(const std::optional<std::string>& inherited, int local_rank);
+
 // Returns `base` (the agent's own environment) with the contract variables set.
 // OMP_NUM_THREADS=1 and the NCCL async error flags are added only when `base` lacks them.
+// With config.virtual_local_rank, LOCAL_RANK is 0 and CUDA_VISIBLE_DEVICES is virtualDevice()
+// (the launcher has checked that one exists for every local rank).
 std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::string> base,
                                                      const AgentConfig& config,
                                                      const rendezvous::RendezvousResult& rdzv,

@@ -25,6 +25,10 @@ inline constexpr const char* kTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ER
 // torch 1.13 reads the older spelling; setting both keeps either generation safe.
 inline constexpr const char* kNcclAsyncErrorHandling = "NCCL_ASYNC_ERROR_HANDLING";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// --virtual_local_rank: the one device a worker sees (its LOCAL_RANK is then 0).
+inline constexpr const char* kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
+// The signals that stop the job, as torchrun exports them to its workers.
+inline constexpr const char* kSignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE";
 // The RPC peers' shared secret: a file of mode 0600 written by the agent each round.
 inline constexpr const char* kRpcSecretFile = "DDPRUN_RPC_SECRET_FILE";
 // The secret itself, for workers started by another launcher.
@@ -33,6 +37,8 @@ inline constexpr const char* kRpcSecret = "DDPRUN_RPC_SECRET";
 // Read by the agent.
 inline constexpr const char* kLogLinePrefixTemplate = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
 inline constexpr const char* kPython = "PYTHON";
+// torchrun's name for the interpreter; wins over PYTHON.
+inline constexpr const char* kPythonExec = "PYTHON_EXEC";
 inline constexpr const char* kLogLevel = "DDPRUN_LOG_LEVEL";
 // 1: workers are contained by process groups only, even where cgroups v2 can be written.
 inline constexpr const char* kNoCgroups = "DDPRUN_NO_CGROUPS";

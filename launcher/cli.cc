@@ -10,11 +10,14 @@
 #include "agent/filtered_log.h"
 #include "agent/log_layout.h"
 #include "agent/numa_binding.h"
+#include "agent/worker_env.h"
+#include "common/env_names.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "launcher/nproc.h"
 #include "launcher/parse_number.h"
 #include "launcher/program_resolver.h"
+#include "launcher/signal_list.h"
 #include "launcher/slurm_env.h"
 #include "launcher/version.h"
 
@@ -26,6 +29,7 @@ namespace {
 struct RawFlags {
   std::string nnodes = "1:1";
   std::string nproc_per_node = "1";
+  bool virtual_local_rank = false;
   std::string node_rank = "0";
   std::string master_addr = "127.0.0.1";
   std::string master_port;
@@ -50,6 +54,8 @@ struct RawFlags {
   std::string local_addr;
   std::string start_method = "spawn";
   std::string term_timeout = "30";
+  std::string shutdown_timeout;   // torchrun's alias of --term_timeout; empty: not given.
+  std::string signals_to_handle;  // empty: TORCHELASTIC_SIGNALS_TO_HANDLE, else torchrun's list.
   std::string node_cooldown = "0";
   std::string node_cooldown_max = "300";
   std::string health_check_port;
@@ -182,11 +188,56 @@ std::chrono::milliseconds toMillis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
 }
 
-agent::AgentConfig buildConfig(RawFlags& f, const std::vector<std::string>& program) {
+// --term_timeout and torchrun's --shutdown_timeout (and TORCH_ELASTIC_SHUTDOWN_TIMEOUT) are one
+// setting; two given values must agree, so neither silently loses.
+std::chrono::milliseconds resolveTermTimeout(const CLI::App& app, const RawFlags& f) {
+  const bool term_given = app.get_option("--term_timeout")->count() > 0;
+  const bool shutdown_given = app.get_option("--shutdown_timeout")->count() > 0;
+  if (term_given && shutdown_given) {
+    auto term = toMillis(parseSeconds("--term_timeout", f.term_timeout));
+    if (term != toMillis(parseSeconds("--shutdown_timeout", f.shutdown_timeout))) {
+      throw UsageError("--term_timeout " + f.term_timeout + " and --shutdown_timeout " + f.shutdown_timeout +
+                       " disagree: they are one setting, give one of them");
+    }
+    return term;
+  }
+  if (shutdown_given) return toMillis(parseSeconds("--shutdown_timeout", f.shutdown_timeout));
+  if (term_given) return toMillis(parseSeconds("--term_timeout", f.term_timeout));
+  if (const char* env = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); env && *env) {
+    return toMillis(parseSeconds("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", env));
+  }
+  return toMillis(parseSeconds("--term_timeout", f.term_timeout));
+}
+
+// The flag (or PET_SIGNALS_TO_HANDLE), else TORCHELASTIC_SIGNALS_TO_HANDLE, which torch's
+// process layer reads, else torchrun's default list.
+std::vector<int> resolveStopSignals(const RawFlags& f) {
+  if (!f.signals_to_handle.empty()) return parseSignalList("--signals_to_handle", f.signals_to_handle);
+  if (const char* env = std::getenv(env::kSignalsToHandle); env && *env) {
+    return parseSignalList(env::kSignalsToHandle, env);
+  }
+  return parseSignalList("--signals_to_handle", kDefaultSignalsToHandle);
+}
+
+// --virtual_local_rank hands each local rank one entry of CUDA_VISIBLE_DEVICES; a list too
+// short for --nproc_per_node is caught before anything starts, as torchrun fails on it.
+void checkVirtualDevices(int nproc_per_node) {
+  const char* visible = std::getenv(env::kCudaVisibleDevices);
+  if (!visible) return;
+  if (!agent::virtualDevice(std::string(visible), nproc_per_node - 1)) {
+    throw UsageError(fmt::format("--virtual_local_rank: CUDA_VISIBLE_DEVICES='{}' has fewer than --nproc_per_node={} "
+                                 "entries, one per local rank",
+                                 visible, nproc_per_node));
+  }
+}
+
+agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vector<std::string>& program) {
   agent::AgentConfig config;
   auto& rdzv = config.rendezvous;
   parseNnodes(f.nnodes, rdzv.min_nodes, rdzv.max_nodes);
   config.nproc_per_node = resolveNprocPerNode(f.nproc_per_node);
+  if (f.virtual_local_rank) checkVirtualDevices(config.nproc_per_node);
+  config.virtual_local_rank = f.virtual_local_rank;
   rdzv.node_rank = parseInt("--node_rank", f.node_rank, 0, 1 << 20, "a non-negative integer");
   if (rdzv.node_rank >= rdzv.max_nodes) {
     throw UsageError("--node_rank " + f.node_rank + " is out of range for --nnodes " + f.nnodes);
@@ -224,7 +275,8 @@ agent::AgentConfig buildConfig(RawFlags& f, const std::vector<std::string>& prog
 
   config.max_restarts = parseInt("--max_restarts", f.max_restarts, 0, 1 << 30, "a non-negative integer");
   config.monitor_interval = toMillis(parseSeconds("--monitor_interval", f.monitor_interval));
-  config.term_timeout = toMillis(parseSeconds("--term_timeout", f.term_timeout));
+  config.term_timeout = resolveTermTimeout(app, f);
+  config.stop_signals = resolveStopSignals(f);
   config.node_cooldown = toMillis(parseSeconds("--node_cooldown", f.node_cooldown));
   config.node_cooldown_max = toMillis(parseSeconds("--node_cooldown_max", f.node_cooldown_max));
   if (config.node_cooldown > config.node_cooldown_max) {
@@ -232,6 +284,10 @@ agent::AgentConfig buildConfig(RawFlags& f, const std::vector<std::string>& prog
   }
   if (!f.health_check_port.empty()) {
     config.health_check_port = parseInt("--health_check_port", f.health_check_port, 0, 65535, "a port number 0-65535");
+  } else if (const char* port = std::getenv("TORCHELASTIC_HEALTH_CHECK_PORT"); port && *port) {
+    // torch's agent serves its health check where this names; the flag wins over it.
+    config.health_check_port =
+        parseInt("TORCHELASTIC_HEALTH_CHECK_PORT", port, 0, 65535, "a port number 0-65535");
   }
   config.health_check_addr = f.health_check_addr;
   if (const char* events = std::getenv(agent::kEventsFileEnv); events && *events) {
@@ -322,7 +378,8 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   app.get_formatter()->column_width(34);
 
   addOption(app, "", "--nnodes", f.nnodes, "Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes>.");
-  addOption(app, "", "--nproc_per_node", f.nproc_per_node, "Number of workers per node; supported values: [auto, cpu, gpu, int].");
+  addOption(app, "", "--nproc_per_node", f.nproc_per_node, "Number of workers per node; supported values: [auto, cpu, gpu, xpu, int].");
+  addFlag(app, "", "--virtual_local_rank", f.virtual_local_rank, "Every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own device.");
   addOption(app, "", "--node_rank", f.node_rank, "Rank of the node for multi-node distributed training (static rendezvous).");
   addOption(app, "", "--master_addr", f.master_addr, "Address of the master node (rank 0) for static rendezvous.");
   addOption(app, "", "--master_port", f.master_port, "Port on the master node for static rendezvous (default: a free port).");
@@ -347,6 +404,8 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   addOption(app, "", "--local_addr", f.local_addr, "Address of this node for the rendezvous (default: its host name).");
   addOption(app, "", "--start_method", f.start_method, "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are native processes.");
   addOption(app, "", "--term_timeout", f.term_timeout, "Seconds between SIGTERM and SIGKILL when stopping workers.");
+  addOption(app, "", "--shutdown_timeout", f.shutdown_timeout, "torchrun's name for --term_timeout (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30).");
+  addOption(app, "", "--signals_to_handle", f.signals_to_handle, "Comma-separated signals that stop the job (default: TORCHELASTIC_SIGNALS_TO_HANDLE, else SIGTERM,SIGINT,SIGHUP,SIGQUIT); SIGUSR1/SIGUSR2 not listed are forwarded to the workers.");
   addOption(app, "", "--node_cooldown", f.node_cooldown, "Seconds a node whose workers failed twice in a row sits out of the job, doubling with each further failure (0: never).");
   addOption(app, "", "--node_cooldown_max", f.node_cooldown_max, "Longest cooldown of a failing node, in seconds.");
   addOption(app, "", "--health_check_port", f.health_check_port, "Serve the agent's health on this port (HTTP GET: 200 and its state as JSON while healthy, else 503).");
@@ -376,7 +435,7 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   }
   if (f.slurm) applySlurm(app, f);
   ParsedCommandLine parsed;
-  parsed.config = buildConfig(f, program);
+  parsed.config = buildConfig(app, f, program);
   if (f.dry_run) parsed.dry_run_text = describeFlags(parsed.config);
   parsed.start_method = f.start_method;
   return parsed;

@@ -4,32 +4,91 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "common/error.h"
 #include "launcher/parse_number.h"
 
 namespace ddprun::launcher {
+namespace fs = std::filesystem;
+namespace {
 
-int visibleGpuCount() {
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    std::string_view list(visible);
+std::optional<std::string> envValue(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? std::optional<std::string>(value) : std::nullopt;
+}
+
+int countCudaVisibleDevices(std::string_view list) {
+  int count = 0;
+  while (!list.empty()) {
+    auto comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    // CUDA stops at the first invalid entry ("-1" hides every device).
+    if (item.empty() || item.front() == '-') break;
+    ++count;
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+  }
+  return count;
+}
+
+int countEntries(const fs::path& dir) {
+  std::error_code ec;
+  int count = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) ++count;
+  return count;
+}
+
+std::string firstLine(const fs::path& file) {
+  std::string line;
+  std::ifstream in(file);
+  std::getline(in, line);
+  return line;
+}
+
+// An Intel GPU shows as one render node whose PCI device has vendor 0x8086 and one of
+// Intel's GPU drivers bound; render nodes of other vendors and unbound devices are skipped.
+bool isIntelGpuRenderNode(const fs::path& node) {
+  if (firstLine(node / "device" / "vendor") != "0x8086") return false;
+  std::error_code ec;
+  std::string driver = fs::read_symlink(node / "device" / "driver", ec).filename().string();
+  return !ec && (driver == "i915" || driver == "xe");
+}
+
+}  // namespace
+
+DeviceSources DeviceSources::fromHost() {
+  DeviceSources sources;
+  sources.cuda_visible_devices = envValue("CUDA_VISIBLE_DEVICES");
+  sources.ze_affinity_mask = envValue("ZE_AFFINITY_MASK");
+  return sources;
+}
+
+int visibleGpuCount(const DeviceSources& sources) {
+  if (sources.cuda_visible_devices) return countCudaVisibleDevices(*sources.cuda_visible_devices);
+  if (std::optional<int> count = nvmlDeviceCount(sources.nvml_library)) return *count;
+  return countEntries(fs::path(sources.proc_root) / "driver/nvidia/gpus");
+}
+
+int visibleXpuCount(const DeviceSources& sources) {
+  // Level Zero treats an empty mask like none; each entry is a device or one of its tiles,
+  // and torch.xpu counts either as a device.
+  if (sources.ze_affinity_mask && !sources.ze_affinity_mask->empty()) {
     int count = 0;
-    while (!list.empty()) {
-      auto comma = list.find(',');
-      std::string_view item = list.substr(0, comma);
-      // CUDA stops at the first invalid entry ("-1" hides every device).
-      if (item.empty() || item.front() == '-') break;
-      ++count;
-      list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    std::string_view rest = *sources.ze_affinity_mask;
+    while (true) {
+      auto comma = rest.find(',');
+      if (!rest.substr(0, comma).empty()) ++count;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
     }
     return count;
   }
   std::error_code ec;
   int count = 0;
-  for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec), end; !ec && it != end;
+  for (fs::directory_iterator it(fs::path(sources.sys_root) / "class/drm", ec), end; !ec && it != end;
        it.increment(ec)) {
-    ++count;
+    if (it->path().filename().string().rfind("renderD", 0) == 0 && isIntelGpuRenderNode(it->path())) ++count;
   }
   return count;
 }
@@ -39,18 +98,25 @@ int cpuCount() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-int resolveNprocPerNode(std::string_view text) {
+int resolveNprocPerNode(std::string_view text, const DeviceSources& sources) {
   if (text == "cpu") return cpuCount();
   if (text == "auto") {
-    int gpus = visibleGpuCount();
-    return gpus > 0 ? gpus : cpuCount();
+    // torchrun's auto takes whichever accelerator torch finds, else the CPUs.
+    if (int gpus = visibleGpuCount(sources); gpus > 0) return gpus;
+    if (int xpus = visibleXpuCount(sources); xpus > 0) return xpus;
+    return cpuCount();
   }
   if (text == "gpu") {
-    int gpus = visibleGpuCount();
+    int gpus = visibleGpuCount(sources);
     if (gpus == 0) throw UsageError("--nproc_per_node=gpu: no GPU is visible on this host");
     return gpus;
   }
-  return parseInt("--nproc_per_node", text, 1, 1 << 16, "a positive integer, auto, cpu or gpu");
+  if (text == "xpu") {
+    int xpus = visibleXpuCount(sources);
+    if (xpus == 0) throw UsageError("--nproc_per_node=xpu: no XPU is visible on this host");
+    return xpus;
+  }
+  return parseInt("--nproc_per_node", text, 1, 1 << 16, "a positive integer, auto, cpu, gpu or xpu");
 }
 
 }  // namespace ddprun::launcher

@@ -23,12 +23,19 @@ bool endsWith(const std::string& s, std::string_view suffix) {
 }
 
 std::string pythonInterpreter() {
-  const char* from_env = std::getenv(env::kPython);
-  std::string name = from_env && *from_env ? from_env : "python3";
+  // torchrun reads PYTHON_EXEC; ddprun's older PYTHON stays as the fallback.
+  const char* source = env::kPythonExec;
+  const char* from_env = std::getenv(source);
+  if (!from_env || !*from_env) {
+    source = env::kPython;
+    from_env = std::getenv(source);
+  }
+  const bool given = from_env && *from_env;
+  std::string name = given ? from_env : "python3";
   std::string path = findExecutable(name);
   if (path.empty()) {
     throw UsageError("python interpreter '" + name + "' not found or not executable" +
-                     (from_env && *from_env ? " ($PYTHON)" : " on PATH (set $PYTHON to choose one)"));
+                     (given ? " ($" + std::string(source) + ")" : " on PATH (set $PYTHON_EXEC to choose one)"));
   }
   return path;
 }

@@ -26,7 +26,8 @@ struct ResolvedProgram {
 std::string findExecutable(const std::string& name);
 
 // Throws UsageError when the program or the Python interpreter is missing or not
-// executable. The interpreter is $PYTHON, else python3 on PATH.
+// executable. The interpreter is $PYTHON_EXEC (torchrun's name), else $PYTHON, else
+// python3 on PATH.
 ResolvedProgram resolveProgram(const ProgramRequest& request);
 
 }  // namespace ddprun::launcher

@@ -422,7 +422,10 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
   stopWatching();
   stop_watching_ = false;
   try {
-    watcher_client_ = std::make_unique<TcpStoreClient>(clientOptions(settings_.read_timeout));
+    // The watcher's operations are the keep-alives, which torch bounds by heartbeat_timeout.
+    StoreClientOptions options = clientOptions(settings_.read_timeout);
+    options.timeout = settings_.heartbeat_timeout.value_or(settings_.read_timeout);
+    watcher_client_ = std::make_unique<TcpStoreClient>(options);
   } catch (const StoreError& e) {
     on_event(RoundEvent{RoundEvent::Kind::kStoreLost, round_, e.what()});
     return;

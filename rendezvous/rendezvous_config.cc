@@ -1,5 +1,6 @@
 #include "rendezvous/rendezvous_config.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -34,6 +35,20 @@ bool boolean(const std::string& key, const std::string& text) {
   throw UsageError("--rdzv_conf " + key + "=" + text + ": expected true or false");
 }
 
+// torch's c10d backend takes "tcp" (its default) or "file", trimmed and in any case.
+void checkStoreType(const std::string& value) {
+  std::string type;
+  for (char c : value) type += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  type.erase(0, type.find_first_not_of(" \t"));
+  type.erase(type.find_last_not_of(" \t") + 1);
+  if (type == "tcp") return;
+  if (type == "file") {
+    throw UsageError("--rdzv_conf store_type=" + value +
+                     ": ddprun's rendezvous uses a TCP store only; store_type=file is not supported");
+  }
+  throw UsageError("--rdzv_conf store_type=" + value + ": expected tcp (ddprun's rendezvous uses a TCP store only)");
+}
+
 }  // namespace
 
 RendezvousSettings parseRendezvousSettings(const std::map<std::string, std::string>& conf) {
@@ -47,6 +62,8 @@ RendezvousSettings parseRendezvousSettings(const std::map<std::string, std::stri
       s.close_timeout = seconds(key, value);
     } else if (key == "read_timeout") {
       s.read_timeout = seconds(key, value);
+    } else if (key == "heartbeat_timeout") {
+      s.heartbeat_timeout = seconds(key, value);
     } else if (key == "keep_alive_interval") {
       s.keep_alive_interval = seconds(key, value, kMinIntervalSeconds);
     } else if (key == "keep_alive_max_attempt") {
@@ -58,6 +75,8 @@ RendezvousSettings parseRendezvousSettings(const std::map<std::string, std::stri
       s.keep_alive_max_attempt = static_cast<int>(n);
     } else if (key == "is_host") {
       s.is_host = boolean(key, value);
+    } else if (key == "store_type") {
+      checkStoreType(value);
     } else if (key == "token_file") {
       if (value.empty()) throw UsageError("--rdzv_conf token_file= needs a path");
       s.token_file = value;

@@ -25,6 +25,7 @@ struct RendezvousConfig {
 };
 
 // --rdzv_conf, parsed: torchrun's keys plus ddprun's. Durations in the conf are seconds.
+// store_type is checked but not kept: tcp is the only store ddprun has.
 struct RendezvousSettings {
   std::chrono::milliseconds join_timeout{600000};      // join_timeout (alias: timeout): a round must form.
   std::chrono::milliseconds last_call_timeout{30000};  // last_call_timeout: wait after MIN nodes joined.
@@ -32,6 +33,8 @@ struct RendezvousSettings {
   std::chrono::milliseconds read_timeout{60000};       // read_timeout: one store operation.
   std::chrono::milliseconds keep_alive_interval{5000}; // keep_alive_interval.
   int keep_alive_max_attempt = 3;                      // keep_alive_max_attempt: misses before eviction.
+  // heartbeat_timeout (torch's name): one keep-alive store operation; unset: read_timeout.
+  std::optional<std::chrono::milliseconds> heartbeat_timeout;
   std::optional<bool> is_host;                         // is_host: unset = decide from the endpoint.
   std::string token_file;                              // token_file (DDPRUN_TOKEN wins).
   std::vector<std::string> unknown_keys;               // passed through by torchrun; we warn.
