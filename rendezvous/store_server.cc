@@ -43,6 +43,9 @@ constexpr size_t kScratchBytes = 64 * 1024;
 // The largest request an unauthenticated connection may have outstanding (the handshake's
 // frames are a few dozen bytes).
 constexpr size_t kMaxHandshakeBytes = 1024;
+// A reply buffer larger than this is freed once written: a connection that was sent one
+// 48 MiB value once kept that much capacity for as long as it stayed connected.
+constexpr size_t kKeptReplyCapacity = 64 * 1024;
 using Clock = std::chrono::steady_clock;
 
 const char* commandName(Command c) {
@@ -80,6 +83,8 @@ class StoreServer::Impl {
   ~Impl();
   int port() const { return port_; }
   size_t connectionCount() const { return connection_count_.load(); }
+  size_t pendingReplyBytes() const { return queued_bytes_seen_.load(); }
+  size_t peakPendingReplyBytes() const { return peak_queued_bytes_.load(); }
 
  private:
   class Connection;
@@ -90,6 +95,8 @@ class StoreServer::Impl {
   void closeConnection(ConnectionId id, const std::string& reason, bool is_error);
   void deliver(const StoreEffects& effects);
   void send(ConnectionId id, std::string bytes);
+  void queued(size_t bytes);
+  void unqueued(size_t bytes);
 
   StoreServerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
@@ -107,6 +114,10 @@ class StoreServer::Impl {
   std::unordered_map<ConnectionId, std::shared_ptr<Connection>> connections_;
   ConnectionId next_id_ = 1;
   std::atomic<size_t> connection_count_{0};
+  // Reply bytes held for all connections (pending_ and writing_), and copies for other threads.
+  size_t queued_bytes_ = 0;
+  std::atomic<size_t> queued_bytes_seen_{0};
+  std::atomic<size_t> peak_queued_bytes_{0};
   std::thread thread_;
 };
 
@@ -126,6 +137,11 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   const std::string& peer() const { return peer_; }
 
   void close() {
+    if (!closed_) {
+      // A write in flight keeps writing_ until its handler runs, but no longer counts.
+      server_.unqueued(queuedBytes());
+      std::string().swap(pending_);
+    }
     boost::system::error_code ignored;
     socket_.close(ignored);
     closed_ = true;
@@ -133,9 +149,17 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
 
   void send(std::string bytes) {
     if (closed_) return;
-    pending_ += bytes;
+    server_.queued(bytes.size());
+    if (pending_.empty()) {
+      pending_ = std::move(bytes);
+    } else {
+      pending_ += bytes;
+    }
     flush();
   }
+
+  // Reply bytes this connection holds: queued, and being written.
+  size_t queuedBytes() const { return pending_.size() + writing_.size(); }
 
   void waitSatisfied() { send(std::string(1, static_cast<char>(wire::WaitResponse::kStopWaiting))); }
 
@@ -240,7 +264,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
 
   // A client that does not read its replies is not read from either, so its replies
   // cannot pile up without bound.
-  bool paused() const { return pending_.size() + writing_.size() > server_.options_.max_pending_reply_bytes; }
+  bool paused() const { return queuedBytes() > server_.options_.max_pending_reply_bytes; }
 
   // Handles the complete requests held in in_ and keeps the rest. Returns false when the
   // connection closed.
@@ -468,8 +492,14 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
     asio::async_write(socket_, asio::buffer(writing_),
                       [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                         self->writing_in_flight_ = false;
-                        self->writing_.clear();
+                        const size_t written = self->writing_.size();
+                        if (self->writing_.capacity() > kKeptReplyCapacity) {
+                          std::string().swap(self->writing_);
+                        } else {
+                          self->writing_.clear();
+                        }
                         if (self->closed_) return;
+                        self->server_.unqueued(written);
                         if (ec) {
                           self->server_.closeConnection(self->id_, "write failed: " + ec.message(), false);
                           return;
@@ -636,9 +666,22 @@ void StoreServer::Impl::send(ConnectionId id, std::string bytes) {
   if (it != connections_.end()) it->second->send(std::move(bytes));
 }
 
+void StoreServer::Impl::queued(size_t bytes) {
+  queued_bytes_ += bytes;
+  queued_bytes_seen_ = queued_bytes_;
+  if (queued_bytes_ > peak_queued_bytes_.load()) peak_queued_bytes_ = queued_bytes_;
+}
+
+void StoreServer::Impl::unqueued(size_t bytes) {
+  queued_bytes_ -= bytes;
+  queued_bytes_seen_ = queued_bytes_;
+}
+
 StoreServer::StoreServer(StoreServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 StoreServer::~StoreServer() = default;
 int StoreServer::port() const { return impl_->port(); }
 size_t StoreServer::connectionCount() const { return impl_->connectionCount(); }
+size_t StoreServer::pendingReplyBytes() const { return impl_->pendingReplyBytes(); }
+size_t StoreServer::peakPendingReplyBytes() const { return impl_->peakPendingReplyBytes(); }
 
 }  // namespace ddprun::rendezvous
