@@ -95,6 +95,7 @@ class StoreServer::Impl {
   void closeConnection(ConnectionId id, const std::string& reason, bool is_error);
   void deliver(const StoreEffects& effects);
   void send(ConnectionId id, std::string bytes);
+  bool makeRoom(Connection& receiver, size_t bytes);
   void queued(size_t bytes);
   void unqueued(size_t bytes);
 
@@ -148,7 +149,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   }
 
   void send(std::string bytes) {
-    if (closed_) return;
+    if (closed_ || !server_.makeRoom(*this, bytes.size())) return;
     server_.queued(bytes.size());
     if (pending_.empty()) {
       pending_ = std::move(bytes);
@@ -651,19 +652,55 @@ void StoreServer::Impl::closeConnection(ConnectionId id, const std::string& reas
 }
 
 void StoreServer::Impl::deliver(const StoreEffects& effects) {
+  // A copy of each pointer: a connection may be closed, and dropped from connections_, while
+  // it queues (see makeRoom).
   for (ConnectionId id : effects.woken) {
     auto it = connections_.find(id);
-    if (it != connections_.end()) it->second->waitSatisfied();
+    if (it == connections_.end()) continue;
+    auto connection = it->second;
+    connection->waitSatisfied();
   }
   for (const auto& [id, frame] : effects.watch_messages) {
     auto it = connections_.find(id);
-    if (it != connections_.end()) it->second->notify(frame);
+    if (it == connections_.end()) continue;
+    auto connection = it->second;
+    connection->notify(frame);
   }
 }
 
 void StoreServer::Impl::send(ConnectionId id, std::string bytes) {
   auto it = connections_.find(id);
-  if (it != connections_.end()) it->second->send(std::move(bytes));
+  if (it == connections_.end()) return;
+  auto connection = it->second;
+  connection->send(std::move(bytes));
+}
+
+// Who goes when the total is reached: the connection holding the most, the receiver of the
+// new reply included (it wins no ties). torch's clients read each reply before sending the
+// next request, so a well-behaved client holds at most one reply, while a client that does
+// not read holds up to max_pending_reply_bytes plus one reply: the largest holder is the one
+// not reading, and closing it frees the most. Closing the receiver instead would be simpler,
+// but once a few clients that never read had filled the budget, it would close every
+// well-behaved client asking for anything, and the clients that never read would stay.
+bool StoreServer::Impl::makeRoom(Connection& receiver, size_t bytes) {
+  while (queued_bytes_ + bytes > options_.max_total_pending_reply_bytes) {
+    Connection* victim = &receiver;
+    size_t most = receiver.queuedBytes() + bytes;
+    for (const auto& [id, connection] : connections_) {
+      if (connection.get() != &receiver && connection->queuedBytes() >= most) {
+        victim = connection.get();
+        most = connection->queuedBytes();
+      }
+    }
+    const bool receiver_goes = victim == &receiver;
+    closeConnection(victim->id(),
+                    fmt::format("it holds {} bytes of unread replies, the most of any client, and the replies queued "
+                                "for all clients would reach {} bytes, over max_total_pending_reply_bytes ({})",
+                                most, queued_bytes_ + bytes, options_.max_total_pending_reply_bytes),
+                    true);
+    if (receiver_goes) return false;
+  }
+  return true;
 }
 
 void StoreServer::Impl::queued(size_t bytes) {
