@@ -47,6 +47,9 @@ constexpr size_t kMaxHandshakeBytes = 1024;
 // 48 MiB value once kept that much capacity for as long as it stayed connected.
 constexpr size_t kKeptReplyCapacity = 64 * 1024;
 using Clock = std::chrono::steady_clock;
+// Out of descriptors, an unauthenticated connection is closed only once it has been silent
+// this long: a client in the middle of the handshake waits one round trip, not a second.
+constexpr std::chrono::seconds kMinStrangerIdle{1};
 
 const char* commandName(Command c) {
   switch (c) {
@@ -91,6 +94,7 @@ class StoreServer::Impl {
   friend class Connection;
 
   void accept();
+  bool closeIdleStranger();
   void sweepStalled();
   void closeConnection(ConnectionId id, const std::string& reason, bool is_error);
   void deliver(const StoreEffects& effects);
@@ -109,6 +113,8 @@ class StoreServer::Impl {
   uint64_t accept_failures_ = 0;
   Clock::time_point last_accept_log_{};
   static constexpr std::chrono::seconds kAcceptLogInterval{10};
+  uint64_t strangers_closed_ = 0;
+  Clock::time_point last_stranger_log_{};
   int port_ = 0;
   StoreState state_;
   std::vector<uint8_t> scratch_ = std::vector<uint8_t>(kScratchBytes);  // see Connection::onReadable
@@ -136,6 +142,9 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   void start() { readMore(); }
   ConnectionId id() const { return id_; }
   const std::string& peer() const { return peer_; }
+  bool authenticated() const { return authenticated_; }
+  // When bytes last came from the client (or it connected).
+  Clock::time_point lastHeard() const { return last_heard_; }
 
   void close() {
     if (!closed_) {
@@ -239,6 +248,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         return;
       }
       const size_t got = static_cast<size_t>(n);
+      last_heard_ = Clock::now();
       if (into_scratch) {
         auto consumed = handleRequests({dst, got});
         if (!consumed) return;
@@ -526,6 +536,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   std::optional<Clock::time_point> partial_since_;
   bool closed_ = false;
   bool authenticated_ = false;
+  Clock::time_point last_heard_ = Clock::now();
   wire::Generation generation_ = wire::Generation::kUnknown;
   std::string client_nonce_;
   std::string server_nonce_;
@@ -597,6 +608,17 @@ void StoreServer::Impl::accept() {
       accept();
       return;
     }
+    // With a token, connections that have not proved it are strangers: out of descriptors, the
+    // longest-silent one makes room for the connection waiting, so that strangers holding
+    // descriptors cannot lock the job's agents out. Without a token nothing is closed: torch
+    // 1.13 opens a second connection for watch callbacks that sends nothing until a key is
+    // watched, and torch stores have no way to tell such a client from a stranger.
+    const bool out_of_descriptors =
+        ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system;
+    if (out_of_descriptors && !options_.token.empty() && closeIdleStranger()) {
+      accept();
+      return;
+    }
     // Out of descriptors, say: retrying at once spun a core and wrote a million log lines in
     // six seconds. Back off (doubling up to a second) and log once per interval with a count.
     accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
@@ -613,6 +635,32 @@ void StoreServer::Impl::accept() {
       if (!timer_ec) accept();
     });
   });
+}
+
+// Closes the unauthenticated connection silent the longest, if one has been silent for
+// kMinStrangerIdle; returns whether one was closed. One warning per kAcceptLogInterval
+// with a count: strangers connecting in a loop would otherwise write a line each.
+bool StoreServer::Impl::closeIdleStranger() {
+  const auto now = Clock::now();
+  const Connection* idlest = nullptr;
+  for (const auto& [id, connection] : connections_) {
+    if (connection->authenticated() || now - connection->lastHeard() < kMinStrangerIdle) continue;
+    if (!idlest || connection->lastHeard() < idlest->lastHeard()) idlest = connection.get();
+  }
+  if (!idlest) return false;
+  const auto idle_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - idlest->lastHeard()).count();
+  ++strangers_closed_;
+  if (now - last_stranger_log_ >= kAcceptLogInterval) {
+    log_->warn(
+        "store: out of descriptors: closed the longest-idle unauthenticated connection, from {} (silent for {} ms), "
+        "to accept a new one ({} closed since the last report)",
+        idlest->peer(), idle_ms, strangers_closed_);
+    strangers_closed_ = 0;
+    last_stranger_log_ = now;
+  }
+  closeConnection(idlest->id(), fmt::format("out of descriptors; unauthenticated and silent for {} ms", idle_ms),
+                  false);
+  return true;
 }
 
 // One timer for all connections (not one per request): every quarter of the request
