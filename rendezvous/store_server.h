@@ -3,6 +3,8 @@
 // (build/bin/ddprun_store_server). Bad input closes only the offending connection, with
 // a logged reason: malformed or oversized frames, unknown commands, requests left
 // incomplete past a deadline (slow clients), unauthenticated commands when a token is set.
+// Memory and descriptors are bounded for all clients together too: see the limits in
+// rendezvous/PROTOCOL.md.
 #pragma once
 
 #include <chrono>
