@@ -43,7 +43,13 @@ constexpr size_t kScratchBytes = 64 * 1024;
 // The largest request an unauthenticated connection may have outstanding (the handshake's
 // frames are a few dozen bytes).
 constexpr size_t kMaxHandshakeBytes = 1024;
+// A reply buffer larger than this is freed once written: a connection that was sent one
+// 48 MiB value once kept that much capacity for as long as it stayed connected.
+constexpr size_t kKeptReplyCapacity = 64 * 1024;
 using Clock = std::chrono::steady_clock;
+// Out of descriptors, an unauthenticated connection is closed only once it has been silent
+// this long: a client in the middle of the handshake waits one round trip, not a second.
+constexpr std::chrono::seconds kMinStrangerIdle{1};
 
 const char* commandName(Command c) {
   switch (c) {
@@ -80,16 +86,22 @@ class StoreServer::Impl {
   ~Impl();
   int port() const { return port_; }
   size_t connectionCount() const { return connection_count_.load(); }
+  size_t pendingReplyBytes() const { return queued_bytes_seen_.load(); }
+  size_t peakPendingReplyBytes() const { return peak_queued_bytes_.load(); }
 
  private:
   class Connection;
   friend class Connection;
 
   void accept();
+  bool closeIdleStranger();
   void sweepStalled();
   void closeConnection(ConnectionId id, const std::string& reason, bool is_error);
   void deliver(const StoreEffects& effects);
   void send(ConnectionId id, std::string bytes);
+  bool makeRoom(Connection& receiver, size_t bytes);
+  void queued(size_t bytes);
+  void unqueued(size_t bytes);
 
   StoreServerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
@@ -101,12 +113,18 @@ class StoreServer::Impl {
   uint64_t accept_failures_ = 0;
   Clock::time_point last_accept_log_{};
   static constexpr std::chrono::seconds kAcceptLogInterval{10};
+  uint64_t strangers_closed_ = 0;
+  Clock::time_point last_stranger_log_{};
   int port_ = 0;
   StoreState state_;
   std::vector<uint8_t> scratch_ = std::vector<uint8_t>(kScratchBytes);  // see Connection::onReadable
   std::unordered_map<ConnectionId, std::shared_ptr<Connection>> connections_;
   ConnectionId next_id_ = 1;
   std::atomic<size_t> connection_count_{0};
+  // Reply bytes held for all connections (pending_ and writing_), and copies for other threads.
+  size_t queued_bytes_ = 0;
+  std::atomic<size_t> queued_bytes_seen_{0};
+  std::atomic<size_t> peak_queued_bytes_{0};
   std::thread thread_;
 };
 
@@ -124,18 +142,34 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   void start() { readMore(); }
   ConnectionId id() const { return id_; }
   const std::string& peer() const { return peer_; }
+  bool authenticated() const { return authenticated_; }
+  // When bytes last came from the client (or it connected).
+  Clock::time_point lastHeard() const { return last_heard_; }
 
   void close() {
+    if (!closed_) {
+      // A write in flight keeps writing_ until its handler runs, but no longer counts.
+      server_.unqueued(queuedBytes());
+      std::string().swap(pending_);
+    }
     boost::system::error_code ignored;
     socket_.close(ignored);
     closed_ = true;
   }
 
   void send(std::string bytes) {
-    if (closed_) return;
-    pending_ += bytes;
+    if (closed_ || !server_.makeRoom(*this, bytes.size())) return;
+    server_.queued(bytes.size());
+    if (pending_.empty()) {
+      pending_ = std::move(bytes);
+    } else {
+      pending_ += bytes;
+    }
     flush();
   }
+
+  // Reply bytes this connection holds: queued, and being written.
+  size_t queuedBytes() const { return pending_.size() + writing_.size(); }
 
   void waitSatisfied() { send(std::string(1, static_cast<char>(wire::WaitResponse::kStopWaiting))); }
 
@@ -214,6 +248,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         return;
       }
       const size_t got = static_cast<size_t>(n);
+      last_heard_ = Clock::now();
       if (into_scratch) {
         auto consumed = handleRequests({dst, got});
         if (!consumed) return;
@@ -240,7 +275,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
 
   // A client that does not read its replies is not read from either, so its replies
   // cannot pile up without bound.
-  bool paused() const { return pending_.size() + writing_.size() > server_.options_.max_pending_reply_bytes; }
+  bool paused() const { return queuedBytes() > server_.options_.max_pending_reply_bytes; }
 
   // Handles the complete requests held in in_ and keeps the rest. Returns false when the
   // connection closed.
@@ -468,8 +503,14 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
     asio::async_write(socket_, asio::buffer(writing_),
                       [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                         self->writing_in_flight_ = false;
-                        self->writing_.clear();
+                        const size_t written = self->writing_.size();
+                        if (self->writing_.capacity() > kKeptReplyCapacity) {
+                          std::string().swap(self->writing_);
+                        } else {
+                          self->writing_.clear();
+                        }
                         if (self->closed_) return;
+                        self->server_.unqueued(written);
                         if (ec) {
                           self->server_.closeConnection(self->id_, "write failed: " + ec.message(), false);
                           return;
@@ -495,6 +536,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   std::optional<Clock::time_point> partial_since_;
   bool closed_ = false;
   bool authenticated_ = false;
+  Clock::time_point last_heard_ = Clock::now();
   wire::Generation generation_ = wire::Generation::kUnknown;
   std::string client_nonce_;
   std::string server_nonce_;
@@ -566,6 +608,17 @@ void StoreServer::Impl::accept() {
       accept();
       return;
     }
+    // With a token, connections that have not proved it are strangers: out of descriptors, the
+    // longest-silent one makes room for the connection waiting, so that strangers holding
+    // descriptors cannot lock the job's agents out. Without a token nothing is closed: torch
+    // 1.13 opens a second connection for watch callbacks that sends nothing until a key is
+    // watched, and torch stores have no way to tell such a client from a stranger.
+    const bool out_of_descriptors =
+        ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system;
+    if (out_of_descriptors && !options_.token.empty() && closeIdleStranger()) {
+      accept();
+      return;
+    }
     // Out of descriptors, say: retrying at once spun a core and wrote a million log lines in
     // six seconds. Back off (doubling up to a second) and log once per interval with a count.
     accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
@@ -582,6 +635,32 @@ void StoreServer::Impl::accept() {
       if (!timer_ec) accept();
     });
   });
+}
+
+// Closes the unauthenticated connection silent the longest, if one has been silent for
+// kMinStrangerIdle; returns whether one was closed. One warning per kAcceptLogInterval
+// with a count: strangers connecting in a loop would otherwise write a line each.
+bool StoreServer::Impl::closeIdleStranger() {
+  const auto now = Clock::now();
+  const Connection* idlest = nullptr;
+  for (const auto& [id, connection] : connections_) {
+    if (connection->authenticated() || now - connection->lastHeard() < kMinStrangerIdle) continue;
+    if (!idlest || connection->lastHeard() < idlest->lastHeard()) idlest = connection.get();
+  }
+  if (!idlest) return false;
+  const auto idle_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - idlest->lastHeard()).count();
+  ++strangers_closed_;
+  if (now - last_stranger_log_ >= kAcceptLogInterval) {
+    log_->warn(
+        "store: out of descriptors: closed the longest-idle unauthenticated connection, from {} (silent for {} ms), "
+        "to accept a new one ({} closed since the last report)",
+        idlest->peer(), idle_ms, strangers_closed_);
+    strangers_closed_ = 0;
+    last_stranger_log_ = now;
+  }
+  closeConnection(idlest->id(), fmt::format("out of descriptors; unauthenticated and silent for {} ms", idle_ms),
+                  false);
+  return true;
 }
 
 // One timer for all connections (not one per request): every quarter of the request
@@ -621,24 +700,73 @@ void StoreServer::Impl::closeConnection(ConnectionId id, const std::string& reas
 }
 
 void StoreServer::Impl::deliver(const StoreEffects& effects) {
+  // A copy of each pointer: a connection may be closed, and dropped from connections_, while
+  // it queues (see makeRoom).
   for (ConnectionId id : effects.woken) {
     auto it = connections_.find(id);
-    if (it != connections_.end()) it->second->waitSatisfied();
+    if (it == connections_.end()) continue;
+    auto connection = it->second;
+    connection->waitSatisfied();
   }
   for (const auto& [id, frame] : effects.watch_messages) {
     auto it = connections_.find(id);
-    if (it != connections_.end()) it->second->notify(frame);
+    if (it == connections_.end()) continue;
+    auto connection = it->second;
+    connection->notify(frame);
   }
 }
 
 void StoreServer::Impl::send(ConnectionId id, std::string bytes) {
   auto it = connections_.find(id);
-  if (it != connections_.end()) it->second->send(std::move(bytes));
+  if (it == connections_.end()) return;
+  auto connection = it->second;
+  connection->send(std::move(bytes));
+}
+
+// Who goes when the total is reached: the connection holding the most, the receiver of the
+// new reply included (it wins no ties). torch's clients read each reply before sending the
+// next request, so a well-behaved client holds at most one reply, while a client that does
+// not read holds up to max_pending_reply_bytes plus one reply: the largest holder is the one
+// not reading, and closing it frees the most. Closing the receiver instead would be simpler,
+// but once a few clients that never read had filled the budget, it would close every
+// well-behaved client asking for anything, and the clients that never read would stay.
+bool StoreServer::Impl::makeRoom(Connection& receiver, size_t bytes) {
+  while (queued_bytes_ + bytes > options_.max_total_pending_reply_bytes) {
+    Connection* victim = &receiver;
+    size_t most = receiver.queuedBytes() + bytes;
+    for (const auto& [id, connection] : connections_) {
+      if (connection.get() != &receiver && connection->queuedBytes() >= most) {
+        victim = connection.get();
+        most = connection->queuedBytes();
+      }
+    }
+    const bool receiver_goes = victim == &receiver;
+    closeConnection(victim->id(),
+                    fmt::format("it holds {} bytes of unread replies, the most of any client, and the replies queued "
+                                "for all clients would reach {} bytes, over max_total_pending_reply_bytes ({})",
+                                most, queued_bytes_ + bytes, options_.max_total_pending_reply_bytes),
+                    true);
+    if (receiver_goes) return false;
+  }
+  return true;
+}
+
+void StoreServer::Impl::queued(size_t bytes) {
+  queued_bytes_ += bytes;
+  queued_bytes_seen_ = queued_bytes_;
+  if (queued_bytes_ > peak_queued_bytes_.load()) peak_queued_bytes_ = queued_bytes_;
+}
+
+void StoreServer::Impl::unqueued(size_t bytes) {
+  queued_bytes_ -= bytes;
+  queued_bytes_seen_ = queued_bytes_;
 }
 
 StoreServer::StoreServer(StoreServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 StoreServer::~StoreServer() = default;
 int StoreServer::port() const { return impl_->port(); }
 size_t StoreServer::connectionCount() const { return impl_->connectionCount(); }
+size_t StoreServer::pendingReplyBytes() const { return impl_->pendingReplyBytes(); }
+size_t StoreServer::peakPendingReplyBytes() const { return impl_->peakPendingReplyBytes(); }
 
 }  // namespace ddprun::rendezvous

@@ -3,6 +3,8 @@
 // (build/bin/ddprun_store_server). Bad input closes only the offending connection, with
 // a logged reason: malformed or oversized frames, unknown commands, requests left
 // incomplete past a deadline (slow clients), unauthenticated commands when a token is set.
+// Memory and descriptors are bounded for all clients together too: see the limits in
+// rendezvous/PROTOCOL.md.
 #pragma once
 
 #include <chrono>
@@ -20,6 +22,13 @@ struct StoreServerOptions {
   StoreLimits limits;                // per-request limits, checked before allocating.
   std::chrono::milliseconds request_timeout{30000};  // a started request must complete within this.
   size_t max_pending_reply_bytes = 64 * 1024 * 1024;  // stop reading a client that does not read.
+  // Reply bytes queued for all clients together. Past it, the connection holding the most is
+  // closed (see PROTOCOL.md). 512 MiB: twice the largest single reply (limits.max_reply_bytes),
+  // so one maximal reply always fits beside others' traffic, and eight connections' worth of
+  // max_pending_reply_bytes; rendezvous and c10d traffic queues kilobytes, so only clients
+  // that ask for large values and do not read reach it, and the agent's host, which also runs
+  // the training processes, is not pushed towards the OOM killer.
+  size_t max_total_pending_reply_bytes = 512 * 1024 * 1024;
 };
 
 class StoreServer {
@@ -34,6 +43,10 @@ class StoreServer {
   int port() const;
   // Number of open client connections (for tests and logs). Thread-safe.
   size_t connectionCount() const;
+  // Reply bytes the server holds for all clients (queued or being written), now and at
+  // most since it started (for tests and logs). Thread-safe.
+  size_t pendingReplyBytes() const;
+  size_t peakPendingReplyBytes() const;
 
  private:
   class Impl;

@@ -584,3 +584,47 @@ TEST_CASE("bad input: torch 1.13 watchers that never read are closed, not buffer
   watchers.clear();
   f.expectServes("watchers that never read");
 }
+
+// Issue 21 #4: each connection's unread replies were bounded, but twelve clients asking for
+// large values and never reading made the server hold twelve times that bound.
+TEST_CASE("bad input: replies queued for all clients stay within max_total_pending_reply_bytes", "[bad-input]") {
+  auto options = localServerOptions();
+  options.max_pending_reply_bytes = 16u << 20;
+  options.max_total_pending_reply_bytes = 64u << 20;
+  Fixture f(options);
+  const std::string value(4u << 20, 'v');
+  f.client.set("/big", value);
+  // SET has no reply: a GET makes sure the value is there before the hogs ask for it.
+  REQUIRE(f.client.get("/big").size() == value.size());
+  const long rss_before = rssKb();
+  // Each hog asks for 256 MiB of replies in 1.5 KB of requests and never reads; without the
+  // server-wide bound each held 16-20 MiB beyond what the kernel's socket buffers take.
+  constexpr int kHogs = 12;
+  std::string requests = validateFrame();
+  for (int i = 0; i < 64; ++i) requests += Frame(Command::kGet).str("/big");
+  std::vector<std::unique_ptr<RawConnection>> hogs;
+  for (int i = 0; i < kHogs; ++i) {
+    hogs.push_back(std::make_unique<RawConnection>(f.server.port()));
+    REQUIRE(hogs.back()->send(requests));
+    // Its first reply's length: the server has taken it in (reading no more keeps it a hog).
+    CHECK(hogs.back()->read(sizeof(uint64_t)).has_value());
+  }
+  // At least one hog is closed (counted by the server: a hog would have to read all that was
+  // sent to it to see its end).
+  CHECK(eventually([&] { return f.server.connectionCount() < kHogs + 1; }, 10s));
+  // A well-behaved client asking for the same large value is served throughout.
+  for (int i = 0; i < 8; ++i) CHECK((f.client.get("/big") == value));  // no 4 MiB expansions
+  const size_t peak = f.server.peakPendingReplyBytes();
+  INFO("peak queued reply bytes: " << peak << ", now " << f.server.pendingReplyBytes() << ", connections "
+                                   << f.server.connectionCount());
+  CHECK(peak <= options.max_total_pending_reply_bytes);
+  CHECK(f.server.pendingReplyBytes() <= options.max_total_pending_reply_bytes);
+  // The server lives in this process; twelve hogs at 16-20 MiB each would show here (string
+  // growth can hold up to twice the bytes counted, hence the margin).
+  const long grown_mb = (rssKb() - rss_before) / 1024;
+  INFO("the server's memory grew by " << grown_mb << " MiB");
+  CHECK(grown_mb < 160);
+  hogs.clear();
+  f.expectOnlyClientLeft();
+  f.expectServes("twelve clients that never read large replies");
+}

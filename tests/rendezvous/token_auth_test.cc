@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <memory>
+#include <vector>
 
 #include "tests/rendezvous/store_test_util.h"
 #include "tests/support/test_process.h"
@@ -228,4 +230,40 @@ TEST_CASE("token: ddprun_store_server reads the token from --token-file or DDPRU
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains("cannot read"));
   }
+}
+
+// Issue 21 #7: out of descriptors, a store with a token closes the unauthenticated
+// connection silent the longest so that a member can still get in. ddprun_store_server runs
+// under `ulimit -n 32`; 40 strangers connect (half send VALIDATE, half nothing) and stay,
+// which before this fix kept every later client in the listen backlog for good.
+TEST_CASE("token: out of descriptors the longest-idle strangers make room for a member", "[token][binary]") {
+  TempDir dir;
+  std::ofstream(dir.file("token")) << kToken << "\n";
+  const std::string server_bin = ddprun::testing::binDir() + "/ddprun_store_server";
+  TestProcess server({"/bin/sh", "-c", "ulimit -n 32 && exec \"$0\" \"$@\"", server_bin, "--host", "127.0.0.1",
+                      "--port", "0", "--token-file", dir.file("token")},
+                     {{"DDPRUN_TOKEN", ""}});
+  REQUIRE(server.waitForOutput("listening on ", 10s));
+  const int port = parsePort(server.out());
+  REQUIRE(port > 0);
+  std::vector<std::unique_ptr<RawConnection>> strangers;
+  for (int i = 0; i < 40; ++i) {
+    strangers.push_back(std::make_unique<RawConnection>(port));  // completes in the backlog if not accepted
+    if (i % 2) REQUIRE(strangers.back()->send(validateFrame()));
+  }
+  // The server has run out: it says so once, at the first failure.
+  REQUIRE(server.waitForOutput("accept failed", 10s));
+  // A member behind the strangers in the backlog gets in once strangers have been silent a
+  // second (the client's own timeouts, 5 s to connect and 10 s per call, bound the wait).
+  try {
+    TcpStoreClient member(clientOptions(port, kToken));
+    member.set("k", "v");
+    CHECK(member.get("k") == "v");
+    CHECK(member.add("n", 5) == 5);
+  } catch (const StoreError& e) {
+    FAIL("a member could not use the store: " << e.what());
+  }
+  CHECK(server.waitForOutput("closed the longest-idle unauthenticated connection", 5s));
+  INFO("server log: " << server.err());
+  CHECK(ddprun::testing::processAlive(server.pid()));
 }
