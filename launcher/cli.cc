@@ -365,6 +365,29 @@ std::string describeFlags(const agent::AgentConfig& config) {
   return text;
 }
 
+// CLI11 reads "--log_dir=" as "--log_dir" without a value and takes the next argument
+// ("--no_python") as its value. argparse, and so torchrun, gives it the empty value. Up to
+// the training script, "--name=" of an option that takes a value becomes "--name" "".
+std::vector<std::string> withEmptyValuesKept(const CLI::App& app, int argc, const char* const* argv) {
+  std::vector<std::string> out(argv, argv + argc);
+  for (size_t i = 1; i < out.size(); ++i) {
+    const std::string& arg = out[i];
+    if (arg == "--" || arg.empty() || arg[0] != '-') break;  // the training script starts here
+    const auto eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const CLI::Option* option = app.get_option_no_throw(name);
+    if (option == nullptr || option->get_items_expected_min() == 0) continue;  // a flag, or CLI11's error later
+    if (eq == std::string::npos) {
+      ++i;  // its value follows as the next argument
+    } else if (eq + 1 == arg.size()) {
+      out[i] = name;
+      out.insert(out.begin() + static_cast<std::ptrdiff_t>(i) + 1, "");
+      ++i;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
@@ -416,8 +439,11 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   app.add_flag("--version", f.version, "Print ddprun's version, its git revision and the torch store wire generations it speaks.");
   app.footer("positional arguments:\n  training_script [args...]   The program to launch in parallel, followed by its arguments.");
 
+  const std::vector<std::string> args = withEmptyValuesKept(app, argc, argv);
+  std::vector<const char*> arg_pointers;
+  for (const auto& a : args) arg_pointers.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_pointers.size()), arg_pointers.data());
   } catch (const CLI::CallForHelp&) {
     return ParsedCommandLine{app.help(), {}, {}, {}, {}};
   } catch (const CLI::ParseError& e) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tests/rendezvous/store_test_util.h"
+#include "tests/support/fuzz_run.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::rendezvous;
@@ -387,15 +388,7 @@ TEST_CASE("bad input: a client that never reads its replies does not stall other
 
 TEST_CASE("bad input: a fuzz loop of random and damaged frames", "[bad-input][fuzz]") {
   Fixture f;
-  // A new seed each run, printed so that a failure can be replayed (DDPRUN_FUZZ_SEED=<seed>);
-  // DDPRUN_FUZZ_SECONDS bounds the run (default 20).
-  const char* seed_env = std::getenv("DDPRUN_FUZZ_SEED");
-  const uint32_t seed = seed_env ? static_cast<uint32_t>(std::stoul(seed_env)) : std::random_device{}();
-  const char* seconds_env = std::getenv("DDPRUN_FUZZ_SECONDS");
-  const auto budget = std::chrono::milliseconds(static_cast<int64_t>(1000 * (seconds_env ? std::stod(seconds_env) : 20.0)));
-  std::printf("store fuzz: seed %u (replay with DDPRUN_FUZZ_SEED=%u), %lld ms\n", seed, seed,
-              static_cast<long long>(budget.count()));
-  std::fflush(stdout);
+  const auto [seed, budget] = ddprun::testing::fuzzRun("store");
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   const auto current = currentFrames();

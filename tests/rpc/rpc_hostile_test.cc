@@ -25,6 +25,7 @@
 #include "rendezvous/tcp_store_client.h"
 #include "tests/rpc/rpc_wire_client.h"
 #include "worker_runtime/rpc/auth.h"
+#include "tests/support/fuzz_run.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::testing;
@@ -377,15 +378,7 @@ void sendAndDrain(int fd, const std::string& bytes) {
 }  // namespace
 
 TEST_CASE("rpc hostile: a fuzz loop of random and damaged frames", "[rpc][bad-input][fuzz]") {
-  // A new seed each run, printed so that a failure can be replayed (DDPRUN_FUZZ_SEED=<seed>);
-  // DDPRUN_FUZZ_SECONDS bounds the run (default 20).
-  const char* seed_env = std::getenv("DDPRUN_FUZZ_SEED");
-  const uint32_t seed = seed_env ? static_cast<uint32_t>(std::stoul(seed_env)) : std::random_device{}();
-  const char* seconds_env = std::getenv("DDPRUN_FUZZ_SECONDS");
-  const auto budget = std::chrono::milliseconds(static_cast<int64_t>(1000 * (seconds_env ? std::stod(seconds_env) : 20.0)));
-  std::printf("rpc fuzz: seed %u (replay with DDPRUN_FUZZ_SEED=%u), %lld ms\n", seed, seed,
-              static_cast<long long>(budget.count()));
-  std::fflush(stdout);
+  const auto [seed, budget] = fuzzRun("rpc");
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   ProbeJob job(1000);

@@ -278,3 +278,14 @@ TEST_CASE("durations at the edges of their ranges are taken exactly", "[cli]") {
   CHECK(settings.keep_alive_interval == std::chrono::milliseconds(50));
   CHECK(settings.last_call_timeout == std::chrono::milliseconds(1));
 }
+
+TEST_CASE("an option given as --name= takes the empty value and never the next argument", "[cli]") {
+  // CLI11 alone took "--no_python" as the value of "--log_dir=" and made a directory of it.
+  const auto parsed = parse({"--log_dir=", "--no_python", "--max_restarts=2", trueProgram(), "--log_dir="});
+  const auto& c = parsed.config;
+  CHECK_FALSE(c.log_dir.has_value());
+  CHECK(c.max_restarts == 2);
+  REQUIRE(c.entrypoint.size() == 2);
+  CHECK(c.entrypoint[1] == "--log_dir=");  // the training script's own arguments are left alone
+  CHECK(usageErrorOf({"--max_restarts=", "--no_python", "true"}).find("--max_restarts") != std::string::npos);
+}
