@@ -8,20 +8,19 @@
 #include "common/error.h"
 #include "launcher/cli.h"
 #include "tests/support/fake_topology.h"
+#include "tests/support/scoped_env.h"
+#include "tests/unit/parse_args.h"
 
 using ddprun::UsageError;
-using ddprun::launcher::parseCommandLine;
 using ddprun::launcher::ParsedCommandLine;
+using ddprun::testing::ScopedEnv;
 using Strings = std::vector<std::string>;
 
 namespace {
 
 ParsedCommandLine parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "ddprun");
   args.insert(args.end(), {"--no_python", "/bin/true"});
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  return parseCommandLine(static_cast<int>(argv.size()), argv.data());
+  return ddprun::testing::parseArgs(std::move(args));
 }
 
 std::string usageErrorOf(std::vector<std::string> args) {
@@ -33,19 +32,6 @@ std::string usageErrorOf(std::vector<std::string> args) {
   return "<no error>";
 }
 
-// Sets environment variables for one test and unsets them after.
-class ScopedEnv {
- public:
-  explicit ScopedEnv(std::map<std::string, std::string> vars) : vars_(std::move(vars)) {
-    for (const auto& [name, value] : vars_) ::setenv(name.c_str(), value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    for (const auto& [name, value] : vars_) ::unsetenv(name.c_str());
-  }
-
- private:
-  std::map<std::string, std::string> vars_;
-};
 
 }  // namespace
 
@@ -55,7 +41,8 @@ TEST_CASE("numa binding is planned from either spelling or PET_NUMA_BINDING", "[
   host.node(1, "1");
   host.cpu(0, 0, "0", "0");
   host.cpu(1, 0, "1", "1");
-  ScopedEnv env({{"DDPRUN_TOPOLOGY_ROOT", host.root()}, {"CUDA_VISIBLE_DEVICES", ""}});
+  ScopedEnv topology("DDPRUN_TOPOLOGY_ROOT", host.root());
+  ScopedEnv no_gpus("CUDA_VISIBLE_DEVICES", "");
   for (const char* flag : {"--numa-binding=node", "--numa_binding=node"}) {
     auto c = parse({"--nproc_per_node=2", flag}).config;
     REQUIRE(c.numa_binding == ddprun::agent::NumaMode::kNode);
@@ -65,7 +52,7 @@ TEST_CASE("numa binding is planned from either spelling or PET_NUMA_BINDING", "[
     CHECK(c.cpu_bindings[1].numa_node == 1);
   }
   {
-    ScopedEnv pet(std::map<std::string, std::string>{{"PET_NUMA_BINDING", "exclusive"}});
+    ScopedEnv pet("PET_NUMA_BINDING", "exclusive");
     CHECK(parse({"--nproc_per_node=2"}).config.numa_binding == ddprun::agent::NumaMode::kExclusive);
   }
   auto unbound = parse({"--nproc_per_node=2"}).config;
@@ -78,7 +65,8 @@ TEST_CASE("bad numa binding values are one-line usage errors", "[cli][numa]") {
   host.node(0, "0-1");
   host.cpu(0, 0, "0-1", "");
   host.cpu(1, 0, "0-1", "");
-  ScopedEnv env({{"DDPRUN_TOPOLOGY_ROOT", host.root()}, {"CUDA_VISIBLE_DEVICES", ""}});
+  ScopedEnv topology("DDPRUN_TOPOLOGY_ROOT", host.root());
+  ScopedEnv no_gpus("CUDA_VISIBLE_DEVICES", "");
   CHECK(usageErrorOf({"--numa-binding=numa"}) ==
         "invalid --numa-binding value 'numa': expected node, socket, exclusive or core-complex");
   CHECK(usageErrorOf({"--nproc_per_node=2", "--numa-binding=exclusive"}) ==
@@ -92,11 +80,11 @@ TEST_CASE("duplicate filters parse in either spelling and from PET_*", "[cli][fi
   CHECK(c.duplicate_stdout_filters == Strings{"apple", "kiwi,lime"});
   CHECK(c.duplicate_stderr_filters == Strings{"x"});
   {
-    ScopedEnv pet(std::map<std::string, std::string>{{"PET_DUPLICATE_STDOUT_FILTERS", "a,b"}});
+    ScopedEnv pet("PET_DUPLICATE_STDOUT_FILTERS", "a,b");
     CHECK(parse({}).config.duplicate_stdout_filters == Strings{"a", "b"});
   }
   {
-    ScopedEnv pet(std::map<std::string, std::string>{{"PET_DUPLICATE_STDOUT_FILTERS", ""}});
+    ScopedEnv pet("PET_DUPLICATE_STDOUT_FILTERS", "");
     CHECK(parse({}).config.duplicate_stdout_filters.empty());
   }
   CHECK(parse({}).config.duplicate_stderr_filters.empty());

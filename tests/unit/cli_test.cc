@@ -9,20 +9,17 @@
 #include "launcher/cli.h"
 #include "launcher/program_resolver.h"
 #include "rendezvous/rendezvous_config.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"
+#include "tests/unit/parse_args.h"
 
 using ddprun::UsageError;
-using ddprun::launcher::parseCommandLine;
 using ddprun::launcher::ParsedCommandLine;
+using ddprun::testing::ScopedEnv;
 
 namespace {
 
-ParsedCommandLine parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "ddprun");
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  return parseCommandLine(static_cast<int>(argv.size()), argv.data());
-}
+ParsedCommandLine parse(std::vector<std::string> args) { return ddprun::testing::parseArgs(std::move(args)); }
 
 std::string trueProgram() { return ddprun::launcher::findExecutable("true"); }
 
@@ -35,25 +32,6 @@ std::string usageErrorOf(std::vector<std::string> args) {
   return "<no error>";
 }
 
-// Sets an environment variable for one test and restores the old state after.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
-    if (const char* old = std::getenv(name_.c_str())) old_ = old;
-    ::setenv(name_.c_str(), value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
 
 }  // namespace
 

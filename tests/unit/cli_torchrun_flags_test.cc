@@ -10,6 +10,7 @@
 #include "launcher/cli.h"
 #include "rendezvous/rendezvous_config.h"
 #include "tests/support/scoped_env.h"
+#include "tests/unit/parse_args.h"
 #include "tests/support/test_process.h"
 
 using ddprun::UsageError;
@@ -21,14 +22,11 @@ using namespace std::chrono_literals;
 namespace {
 
 ParsedCommandLine parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "ddprun");
-  if (args.back() != "--help") {
+  if (args.empty() || args.back() != "--help") {
     args.push_back("--no_python");
     args.push_back("true");
   }
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  return parseCommandLine(static_cast<int>(argv.size()), argv.data());
+  return ddprun::testing::parseArgs(std::move(args));
 }
 
 std::string usageErrorOf(std::vector<std::string> args) {
