@@ -5,6 +5,7 @@
 // pid and start time). When the agent dies for any reason the pipe reaches EOF and the guard SIGKILLs all of it still
 // registered, removes the cgroups, then exits. The guard ignores terminal signals and sits in its own session so that
 // group signals aimed at the agent do not take it down first.
+// Thread-safety: none; only the agent's main thread (its event loop) registers and forgets.
 #pragma once
 
 #include <sys/types.h>

@@ -2,6 +2,8 @@
 // run over any implementation (the TCP client, a prefixing wrapper, a fault injector).
 // All methods block; the timeout of blocking ones is the store's, unless given.
 // Errors: StoreError (I/O, peer gone), StoreTimeout (a wait ran out).
+// Thread-safety is each implementation's to state: TcpStoreClient and InMemoryStore may be
+// shared between threads (a blocked wait on a TcpStoreClient holds up its other callers).
 #pragma once
 
 #include <chrono>

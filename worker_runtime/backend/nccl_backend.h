@@ -7,6 +7,9 @@
 // non-blocking, and every operation is waited for with a watchdog: a peer that dies or hangs
 // makes the call fail with PeerError within the timeout (the communicator is aborted),
 // never hang.
+//
+// Thread-safety: none. One thread issues every call of one backend, in the same order on
+// every rank, as NCCL requires of a communicator; calls block that thread until done.
 #pragma once
 
 #include <chrono>

@@ -2,6 +2,8 @@
 // Every rank of the group must call the same collective with matching arguments, in the
 // same order; each call blocks until this rank's part is done or `deadline` passes.
 // Buffers are raw bytes; element type and operator come from dtype.h.
+// Thread-safety: the functions keep no state; a Links object is driven by one thread at a
+// time, so two collectives on one group must not run at once (the backend serialises them).
 //   all_reduce: recursive doubling for small messages (latency), a ring of reduce-scatter
 //     then all-gather for large ones (bandwidth), the reduction following the data in;
 //   broadcast / reduce: binomial trees; all_gather / reduce_scatter: rings;

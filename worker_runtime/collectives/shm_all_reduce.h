@@ -5,6 +5,8 @@
 // out (see run()). Two slot sets alternate, so one barrier per phase suffices. Barriers
 // spin briefly, then sleep on a futex; a rank that never arrives is reported by rank and
 // address within the deadline (sooner when its TCP connection shows it died).
+// Thread-safety: run() is called by one thread at a time (the group's collective thread);
+// generation_ and chunks_done_ advance in step on every rank and are not locked.
 #pragma once
 
 #include <functional>

@@ -4,6 +4,8 @@
 // a rank with nothing to do spins briefly, then sleeps on its own futex "doorbell", which a
 // peer rings whenever it adds or frees data in a ring shared with that rank. A peer that
 // dies is noticed through its (idle) TCP connection; one that hangs, at the deadline.
+// Thread-safety: exchange() runs on one thread at a time (the group's collective thread);
+// the rings are shared with the peer processes through atomics in the segment, not locks.
 #pragma once
 
 #include <functional>

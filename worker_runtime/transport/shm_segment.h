@@ -2,6 +2,8 @@
 // it under a name unique to the job and group; the others open it; once every rank has
 // mapped it (a store barrier) the name is unlinked, so the memory vanishes with the last
 // mapping even when workers are killed with SIGKILL: nothing is left in /dev/shm.
+// Thread-safety: immutable once constructed; what the mapped memory holds is the owner's
+// to synchronise (process-shared atomics and futexes).
 #pragma once
 
 #include <cstddef>

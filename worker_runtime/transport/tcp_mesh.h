@@ -3,6 +3,9 @@
 // accepts every higher one. Two channels per pair: one for collectives (driven by
 // exchange(), in the order the collectives are issued) and one for point-to-point
 // messages (driven by the P2P engine), so the two never interleave on a socket.
+// Thread-safety: construction is collective and blocks; afterwards exchange() runs on one
+// thread at a time (the group's collective thread) and the P2P channel's fds belong to the
+// P2P thread; fd(), peerAddress(), rank() and size() are const and safe from any thread.
 #pragma once
 
 #include <memory>
