@@ -6,10 +6,10 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "common/error.h"
 #include "tests/support/scoped_env.h"
 
 using ddprun::DdprunError;
-using ddprun::rpc::RpcBackendOptions;
 using ddprun::rpc::detail::PeerAddress;
 using ddprun::rpc::detail::RpcEnvironment;
 using ddprun::testing::ScopedEnv;
@@ -56,15 +56,12 @@ TEST_CASE("the store comes from the options before MASTER_ADDR and MASTER_PORT",
   ScopedEnv addr("MASTER_ADDR", "10.1.1.1");
   ScopedEnv port("MASTER_PORT", "29500");
   ScopedEnv round("TORCHELASTIC_RESTART_COUNT", "2");
-  RpcBackendOptions options;
-  options.store_host = "127.0.0.1";
-  options.store_port = 4000;
-  auto env = RpcEnvironment::fromEnvironment(options);
+  auto env = RpcEnvironment::fromEnvironment("127.0.0.1", 4000);
   CHECK(env.store_host == "127.0.0.1");
   CHECK(env.store_port == 4000);
   CHECK(env.restart_count == "2");
 
-  env = RpcEnvironment::fromEnvironment({});
+  env = RpcEnvironment::fromEnvironment("", 0);
   CHECK(env.store_host == "10.1.1.1");
   CHECK(env.store_port == 29500);
 }
@@ -72,13 +69,11 @@ TEST_CASE("the store comes from the options before MASTER_ADDR and MASTER_PORT",
 TEST_CASE("without a store in the options MASTER_ADDR and MASTER_PORT are required", "[rpc][unit]") {
   ScopedEnv addr("MASTER_ADDR", "10.1.1.1");
   ScopedEnv port("MASTER_PORT", std::nullopt);
-  CHECK_THROWS_WITH(RpcEnvironment::fromEnvironment({}),
+  CHECK_THROWS_WITH(RpcEnvironment::fromEnvironment("", 0),
                     "init_rpc: MASTER_ADDR and MASTER_PORT must be set (start with ddprun)");
 }
 
 TEST_CASE("the round is 0 without TORCHELASTIC_RESTART_COUNT", "[rpc][unit]") {
   ScopedEnv round("TORCHELASTIC_RESTART_COUNT", std::nullopt);
-  RpcBackendOptions options;
-  options.store_host = "127.0.0.1";
-  CHECK(RpcEnvironment::fromEnvironment(options).restart_count == "0");
+  CHECK(RpcEnvironment::fromEnvironment("127.0.0.1", 0).restart_count == "0");
 }

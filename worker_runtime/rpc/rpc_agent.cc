@@ -115,7 +115,7 @@ void RpcAgent::finishIncoming() {
 void RpcAgent::start() {
   // Meet through the store: MASTER_ADDR/MASTER_PORT (the agent's store under
   // ddprun).
-  const auto environment = RpcEnvironment::fromEnvironment(options_);
+  const auto environment = RpcEnvironment::fromEnvironment(options_.store_host, options_.store_port);
   rendezvous::StoreClientOptions so;
   so.host = environment.store_host;
   so.port = environment.store_port;

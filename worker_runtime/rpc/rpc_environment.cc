@@ -11,10 +11,10 @@
 
 namespace ddprun::rpc::detail {
 
-RpcEnvironment RpcEnvironment::fromEnvironment(const RpcBackendOptions& options) {
+RpcEnvironment RpcEnvironment::fromEnvironment(const std::string& store_host, int store_port) {
   RpcEnvironment out;
-  out.store_host = options.store_host;
-  out.store_port = options.store_port;
+  out.store_host = store_host;
+  out.store_port = store_port;
   if (out.store_host.empty()) {
     const char* addr = std::getenv(env::kMasterAddr);
     const char* port = std::getenv(env::kMasterPort);

@@ -5,12 +5,11 @@
 // ("<name>\n<host>\n<port>").
 //
 // Thread-safety: the functions keep no state; fromEnvironment() reads the process
-// environment (safe as long as nobody calls setenv meanwhile).
+// environment (safe as long as nobody calls setenv meanwhile). No LibTorch here, so the
+// parsing is tested without it.
 #pragma once
 
 #include <string>
-
-#include "worker_runtime/rpc/rpc.h"
 
 namespace ddprun::rpc::detail {
 
@@ -20,9 +19,9 @@ struct RpcEnvironment {
   // The round's store keys start with "ddprun/rpc/<restart_count>/"; "0" when unset.
   std::string restart_count;
 
-  // The store from `options` when it names a host, else from MASTER_ADDR and MASTER_PORT.
-  // Throws DdprunError when neither names one.
-  static RpcEnvironment fromEnvironment(const RpcBackendOptions& options);
+  // The store given (RpcBackendOptions::store_host and store_port) when it names a host,
+  // else MASTER_ADDR and MASTER_PORT. Throws DdprunError when neither names one.
+  static RpcEnvironment fromEnvironment(const std::string& store_host, int store_port);
 };
 
 // A worker's address as it publishes it in the store.
