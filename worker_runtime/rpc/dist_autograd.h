@@ -52,7 +52,7 @@ int64_t current_context_id();
 
 // Runs distributed backward from `roots` (scalars: a gradient of 1 each).
 // Blocks until every worker reached has finished its part. Throws DdprunError
-// (unknown context, root without grad), and RpcError from peers.
+// (unknown context, root without grad), and RpcError or PeerError from peers.
 void backward(int64_t context_id, const std::vector<at::Tensor>& roots, bool retain_graph = false);
 
 // Gradients accumulated in the context on this worker: (parameter, gradient)

@@ -42,7 +42,7 @@ class DistributedOptimizer {
   DistributedOptimizer(const std::string& kind, const std::vector<RRef>& parameters, OptimizerOptions options);
 
   // Applies context `context_id`'s gradients on every owner. Blocks; throws
-  // RpcError.
+  // RpcError or PeerError.
   void step(int64_t context_id);
 
  private:

@@ -1,17 +1,24 @@
 // What the pieces of the RPC framework share and users do not see: the future
 // and RRef states, calls with an explicit autograd context, built-in functions,
 // and the hooks that let the wire codec record distributed-autograd sends and
-// receives.
+// receives. The functions below that reach the agent (selfRank, callRank, post,
+// ...) throw DdprunError before init_rpc and after shutdown, except where noted.
+//
+// Thread-safety: every function here is thread-safe; FutureState is guarded by
+// its own mutex; an RRefState is immutable after it is handed out (its
+// destructor runs on whichever thread drops the last handle).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/logging.h"
 #include "worker_runtime/rpc/rpc.h"
 
 namespace ddprun::rpc::detail {
@@ -36,6 +43,19 @@ struct RRefState {
   ~RRefState();
 };
 
+// The RPC layer's logger ("rpc").
+const std::shared_ptr<spdlog::logger>& rpcLog();
+
+// A future that has already completed with `value`.
+Future readyFuture(Value value = {});
+
+// The RRef side of the codec (rref.cc). Encoding an RRef for `dst`: makes sure its
+// owner counts dst's new reference before the message can reach dst (on a third
+// worker this blocks on a call to the owner). Decoding one from `src`: the handle
+// this worker gets; throws DdprunError on ids that cannot exist in this job.
+void forkRRef(const RRefState& state, int dst);
+std::shared_ptr<RRefState> adoptRRef(int owner, int64_t creator, int64_t serial, int src);
+
 int selfRank();
 WorkerInfo workerInfo(int rank);
 // Calls `func` on `rank` with the given distributed-autograd context (-1:
@@ -48,7 +68,7 @@ int currentCaller();
 // must not block.
 void registerBuiltin(const std::string& name, AsyncFunction fn, bool run_inline);
 // Runs `fn` on the agent's worker threads (or at once on this thread without an
-// agent).
+// agent; never throws for want of one).
 void post(std::function<void()> fn);
 // Blocks until the owner has the RRef's value; rethrows the creating function's
 // failure.

@@ -44,6 +44,7 @@
 
 #include "common/error.h"
 #include "worker_runtime/rpc/value.h"
+#include "worker_runtime/transport/links.h"
 
 namespace ddprun::rpc {
 
@@ -51,7 +52,7 @@ using Clock = std::chrono::steady_clock;
 // Passing kDefaultTimeout uses the agent's rpc_timeout.
 constexpr std::chrono::milliseconds kDefaultTimeout{-1};
 
-// The base of RPC failures.
+// The base of RPC failures other than PeerError.
 class RpcError : public DdprunError {
  public:
   using DdprunError::DdprunError;
@@ -62,11 +63,9 @@ class RemoteError : public RpcError {
   using RpcError::RpcError;
 };
 // A peer vanished (connection lost or refused); names the worker and its
-// address.
-class PeerError : public RpcError {
- public:
-  using RpcError::RpcError;
-};
+// address. The runtime's one PeerError, as collectives throw it: a DdprunError,
+// not an RpcError (catch DdprunError for every RPC failure).
+using runtime::PeerError;
 // No answer within the call's timeout.
 class RpcTimeout : public RpcError {
  public:
