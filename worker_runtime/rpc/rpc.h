@@ -44,7 +44,7 @@
 
 #include "common/error.h"
 #include "worker_runtime/rpc/value.h"
-#include "worker_runtime/transport/links.h"
+#include "worker_runtime/peer_error.h"
 
 namespace ddprun::rpc {
 

@@ -11,17 +11,11 @@
 #include <string>
 
 #include "common/error.h"
+#include "worker_runtime/peer_error.h"
 
 namespace ddprun::runtime {
 
 using Clock = std::chrono::steady_clock;
-
-// A peer failed, vanished, or did not answer in time. The message names the operation,
-// the peer rank and its address.
-class PeerError : public DdprunError {
- public:
-  using DdprunError::DdprunError;
-};
 
 struct Transfer {
   int peer = 0;
