@@ -433,8 +433,8 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
     ForwardOptions options;
     if (p.to_file) {
       options.file = p.file;
-      options.file_fd = ::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (options.file_fd < 0) {
+      options.file_fd.reset(::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!options.file_fd) {
         const int err = errno;
         log_->warn("cannot open worker log {}: {}; this stream is not saved there", p.file, std::strerror(err));
         if (record) record->file_error = std::strerror(err);

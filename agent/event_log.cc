@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::agent {
 
@@ -24,27 +25,24 @@ std::string isoTimeUtc(int64_t unix_ms) {
 }
 
 void checkAppendable(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw UsageError(std::string(kEventsFileEnv) + "=" + path + ": cannot open: " + std::strerror(errno));
-  ::close(fd);
+  const UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd) throw UsageError(std::string(kEventsFileEnv) + "=" + path + ": cannot open: " + std::strerror(errno));
 }
 
 EventLog::EventLog(const std::vector<std::string>& paths, std::string run_id) : run_id_(std::move(run_id)) {
   for (const std::string& path : paths) {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!fd) {
       const int err = errno;
-      for (int open_fd : fds_) ::close(open_fd);
+      // The files opened before this one close as fds_ goes.
       throw UsageError("events file " + path + ": cannot open: " + std::strerror(err));
     }
-    fds_.push_back(fd);
+    fds_.push_back(std::move(fd));
     paths_.push_back(path);
   }
 }
 
-EventLog::~EventLog() {
-  for (int fd : fds_) ::close(fd);
-}
+EventLog::~EventLog() = default;
 
 void EventLog::emit(const std::string& event, const JsonObject& fields) {
   if (fds_.empty()) return;
@@ -59,7 +57,7 @@ void EventLog::emit(const std::string& event, const JsonObject& fields) {
   line += "\n";
   for (size_t i = 0; i < fds_.size(); ++i) {
     // One write per line: with O_APPEND, lines of agents sharing the file do not interleave.
-    const ssize_t n = ::write(fds_[i], line.data(), line.size());
+    const ssize_t n = ::write(fds_[i].get(), line.data(), line.size());
     if (n != static_cast<ssize_t>(line.size()) && !warned_) {
       warned_ = true;
       logger("agent")->warn("cannot write to the events file {}: {}", paths_[i],

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/json_writer.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::agent {
 
@@ -31,7 +32,7 @@ class EventLog {
   bool enabled() const { return !fds_.empty(); }
 
  private:
-  std::vector<int> fds_;
+  std::vector<UniqueFd> fds_;
   std::vector<std::string> paths_;
   std::string run_id_;
   std::string node_;

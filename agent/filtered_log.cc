@@ -39,19 +39,17 @@ std::vector<std::string> parseFilterList(std::string_view flag, std::string_view
 
 FilteredLog::FilteredLog(std::string path, std::vector<std::string> filters)
     : path_(std::move(path)), filters_(std::move(filters)) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
+  fd_.reset(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd_) {
     const int err = errno;
     logger("agent")->warn("cannot open {}: {}; filtered lines are not saved", path_, std::strerror(err));
   }
 }
 
-FilteredLog::~FilteredLog() {
-  if (fd_ >= 0) ::close(fd_);
-}
+FilteredLog::~FilteredLog() = default;
 
 void FilteredLog::offer(std::string_view prefix, std::string_view line) {
-  if (fd_ < 0) return;
+  if (!fd_) return;
   bool match = false;
   for (const std::string& filter : filters_) {
     if (line.find(filter) != std::string_view::npos) {
@@ -64,14 +62,13 @@ void FilteredLog::offer(std::string_view prefix, std::string_view line) {
   out_.append(line);
   std::string_view rest(out_);
   while (!rest.empty()) {
-    ssize_t n = ::write(fd_, rest.data(), rest.size());
+    ssize_t n = ::write(fd_.get(), rest.data(), rest.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
       logger("agent")->warn("cannot write {}: {}; the rest of the filtered lines are not saved", path_,
                             std::strerror(err));
-      ::close(fd_);
-      fd_ = -1;
+      fd_.reset();
       return;
     }
     rest.remove_prefix(static_cast<size_t>(n));

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/unique_fd.h"
+
 namespace ddprun::agent {
 
 // torchrun's comma_separated_list: items split at ',', where ",," stands for a literal
@@ -36,7 +38,7 @@ class FilteredLog {
  private:
   std::string path_;
   std::vector<std::string> filters_;
-  int fd_ = -1;
+  UniqueFd fd_;
   std::string out_;
 };
 

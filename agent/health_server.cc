@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/socket_io.h"
 
 namespace ddprun::agent {
 namespace {
@@ -27,11 +28,6 @@ constexpr size_t kMaxRequest = 8192;
 // Connections served at once; a new one beyond this drops the oldest.
 constexpr size_t kMaxClients = 64;
 
-int msLeft(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left > 0 ? static_cast<int>(left) : 0;
-}
-
 }  // namespace
 
 HealthServer::HealthServer(const std::string& host, int port) {
@@ -41,25 +37,21 @@ HealthServer::HealthServer(const std::string& host, int port) {
   if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
     throw UsageError("--health_check_addr " + host + ": not an IPv4 address");
   }
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (listen_fd_ < 0) throw SystemError("socket", errno);
+  listen_fd_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listen_fd_) throw SystemError("socket", errno);
   int one = 1;
-  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 16) != 0) {
+  ::setsockopt(listen_fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(listen_fd_.get(), 16) != 0) {
     const int err = errno;
-    ::close(listen_fd_);
     throw UsageError("--health_check_port " + std::to_string(port) + ": cannot listen on " + host + ": " +
                      std::strerror(err));
   }
   socklen_t len = sizeof addr;
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::getsockname(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
   port_ = ntohs(addr.sin_port);
-  stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (stop_fd_ < 0) {
-    const int err = errno;
-    ::close(listen_fd_);
-    throw SystemError("eventfd", err);
-  }
+  stop_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!stop_fd_) throw SystemError("eventfd", errno);
   // Signals belong to the agent's main thread (its signal sets); this thread takes none.
   sigset_t all, previous;
   sigfillset(&all);
@@ -70,10 +62,8 @@ HealthServer::HealthServer(const std::string& host, int port) {
 
 HealthServer::~HealthServer() {
   uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof one);
+  [[maybe_unused]] ssize_t n = ::write(stop_fd_.get(), &one, sizeof one);
   if (thread_.joinable()) thread_.join();
-  ::close(listen_fd_);
-  ::close(stop_fd_);
 }
 
 void HealthServer::update(bool healthy, std::string body) {
@@ -90,14 +80,14 @@ void HealthServer::serve() {
   std::vector<pollfd> fds;
   for (;;) {
     fds.clear();
-    fds.push_back({listen_fd_, POLLIN, 0});
-    fds.push_back({stop_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_.get(), POLLIN, 0});
+    fds.push_back({stop_fd_.get(), POLLIN, 0});
     Clock::time_point next_deadline = Clock::time_point::max();
     for (const Client& c : clients) {
-      fds.push_back({c.fd, static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
+      fds.push_back({c.fd.get(), static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
       next_deadline = std::min(next_deadline, c.deadline);
     }
-    const int timeout = clients.empty() ? -1 : msLeft(next_deadline);
+    const int timeout = pollTimeoutMs(next_deadline);  // no limit while no client is open
     if (::poll(fds.data(), fds.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       logger("agent")->warn("health check: poll failed: {}; no longer answering", std::strerror(errno));
@@ -111,48 +101,41 @@ void HealthServer::serve() {
       Client& c = clients[i];
       bool done = now >= c.deadline;
       if (!done && fds[i + 2].revents) done = !progress(c);
-      if (done) {
-        ::close(c.fd);
-      } else {
-        open.push_back(std::move(c));
-      }
+      if (!done) open.push_back(std::move(c));  // a finished client's socket closes with it
     }
     clients.swap(open);
     if (fds[0].revents) {
       for (;;) {
-        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;
-        if (clients.size() >= kMaxClients) {
-          ::close(clients.front().fd);
-          clients.erase(clients.begin());
-        }
-        clients.push_back(Client{fd, Clock::now() + kClientDeadline, {}, {}, 0});
+        UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+        if (!fd) break;
+        if (clients.size() >= kMaxClients) clients.erase(clients.begin());
+        clients.push_back(Client{std::move(fd), Clock::now() + kClientDeadline, {}, {}, 0});
       }
     }
   }
-  for (const Client& c : clients) ::close(c.fd);
 }
 
 // Reads what the client sent; once the request head is complete, builds the answer and
 // writes as much as the socket takes. Returns false when the connection is finished.
 bool HealthServer::progress(Client& c) {
-  if (c.response.empty()) {
-    char buf[1024];
-    const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
-    if (n <= 0) return false;
-    c.request.append(buf, static_cast<size_t>(n));
-    if (c.request.find("\r\n\r\n") == std::string::npos && c.request.find("\n\n") == std::string::npos) {
-      return c.request.size() <= kMaxRequest;  // a head larger than the limit gets no answer
+  try {
+    if (c.response.empty()) {
+      char buf[1024];
+      const size_t n = recvSome(c.fd.get(), std::as_writable_bytes(std::span(buf)));
+      if (n == 0) return true;  // nothing yet
+      c.request.append(buf, n);
+      if (c.request.find("\r\n\r\n") == std::string::npos && c.request.find("\n\n") == std::string::npos) {
+        return c.request.size() <= kMaxRequest;  // a head larger than the limit gets no answer
+      }
+      c.response = respond(c.request);
     }
-    c.response = respond(c.request);
+    const size_t n = sendSome(c.fd.get(), std::as_bytes(std::span(c.response)).subspan(c.sent));
+    c.sent += n;
+    if (c.sent < c.response.size()) return true;
+  } catch (const SocketError&) {
+    return false;  // the client closed or reset the connection: nobody is left to answer
   }
-  const ssize_t n = ::send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
-  if (n <= 0) return false;
-  c.sent += static_cast<size_t>(n);
-  if (c.sent < c.response.size()) return true;
-  ::shutdown(c.fd, SHUT_WR);
+  ::shutdown(c.fd.get(), SHUT_WR);
   return false;
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include "common/unique_fd.h"
+
 namespace ddprun::agent {
 
 class HealthServer {
@@ -29,7 +31,7 @@ class HealthServer {
 
  private:
   struct Client {
-    int fd;
+    UniqueFd fd;
     std::chrono::steady_clock::time_point deadline;
     std::string request;
     std::string response;  // empty until the request head is complete
@@ -39,8 +41,8 @@ class HealthServer {
   bool progress(Client& client);
   std::string respond(const std::string& request);
 
-  int listen_fd_ = -1;
-  int stop_fd_ = -1;  // eventfd: readable once the destructor wants the thread to end
+  UniqueFd listen_fd_;
+  UniqueFd stop_fd_;  // eventfd: readable once the destructor wants the thread to end
   int port_ = 0;
   std::mutex mutex_;
   bool healthy_ = true;

@@ -36,7 +36,6 @@ LineForwarder::LineForwarder(boost::asio::io_context& io, int pipe_fd, ForwardOp
 LineForwarder::~LineForwarder() {
   boost::system::error_code ignored;
   pipe_.close(ignored);
-  if (options_.file_fd >= 0) ::close(options_.file_fd);
 }
 
 void LineForwarder::start() { readMore(); }
@@ -46,7 +45,7 @@ void LineForwarder::readMore() {
     if (finished_) return;
     if (n > 0) {
       std::string_view chunk(buffer_.data(), n);
-      if (options_.file_fd >= 0) writeFile(chunk);
+      if (options_.file_fd) writeFile(chunk);
       if (splitsLines()) {
         splitter_.feed(chunk, [this](std::string_view line) { emitLine(line); });
       }
@@ -62,13 +61,12 @@ void LineForwarder::readMore() {
 // A file that failed once (a full disk) is not written again: a log with a hole in it
 // would look complete. The warning names it once; the tail keeps the last lines.
 void LineForwarder::writeFile(std::string_view chunk) {
-  const int err = writeAll(options_.file_fd, chunk);
+  const int err = writeAll(options_.file_fd.get(), chunk);
   if (err == 0) return;
   logger("agent")->warn("cannot write worker log {}: {}; the rest of this stream is not saved there", options_.file,
                         std::strerror(err));
   if (options_.record) options_.record->file_error = std::strerror(err);
-  ::close(options_.file_fd);
-  options_.file_fd = -1;
+  options_.file_fd.reset();
 }
 
 void LineForwarder::finish() {

@@ -22,6 +22,7 @@
 #include "agent/line_splitter.h"
 #include "agent/output_tail.h"
 #include "common/console_writer.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::agent {
 
@@ -33,7 +34,7 @@ struct StreamRecord {
 };
 
 struct ForwardOptions {
-  int file_fd = -1;                      // the log file, owned by the forwarder; -1: none.
+  UniqueFd file_fd;                      // the log file, owned by the forwarder; default: none.
   std::string file;                      // its path, for messages.
   std::optional<ConsoleStream> console;  // where whole lines are shown; default: not shown.
   std::string prefix;                    // put before each console line; default none.

@@ -18,6 +18,7 @@
 #include "agent/cgroup_v2.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::agent {
 namespace {
@@ -51,12 +52,11 @@ bool readFull(int fd, void* data, size_t size) {
   ::prctl(PR_SET_NAME, "ddprun-guard");
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::signal(sig, SIG_IGN);
   // Holding the agent's stdout/stderr would delay EOF for whoever reads them.
-  int devnull = ::open("/dev/null", O_RDWR);
-  if (devnull >= 0) {
-    ::dup2(devnull, 0);
-    ::dup2(devnull, 1);
-    ::dup2(devnull, 2);
-    if (devnull > 2) ::close(devnull);
+  if (UniqueFd devnull(::open("/dev/null", O_RDWR)); devnull) {
+    ::dup2(devnull.get(), 0);
+    ::dup2(devnull.get(), 1);
+    ::dup2(devnull.get(), 2);
+    if (devnull.get() <= 2) (void)devnull.release();  // it is one of the three now: keep it open
   }
   std::set<int32_t> groups;
   std::set<std::string> cgroups;
@@ -110,26 +110,26 @@ bool readFull(int fd, void* data, size_t size) {
 OrphanGuard::OrphanGuard() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw SystemError("pipe2() for the orphan guard", errno);
+  UniqueFd read_end(fds[0]);
+  UniqueFd write_end(fds[1]);
   pid_t pid = ::fork();
   if (pid < 0) {
-    int err = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
+    const int err = errno;
     throw SystemError("fork() of the orphan guard", err);
   }
   if (pid == 0) {
-    ::close(fds[1]);
-    guardMain(fds[0]);
+    write_end.reset();
+    guardMain(read_end.get());
   }
-  ::close(fds[0]);
+  read_end.reset();
   // A guard that stops reading (stopped by a signal) must not stall the agent on a full pipe.
-  ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  ::fcntl(write_end.get(), F_SETFL, O_NONBLOCK);
   guard_pid_ = pid;
-  write_fd_ = fds[1];
+  write_fd_ = std::move(write_end);
 }
 
 OrphanGuard::~OrphanGuard() {
-  if (write_fd_ >= 0) ::close(write_fd_);
+  write_fd_.reset();
   if (guard_pid_ <= 0) return;
   // On EOF the guard exits at once. One that cannot (stopped by a signal, or stuck) must not hold ddprun's exit: after
   // kReapTimeout it is killed and reaped.
@@ -171,7 +171,7 @@ void OrphanGuard::send(int kind, pid_t pid, uint64_t start_time, const std::stri
   const size_t size = sizeof header + path.size();
   ssize_t n;
   do {
-    n = ::write(write_fd_, record, size);
+    n = ::write(write_fd_.get(), record, size);
   } while (n < 0 && errno == EINTR);
   if (n != static_cast<ssize_t>(size) && !warned_) {
     warned_ = true;

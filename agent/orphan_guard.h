@@ -14,6 +14,7 @@
 #include <string>
 
 #include "agent/escaped_processes.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::agent {
 
@@ -47,7 +48,7 @@ class OrphanGuard {
   void send(int kind, pid_t pid, uint64_t start_time, const std::string& path);
 
   pid_t guard_pid_ = -1;
-  int write_fd_ = -1;
+  UniqueFd write_fd_;
   bool warned_ = false;  // "unreachable" is said once
 };
 

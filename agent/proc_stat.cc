@@ -9,17 +9,19 @@
 #include <cstring>
 #include <string>
 
+#include "common/unique_fd.h"
+
 namespace ddprun::agent {
 
 std::optional<ProcStat> readProcStat(pid_t pid) {
   // Plain read(2) rather than streams: the guard also calls this, and a scan reads every process.
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
+  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return std::nullopt;
   char buf[1024];
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
+  ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+  fd.reset();
   if (n <= 0) return std::nullopt;
   buf[n] = '\0';
   // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so parse after the last ')'.

@@ -19,6 +19,7 @@
 #include "agent/cpu_topology.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::agent {
 namespace bp = boost::process;
@@ -57,21 +58,6 @@ struct WorkerChildSetup : bp::extend::handler {
   }
 };
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { int fd = fd_; fd_ = -1; return fd; }
-  void reset(int fd = -1) { if (fd_ >= 0) ::close(fd_); fd_ = fd; }
-
- private:
-  int fd_ = -1;
-};
-
 // A cpu_set_t sized for the highest CPU in `cpus` (hosts may have more than 1024).
 class CpuMask {
  public:
@@ -102,7 +88,7 @@ void warnNotInCgroup(const std::string& cgroup, int err) {
 }
 
 // Prepares the child's end of one stream; for a pipe also the agent's read end.
-void openTarget(const StdioTarget& target, Fd& child_end, Fd& agent_end) {
+void openTarget(const StdioTarget& target, UniqueFd& child_end, UniqueFd& agent_end) {
   switch (target.kind) {
     case StdioTarget::Kind::kInherit:
       return;
@@ -125,7 +111,7 @@ void openTarget(const StdioTarget& target, Fd& child_end, Fd& agent_end) {
 }  // namespace
 
 SpawnedProcess spawnWorker(const SpawnRequest& request) {
-  Fd out_child, out_agent, err_child, err_agent;
+  UniqueFd out_child, out_agent, err_child, err_agent;
   openTarget(request.out, out_child, out_agent);
   openTarget(request.err, err_child, err_agent);
 
@@ -133,7 +119,7 @@ SpawnedProcess spawnWorker(const SpawnRequest& request) {
   for (const auto& [key, value] : request.env) env[key] = value;
   std::vector<std::string> args(request.argv.begin() + 1, request.argv.end());
 
-  Fd cgroup_procs;
+  UniqueFd cgroup_procs;
   if (!request.cgroup.empty()) {
     cgroup_procs.reset(::open((request.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
     if (cgroup_procs.get() < 0) warnNotInCgroup(request.cgroup, errno);
@@ -141,7 +127,7 @@ SpawnedProcess spawnWorker(const SpawnRequest& request) {
 
   // The child tells a failed binding apart from a failed exec through its own pipe.
   CpuMask cpus(request.cpus);
-  Fd bind_error_read, bind_error_write;
+  UniqueFd bind_error_read, bind_error_write;
   if (cpus.get()) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw SystemError("pipe2()", errno);

@@ -1,18 +1,14 @@
 #include "rendezvous/tcp_store_client.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 #include <thread>
 
+#include "common/socket_io.h"
 #include "rendezvous/token_auth.h"
 #include "rendezvous/wire_protocol.h"
 
@@ -23,11 +19,6 @@ using Clock = std::chrono::steady_clock;
 using wire::Command;
 using wire::put;
 using wire::putBytes;
-
-int remainingMs(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
-}
 
 // Failures inside one request, before the op/key/server context is added.
 struct IoFailure {
@@ -55,46 +46,23 @@ class TcpStoreClient::Connection {
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
     }
-    published_fd_ = fd_;
+    published_fd_ = fd_.get();
   }
-  ~Connection() {
-    published_fd_ = -1;
-    if (fd_ >= 0) ::close(fd_);
-  }
+  ~Connection() { published_fd_ = -1; }
 
   void send(const std::string& bytes, Clock::time_point deadline) {
-    size_t sent = 0;
-    while (sent < bytes.size()) {
-      ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        sent += static_cast<size_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        pollFor(POLLOUT, deadline);
-        continue;
-      }
-      throw IoFailure{false, std::string("send failed: ") + std::strerror(errno)};
+    try {
+      sendAll(fd_.get(), bytes, deadline);
+    } catch (const SocketError& e) {
+      throw failureOf(e);
     }
   }
 
   void receive(void* out, size_t length, Clock::time_point deadline) {
-    auto* p = static_cast<char*>(out);
-    size_t got = 0;
-    while (got < length) {
-      ssize_t n = ::recv(fd_, p + got, length - got, MSG_DONTWAIT);
-      if (n > 0) {
-        got += static_cast<size_t>(n);
-        continue;
-      }
-      if (n == 0) throw IoFailure{false, "the server closed the connection"};
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        pollFor(POLLIN, deadline);
-        continue;
-      }
-      throw IoFailure{false, std::string("receive failed: ") + std::strerror(errno)};
+    try {
+      recvAll(fd_.get(), {static_cast<std::byte*>(out), length}, deadline);
+    } catch (const SocketError& e) {
+      throw failureOf(e);
     }
   }
 
@@ -116,7 +84,7 @@ class TcpStoreClient::Connection {
   std::string localAddress() const {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+    if (::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
     char buf[INET6_ADDRSTRLEN] = {};
     if (addr.ss_family == AF_INET) {
       ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, buf, sizeof buf);
@@ -127,57 +95,26 @@ class TcpStoreClient::Connection {
   }
 
  private:
-  void pollFor(short events, Clock::time_point deadline) {
-    for (;;) {
-      pollfd p{fd_, events, 0};
-      int ms = remainingMs(deadline);
-      int r = ::poll(&p, 1, ms);
-      if (r > 0) return;
-      if (r == 0) throw IoFailure{true, "timed out"};
-      if (errno != EINTR) throw IoFailure{false, std::string("poll failed: ") + std::strerror(errno)};
-    }
+  // In the store's words: "timed out", "send failed: ...", "the server closed the connection".
+  static IoFailure failureOf(const SocketError& e) {
+    return IoFailure{e.timedOut(), e.peerClosed() ? "the server closed the connection" : e.what()};
   }
 
+  // Each address gets at most 5 s, so one that drops SYNs leaves time for the next.
   bool tryConnect(const StoreClientOptions& options, Clock::time_point deadline, std::string& error) {
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_family = AF_UNSPEC;
-    addrinfo* found = nullptr;
-    std::string port = std::to_string(options.port);
-    int rc = ::getaddrinfo(options.host.c_str(), port.c_str(), &hints, &found);
-    if (rc != 0) {
-      error = std::string("cannot resolve host: ") + ::gai_strerror(rc);
+    try {
+      fd_ = connectTcp(options.host, std::to_string(options.port), deadline, std::chrono::milliseconds(5000));
+    } catch (const SocketError& e) {
+      // The bare reason ("Connection refused"), as this message has always given it.
+      error = e.code() != 0 ? std::strerror(e.code()) : e.what();
       return false;
     }
-    bool connected = false;
-    for (addrinfo* ai = found; ai && !connected; ai = ai->ai_next) {
-      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-      if (fd < 0) continue;
-      int r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-      if (r != 0 && errno == EINPROGRESS) {
-        pollfd p{fd, POLLOUT, 0};
-        int waited = ::poll(&p, 1, std::max(1, std::min(remainingMs(deadline), 5000)));
-        int so_error = 0;
-        socklen_t len = sizeof so_error;
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len);
-        r = waited > 0 && so_error == 0 ? 0 : -1;
-        errno = waited > 0 ? so_error : ETIMEDOUT;
-      }
-      if (r == 0) {
-        int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        fd_ = fd;
-        connected = true;
-      } else {
-        error = std::strerror(errno);
-        ::close(fd);
-      }
-    }
-    ::freeaddrinfo(found);
-    return connected;
+    int one = 1;
+    ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return true;
   }
 
-  int fd_ = -1;
+  UniqueFd fd_;
   std::atomic<int>& published_fd_;
 };
 

@@ -3,16 +3,13 @@
 // Python's json module (a parser the tests do not have to trust ddprun for).
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/socket_io.h"
 #include "tests/support/test_process.h"
 
 namespace ddprun::testing::ops {
@@ -37,29 +34,27 @@ inline std::vector<std::string> withShell(std::vector<std::string> args, const s
 // One request to 127.0.0.1:port; returns what came back before the server closed (empty
 // when nothing could connect), all within `timeout`.
 inline std::string httpRequest(int port, const std::string& request, std::chrono::milliseconds timeout = 5s) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  UniqueFd fd;
+  try {
+    fd = connectTcp("127.0.0.1", std::to_string(port), deadline);
+  } catch (const SocketError&) {
     return "";
   }
-  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string response;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-    char buf[4096];
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    response.append(buf, static_cast<size_t>(n));
+  try {
+    sendAll(fd.get(), request, deadline);
+  } catch (const SocketError&) {
+    // A server that stopped reading (a head over its limit) may still have answered.
   }
-  ::close(fd);
+  std::string response;
+  try {
+    char buf[4096];
+    while (waitReady(fd.get(), POLLIN, deadline)) {
+      response.append(buf, recvSome(fd.get(), std::as_writable_bytes(std::span(buf))));
+    }
+  } catch (const SocketError&) {
+    // The end of the answer: the server closed (or reset) the connection.
+  }
   return response;
 }
 

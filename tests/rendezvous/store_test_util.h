@@ -3,14 +3,10 @@
 // options with short, bounded timeouts.
 #pragma once
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/socket_io.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/wire_protocol.h"
@@ -73,59 +70,34 @@ inline std::string validateFrame() { return Frame(wire::Command::kValidate).u32(
 class RawConnection {
  public:
   explicit RawConnection(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd_ < 0) throw std::runtime_error("socket failed");
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      int err = errno;
-      ::close(fd_);
-      throw std::runtime_error(std::string("connect to the store failed: ") + std::strerror(err));
+    try {
+      fd_ = connectTcp("127.0.0.1", std::to_string(port), Clock::now() + 5s);
+    } catch (const SocketError& e) {
+      throw std::runtime_error(std::string("connect to the store failed: ") + e.what());
     }
     int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
-  ~RawConnection() { close(); }
-  RawConnection(const RawConnection&) = delete;
-  RawConnection& operator=(const RawConnection&) = delete;
 
   // Sends everything within `timeout`; false when the peer is gone or it did not fit in time.
   bool send(const std::string& bytes, std::chrono::milliseconds timeout = 5s) {
-    const auto deadline = Clock::now() + timeout;
-    size_t sent = 0;
-    while (sent < bytes.size()) {
-      ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        sent += static_cast<size_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (!pollFor(POLLOUT, deadline)) return false;
-        continue;
-      }
+    try {
+      sendAll(fd_.get(), bytes, Clock::now() + timeout);
+      return true;
+    } catch (const SocketError&) {
       return false;
     }
-    return true;
   }
 
   // Exactly `n` bytes within `timeout`, or nothing (closed, reset or timed out).
   std::optional<std::string> read(size_t n, std::chrono::milliseconds timeout = 5s) {
-    const auto deadline = Clock::now() + timeout;
     std::string out(n, '\0');
-    size_t got = 0;
-    while (got < n) {
-      if (!pollFor(POLLIN, deadline)) return std::nullopt;
-      ssize_t r = ::recv(fd_, out.data() + got, n - got, MSG_DONTWAIT);
-      if (r > 0) {
-        got += static_cast<size_t>(r);
-      } else if (r == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        return std::nullopt;
-      }
+    try {
+      recvAll(fd_.get(), std::as_writable_bytes(std::span(out)), Clock::now() + timeout);
+      return out;
+    } catch (const SocketError&) {
+      return std::nullopt;
     }
-    return out;
   }
 
   template <class T>
@@ -147,41 +119,23 @@ class RawConnection {
   bool closedByPeerWithin(std::chrono::milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
     char buf[4096];
-    for (;;) {
-      if (!pollFor(POLLIN, deadline)) return false;
-      ssize_t r = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
-      if (r == 0) return true;
-      if (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return true;
+    try {
+      while (waitReady(fd_.get(), POLLIN, deadline)) recvSome(fd_.get(), std::as_writable_bytes(std::span(buf)));
+    } catch (const SocketError&) {
+      return true;  // the end of the stream, or a reset
     }
+    return false;
   }
 
   // True when nothing arrives and the connection stays open for `period`.
-  bool quietFor(std::chrono::milliseconds period) {
-    pollfd p{fd_, POLLIN, 0};
-    return ::poll(&p, 1, static_cast<int>(period.count())) == 0;
-  }
+  bool quietFor(std::chrono::milliseconds period) { return !waitReady(fd_.get(), POLLIN, Clock::now() + period); }
 
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
+  void close() { fd_.reset(); }
 
  private:
-  bool pollFor(short events, Clock::time_point deadline) {
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left < 0) left = 0;
-      pollfd p{fd_, events, 0};
-      int r = ::poll(&p, 1, static_cast<int>(left));
-      if (r > 0) return true;
-      if (r == 0) return false;
-      if (errno != EINTR) return false;
-    }
-  }
-
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 inline StoreServerOptions localServerOptions() {

@@ -28,9 +28,12 @@ std::string testWorkerPath() { return binDir() + "/ddprun_test_worker"; }
 
 TestProcess::TestProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    throw std::runtime_error("pipe2 failed");
-  }
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  out_fd_.reset(out_pipe[0]);
+  UniqueFd out_write(out_pipe[1]);
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  err_fd_.reset(err_pipe[0]);
+  UniqueFd err_write(err_pipe[1]);
   // Build argv/envp before fork: the child only calls async-signal-safe functions.
   std::map<std::string, std::string> merged;
   for (char** e = environ; *e; ++e) {
@@ -59,16 +62,13 @@ TestProcess::TestProcess(const std::vector<std::string>& argv, const std::map<st
     ::setpgid(0, 0);
     int devnull = ::open("/dev/null", O_RDONLY);
     ::dup2(devnull, 0);
-    ::dup2(out_pipe[1], 1);
-    ::dup2(err_pipe[1], 2);
+    ::dup2(out_write.get(), 1);
+    ::dup2(err_write.get(), 2);
     ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
   ::setpgid(pid_, pid_);
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  out_fd_ = out_pipe[0];
-  err_fd_ = err_pipe[0];
+  // out_write and err_write close here: the child holds the only write ends, so its exit is EOF.
 }
 
 TestProcess::~TestProcess() {
@@ -77,12 +77,10 @@ TestProcess::~TestProcess() {
     ::kill(pid_, SIGKILL);
     reap(true);
   }
-  if (out_fd_ >= 0) ::close(out_fd_);
-  if (err_fd_ >= 0) ::close(err_fd_);
 }
 
 void TestProcess::pump(std::chrono::milliseconds slice) {
-  pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+  pollfd fds[2] = {{out_fd_.get(), POLLIN, 0}, {err_fd_.get(), POLLIN, 0}};
   int n = ::poll(fds, 2, static_cast<int>(slice.count()));
   if (n <= 0) return;
   char buf[65536];
@@ -92,8 +90,7 @@ void TestProcess::pump(std::chrono::milliseconds slice) {
     if (got > 0) {
       (i == 0 ? out_ : err_).append(buf, static_cast<size_t>(got));
     } else if (got == 0) {
-      ::close(fds[i].fd);
-      (i == 0 ? out_fd_ : err_fd_) = -1;
+      (i == 0 ? out_fd_ : err_fd_).reset();
     }
   }
 }
@@ -113,7 +110,7 @@ bool TestProcess::waitForOutput(const std::string& needle, std::chrono::millisec
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (countOf(out_ + err_, needle) < count) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
-    if (out_fd_ < 0 && err_fd_ < 0) {
+    if (!out_fd_ && !err_fd_) {
       reap(false);
       if (exited_) return false;
       std::this_thread::sleep_for(10ms);
@@ -128,9 +125,9 @@ bool TestProcess::wait(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     reap(false);
-    if (exited_ && out_fd_ < 0 && err_fd_ < 0) return true;
+    if (exited_ && !out_fd_ && !err_fd_) return true;
     if (std::chrono::steady_clock::now() >= deadline) return exited_;
-    if (out_fd_ < 0 && err_fd_ < 0) {
+    if (!out_fd_ && !err_fd_) {
       std::this_thread::sleep_for(5ms);
     } else {
       pump(20ms);
@@ -173,14 +170,13 @@ TempDir::~TempDir() {
 }
 
 int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
   return ntohs(addr.sin_port);
 }
 

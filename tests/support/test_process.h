@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.h"
+
 namespace ddprun::testing {
 
 using namespace std::chrono_literals;
@@ -49,8 +51,8 @@ class TestProcess {
   void reap(bool block);
 
   pid_t pid_ = -1;
-  int out_fd_ = -1;
-  int err_fd_ = -1;
+  UniqueFd out_fd_;  // closed at the end of the stream
+  UniqueFd err_fd_;
   bool exited_ = false;
   int exit_code_ = -1;
   int term_signal_ = 0;

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/unique_fd.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun;
@@ -17,26 +18,22 @@ using namespace ddprun::testing;
 namespace {
 
 struct Pipe {
-  int read_end = -1;
-  int write_end = -1;
+  UniqueFd read_end;
+  UniqueFd write_end;
   Pipe() {
     int fds[2];
     REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
-    read_end = fds[0];
-    write_end = fds[1];
-  }
-  ~Pipe() {
-    if (read_end >= 0) ::close(read_end);
-    if (write_end >= 0) ::close(write_end);
+    read_end.reset(fds[0]);
+    write_end.reset(fds[1]);
   }
   // Reads what is there, waiting at most `ms` for the first byte.
   std::string drain(int ms) {
     std::string out;
     char buf[65536];
     for (;;) {
-      pollfd p{read_end, POLLIN, 0};
+      pollfd p{read_end.get(), POLLIN, 0};
       if (::poll(&p, 1, out.empty() ? ms : 0) <= 0) return out;
-      ssize_t n = ::read(read_end, buf, sizeof buf);
+      ssize_t n = ::read(read_end.get(), buf, sizeof buf);
       if (n <= 0) return out;
       out.append(buf, static_cast<size_t>(n));
     }
@@ -48,8 +45,8 @@ struct Pipe {
 TEST_CASE("the console writer keeps each stream's lines in order", "[console_writer]") {
   Pipe out, err;
   ConsoleWriter::Options options;
-  options.stdout_fd = out.write_end;
-  options.stderr_fd = err.write_end;
+  options.stdout_fd = out.write_end.get();
+  options.stderr_fd = err.write_end.get();
   ConsoleWriter writer(options);
   CHECK(writer.write(ConsoleStream::kStdout, "one\n"));
   CHECK(writer.write(ConsoleStream::kStderr, "err\n"));
@@ -65,8 +62,8 @@ TEST_CASE("a console nobody reads never blocks the writer's callers and lines ov
   Pipe out;
   std::atomic<uint64_t> reported{0};
   ConsoleWriter::Options options;
-  options.stdout_fd = out.write_end;
-  options.stderr_fd = out.write_end;
+  options.stdout_fd = out.write_end.get();
+  options.stderr_fd = out.write_end.get();
   options.capacity = 64 * 1024;
   options.report_interval = std::chrono::milliseconds(0);
   options.on_dropped = [&](uint64_t n) { reported += n; };
@@ -98,13 +95,12 @@ TEST_CASE("destroying a writer stuck on a stalled console does not wait for the 
   Pipe out;
   {
     ConsoleWriter::Options options;
-    options.stdout_fd = out.write_end;
+    options.stdout_fd = out.write_end.get();
     ConsoleWriter writer(options);
     const std::string chunk(1 << 20, 'y');
     for (int i = 0; i < 3; ++i) writer.write(ConsoleStream::kStdout, chunk);
     CHECK_FALSE(writer.finish(std::chrono::milliseconds(100)));
   }  // returns after at most kDestroyTimeout, its thread left in write()
   // That thread gets EPIPE once the reader is gone, and ends.
-  ::close(out.read_end);
-  out.read_end = -1;
+  out.read_end.reset();
 }

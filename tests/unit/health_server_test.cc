@@ -1,15 +1,11 @@
 #include "agent/health_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
+#include "common/socket_io.h"
 #include "tests/e2e/ops_support.h"
 
 using ddprun::agent::HealthServer;
@@ -47,17 +43,11 @@ TEST_CASE("a bad address or a taken port is a usage error", "[health]") {
 namespace {
 
 // A TCP connection to 127.0.0.1:port that sends nothing (a stalled or hostile client).
-int idleConnection(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    fd = -1;
-  }
-  return fd;
+// Throws SocketError when none is made within 30 s (a SYN dropped on a full backlog is
+// sent again after 1 s, 3 s, ...).
+ddprun::UniqueFd idleConnection(int port) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  return ddprun::connectTcp("127.0.0.1", std::to_string(port), deadline);
 }
 
 }  // namespace
@@ -67,15 +57,11 @@ TEST_CASE("idle connections do not delay a probe, past the connection cap too", 
   server.update(true, "{\"state\":\"running\"}");
   for (int count : {10, 200}) {
     INFO(count << " idle connections");
-    std::vector<int> idle;
-    for (int i = 0; i < count; ++i) {
-      int fd = idleConnection(server.port());
-      REQUIRE(fd >= 0);
-      idle.push_back(fd);
-    }
+    std::vector<ddprun::UniqueFd> idle;
+    for (int i = 0; i < count; ++i) idle.push_back(idleConnection(server.port()));
     // Served one at a time, each idle connection held the next probe for up to 2 s: the
     // probe (5 s to answer) went unanswered.
     CHECK(httpGet(server.port()).rfind("HTTP/1.1 200 OK", 0) == 0);
-    for (int fd : idle) ::close(fd);
+    idle.clear();
   }
 }

@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::checkpoint {
 namespace {
@@ -101,29 +102,25 @@ void writeFileAtomically(const std::string& path, const std::string& header, con
   const std::string temp = tempPathFor(target.parent_path().empty() ? fs::path(".") / target : target);
   const std::string op = "checkpoint save(" + path + ")";
 
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) DDPRUN_CKPT_THROW_ERRNO(op + ": create " + temp);
+  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) DDPRUN_CKPT_THROW_ERRNO(op + ": create " + temp);
   try {
-    writeAll(fd, header.data(), header.size(), op + ": write " + temp);
-    writeAll(fd, payload.data(), payload.size(), op + ": write " + temp);
-    if (::fsync(fd) != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": fsync " + temp);
-    int rc = ::close(fd);
-    fd = -1;
-    if (rc != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": close " + temp);
+    writeAll(fd.get(), header.data(), header.size(), op + ": write " + temp);
+    writeAll(fd.get(), payload.data(), payload.size(), op + ": write " + temp);
+    if (::fsync(fd.get()) != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": fsync " + temp);
+    // close can report a write the file system deferred (NFS, quotas): it is checked.
+    if (const int err = fd.close(); err != 0) throw SystemError(op + ": close " + temp, err);
     if (::rename(temp.c_str(), path.c_str()) != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": rename " + temp);
   } catch (...) {
-    if (fd >= 0) ::close(fd);
+    fd.reset();
     ::unlink(temp.c_str());
     throw;
   }
   // The rename is durable only once the directory entry is: without this a power loss
   // could bring back the old name (or none) after the caller was told the save happened.
-  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) DDPRUN_CKPT_THROW_ERRNO(op + ": open directory " + dir.string());
-  int rc = ::fsync(dir_fd);
-  int err = errno;
-  ::close(dir_fd);
-  if (rc != 0) throw SystemError(op + ": fsync directory " + dir.string(), err);
+  const UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd) DDPRUN_CKPT_THROW_ERRNO(op + ": open directory " + dir.string());
+  if (::fsync(dir_fd.get()) != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": fsync directory " + dir.string());
 }
 
 // Reads exactly `size` bytes at the current offset of fd into out (resized to what was read).
@@ -145,46 +142,41 @@ void readFully(int fd, std::string& out, size_t size, const std::string& op) {
 // file's: a huge sparse or foreign file costs 32 bytes, not its apparent size.
 std::string readPayload(const std::string& path) {
   const std::string op = "checkpoint load(" + path + ")";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) DDPRUN_CKPT_THROW_ERRNO(op + ": open");
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) DDPRUN_CKPT_THROW_ERRNO(op + ": open");
   std::string header;
   std::string bytes;
   uint64_t file_size = 0;
   uint32_t crc = 0;
-  try {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": stat");
-    file_size = static_cast<uint64_t>(st.st_size);
-    readFully(fd, header, kHeaderSize, op);
-    if (header.size() < kHeaderSize || !std::equal(kMagic.begin(), kMagic.end(), header.begin())) {
-      throw DdprunError(op + ": not a ddprun checkpoint (" + std::to_string(file_size) +
-                        " bytes, no DDPRUNCK header)");
-    }
-    const auto version = static_cast<uint32_t>(getLe(header.data() + 8, 4));
-    if (version != kFormatVersion) {
-      throw DdprunError(op + ": format version " + std::to_string(version) + ", this build reads " +
-                        std::to_string(kFormatVersion));
-    }
-    crc = static_cast<uint32_t>(getLe(header.data() + 12, 4));
-    const uint64_t size = getLe(header.data() + 16, 8);
-    if (size != file_size - kHeaderSize) {
-      throw DdprunError(op + ": truncated or padded: header says " + std::to_string(size) +
-                        " bytes of payload, file has " + std::to_string(file_size - kHeaderSize));
-    }
-    try {
-      readFully(fd, bytes, static_cast<size_t>(size), op);
-    } catch (const std::bad_alloc&) {
-      throw DdprunError(op + ": its " + std::to_string(size) + "-byte payload does not fit in memory");
-    }
-    if (bytes.size() != size) {
-      throw DdprunError(op + ": truncated while reading: " + std::to_string(bytes.size()) + " of " +
-                        std::to_string(size) + " bytes of payload");
-    }
-  } catch (...) {
-    ::close(fd);
-    throw;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) DDPRUN_CKPT_THROW_ERRNO(op + ": stat");
+  file_size = static_cast<uint64_t>(st.st_size);
+  readFully(fd.get(), header, kHeaderSize, op);
+  if (header.size() < kHeaderSize || !std::equal(kMagic.begin(), kMagic.end(), header.begin())) {
+    throw DdprunError(op + ": not a ddprun checkpoint (" + std::to_string(file_size) +
+                      " bytes, no DDPRUNCK header)");
   }
-  ::close(fd);
+  const auto version = static_cast<uint32_t>(getLe(header.data() + 8, 4));
+  if (version != kFormatVersion) {
+    throw DdprunError(op + ": format version " + std::to_string(version) + ", this build reads " +
+                      std::to_string(kFormatVersion));
+  }
+  crc = static_cast<uint32_t>(getLe(header.data() + 12, 4));
+  const uint64_t size = getLe(header.data() + 16, 8);
+  if (size != file_size - kHeaderSize) {
+    throw DdprunError(op + ": truncated or padded: header says " + std::to_string(size) +
+                      " bytes of payload, file has " + std::to_string(file_size - kHeaderSize));
+  }
+  try {
+    readFully(fd.get(), bytes, static_cast<size_t>(size), op);
+  } catch (const std::bad_alloc&) {
+    throw DdprunError(op + ": its " + std::to_string(size) + "-byte payload does not fit in memory");
+  }
+  if (bytes.size() != size) {
+    throw DdprunError(op + ": truncated while reading: " + std::to_string(bytes.size()) + " of " +
+                      std::to_string(size) + " bytes of payload");
+  }
+  fd.reset();
   const uint32_t actual = crc32Of(bytes.data(), bytes.size());
   if (actual != crc) {
     char detail[96];

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "common/socket_io.h"
+
 namespace ddprun::runtime {
 namespace {
 
@@ -20,8 +22,8 @@ struct IoError {
 }  // namespace
 
 P2PEngine::P2PEngine(TcpMesh& mesh) : mesh_(mesh), peers_(mesh.size()) {
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) throw DdprunError(std::string("eventfd: ") + std::strerror(errno));
+  wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_) throw DdprunError(std::string("eventfd: ") + std::strerror(errno));
   thread_ = std::thread([this] { run(); });
 }
 
@@ -32,12 +34,11 @@ P2PEngine::~P2PEngine() {
   }
   wake();
   thread_.join();
-  ::close(wake_fd_);
 }
 
 void P2PEngine::wake() {
   uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
 }
 
 WorkPtr P2PEngine::send(int peer, int64_t tag, const void* data, size_t bytes, Clock::time_point deadline,
@@ -89,17 +90,16 @@ void P2PEngine::failPeer(int peer, const std::string& why) {
 
 bool P2PEngine::progressSend(int peer, Op& op) {
   const int fd = mesh_.fd(peer, Channel::kPointToPoint);
-  while (op.done < 16 + op.bytes) {
-    const char* src = op.done < 16 ? op.header + op.done : op.data + (op.done - 16);
-    size_t want = op.done < 16 ? 16 - op.done : op.bytes - (op.done - 16);
-    ssize_t n = ::send(fd, src, want, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      op.done += static_cast<size_t>(n);
-      continue;
+  try {
+    while (op.done < 16 + op.bytes) {
+      const char* src = op.done < 16 ? op.header + op.done : op.data + (op.done - 16);
+      size_t want = op.done < 16 ? 16 - op.done : op.bytes - (op.done - 16);
+      const size_t n = sendSome(fd, std::as_bytes(std::span(src, want)));
+      if (n == 0) return false;
+      op.done += n;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-    throw IoError{std::string("connection broken: ") + std::strerror(errno)};
+  } catch (const SocketError& e) {
+    throw IoError{std::string("connection broken: ") + std::strerror(e.code())};
   }
   return true;
 }
@@ -109,25 +109,25 @@ bool P2PEngine::progressRecv(int peer, Op& op) {
   while (op.done < 16 + op.bytes) {
     char* dst = op.done < 16 ? op.header + op.done : op.data + (op.done - 16);
     size_t want = op.done < 16 ? 16 - op.done : op.bytes - (op.done - 16);
-    ssize_t n = ::recv(fd, dst, want, MSG_DONTWAIT);
-    if (n > 0) {
-      op.done += static_cast<size_t>(n);
-      if (op.done == 16) {
-        int64_t tag = 0;
-        uint64_t size = 0;
-        std::memcpy(&tag, op.header, 8);
-        std::memcpy(&size, op.header + 8, 8);
-        if (tag != op.tag || size != op.bytes) {
-          throw IoError{fmt::format("message mismatch: expected tag {} with {} bytes, rank {} sent tag {} with {} bytes",
-                                    op.tag, op.bytes, peer, tag, size)};
-        }
-      }
-      continue;
+    size_t n = 0;
+    try {
+      n = recvSome(fd, std::as_writable_bytes(std::span(dst, want)));
+    } catch (const SocketError& e) {
+      if (e.peerClosed()) throw IoError{"connection closed (peer died?)"};
+      throw IoError{std::string("connection broken: ") + std::strerror(e.code())};
     }
-    if (n == 0) throw IoError{"connection closed (peer died?)"};
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-    throw IoError{std::string("connection broken: ") + std::strerror(errno)};
+    if (n == 0) return false;
+    op.done += n;
+    if (op.done == 16) {
+      int64_t tag = 0;
+      uint64_t size = 0;
+      std::memcpy(&tag, op.header, 8);
+      std::memcpy(&size, op.header + 8, 8);
+      if (tag != op.tag || size != op.bytes) {
+        throw IoError{fmt::format("message mismatch: expected tag {} with {} bytes, rank {} sent tag {} with {} bytes",
+                                  op.tag, op.bytes, peer, tag, size)};
+      }
+    }
   }
   return true;
 }
@@ -147,7 +147,7 @@ void P2PEngine::run() {
   for (;;) {
     fds.clear();
     fd_peer.clear();
-    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({wake_fd_.get(), POLLIN, 0});
     fd_peer.push_back(-1);
     Clock::time_point nearest = Clock::time_point::max();
     {
@@ -166,15 +166,10 @@ void P2PEngine::run() {
         if (!p.recvs.empty()) nearest = std::min(nearest, p.recvs.front().deadline);
       }
     }
-    int timeout_ms = -1;
-    if (nearest != Clock::time_point::max()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(nearest - Clock::now()).count();
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(left + 1, 0, 1 << 30));
-    }
-    ::poll(fds.data(), fds.size(), timeout_ms);
+    ::poll(fds.data(), fds.size(), pollTimeoutMs(nearest));
     if (fds[0].revents) {
       uint64_t drained;
-      [[maybe_unused]] ssize_t n = ::read(wake_fd_, &drained, sizeof drained);
+      [[maybe_unused]] ssize_t n = ::read(wake_fd_.get(), &drained, sizeof drained);
     }
     std::lock_guard lock(mutex_);
     for (size_t i = 1; i < fds.size(); ++i) {

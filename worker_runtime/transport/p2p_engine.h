@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "worker_runtime/transport/tcp_mesh.h"
 #include "worker_runtime/work.h"
 
@@ -60,7 +61,7 @@ class P2PEngine {
   std::mutex mutex_;
   std::vector<Peer> peers_;
   bool stopping_ = false;
-  int wake_fd_ = -1;
+  UniqueFd wake_fd_;  // eventfd: makes the thread's poll() look at the queues again
   std::thread thread_;
 };
 

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::runtime {
 
@@ -19,17 +20,17 @@ ShmSegment::ShmSegment(rendezvous::Store& store, const std::string& prefix, int 
     : bytes_(bytes) {
   const std::string name_key = prefix + "shm/name";
   std::string name;
-  int fd = -1;
+  UniqueFd fd;
   if (rank == 0) {
     std::random_device device;
     const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
     name = fmt::format("/ddprun-{}-{}-{:08x}", run_id ? run_id : "job", ::getpid(), device());
-    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    fd.reset(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
     // An unusable segment is reported through the store too, so no rank waits for it.
-    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    if (!fd || ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
       int err = errno;
-      if (fd >= 0) {
-        ::close(fd);
+      if (fd) {
+        fd.reset();
         ::shm_unlink(name.c_str());
       }
       store.set(name_key, "");
@@ -39,12 +40,12 @@ ShmSegment::ShmSegment(rendezvous::Store& store, const std::string& prefix, int 
   } else {
     name = store.get(name_key);
     if (name.empty()) throw DdprunError("rank 0 could not create the shared memory segment");
-    fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) throw DdprunError(fmt::format("shm_open({}): {}", name, std::strerror(errno)));
+    fd.reset(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600));
+    if (!fd) throw DdprunError(fmt::format("shm_open({}): {}", name, std::strerror(errno)));
   }
-  data_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  data_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   const int err = errno;
-  ::close(fd);
+  fd.reset();
   if (data_ == MAP_FAILED) {
     data_ = nullptr;
     store.add(prefix + "shm/failed", 1);

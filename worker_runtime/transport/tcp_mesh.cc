@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "common/socket_io.h"
+
 namespace ddprun::runtime {
 namespace {
 
@@ -26,11 +28,6 @@ struct Hello {
   uint8_t channel;
 };
 
-int remainingMs(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
-}
-
 void tune(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -39,67 +36,44 @@ void tune(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-// Blocking-with-deadline exact write/read for the small hello frames.
-void writeExact(int fd, const void* data, size_t bytes, Clock::time_point deadline, const std::string& peer) {
-  auto* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL);
-    if (n > 0) {
-      p += n;
-      bytes -= static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd pfd{fd, POLLOUT, 0};
-      if (::poll(&pfd, 1, remainingMs(deadline)) == 0) throw PeerError("connecting to " + peer + ": timed out");
-      continue;
-    }
-    throw PeerError("connecting to " + peer + ": " + std::strerror(errno));
+// The mesh's words for a failed socket call: "timed out", `closed`, or strerror alone.
+std::string reason(const SocketError& e, const char* closed) {
+  if (e.timedOut()) return "timed out";
+  if (e.peerClosed()) return closed;
+  return std::strerror(e.code());
+}
+
+void sendHello(int fd, const Hello& hello, Clock::time_point deadline, const std::string& peer) {
+  try {
+    sendAll(fd, std::as_bytes(std::span(&hello, 1)), deadline);
+  } catch (const SocketError& e) {
+    throw PeerError("connecting to " + peer + ": " + reason(e, "connection closed"));
   }
 }
 
-void readExact(int fd, void* data, size_t bytes, Clock::time_point deadline, const std::string& peer) {
-  auto* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::recv(fd, p, bytes, 0);
-    if (n > 0) {
-      p += n;
-      bytes -= static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0) throw PeerError("handshake with " + peer + ": connection closed");
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      pollfd pfd{fd, POLLIN, 0};
-      if (::poll(&pfd, 1, remainingMs(deadline)) == 0) throw PeerError("handshake with " + peer + ": timed out");
-      continue;
-    }
-    throw PeerError("handshake with " + peer + ": " + std::strerror(errno));
+// Bounded by the deadline even when the peer connects and then sends nothing: a stray
+// connection once held the accepting rank in a blocking recv() for good.
+Hello receiveHello(int fd, Clock::time_point deadline, const std::string& peer) {
+  Hello hello{};
+  try {
+    recvAll(fd, std::as_writable_bytes(std::span(&hello, 1)), deadline);
+  } catch (const SocketError& e) {
+    throw PeerError("handshake with " + peer + ": " + reason(e, "connection closed"));
   }
+  return hello;
 }
 
-int connectTo(const std::string& address, Clock::time_point deadline, const std::string& peer) {
+UniqueFd connectTo(const std::string& address, Clock::time_point deadline, const std::string& peer) {
   auto colon = address.rfind(':');
   std::string host = address.substr(0, colon);
   std::string port = address.substr(colon + 1);
   if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
   auto backoff = std::chrono::milliseconds(5);
   for (;;) {
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) == 0) {
-      for (addrinfo* ai = found; ai; ai = ai->ai_next) {
-        int fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) continue;
-        if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-          ::freeaddrinfo(found);
-          return fd;
-        }
-        ::close(fd);
-      }
-      ::freeaddrinfo(found);
+    try {
+      return connectTcp(host, port, deadline);
+    } catch (const SocketError&) {
+      // Not listening yet (or not reachable yet): try again until the deadline.
     }
     if (Clock::now() + backoff >= deadline) throw PeerError("cannot connect to " + peer + " at " + address);
     std::this_thread::sleep_for(backoff);
@@ -111,7 +85,7 @@ int connectTo(const std::string& address, Clock::time_point deadline, const std:
 
 TcpMesh::TcpMesh(rendezvous::Store& store, const std::string& prefix, int rank, int size, const std::string& address,
                  std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), addresses_(size), collective_fds_(size, -1), p2p_fds_(size, -1) {
+    : rank_(rank), size_(size), addresses_(size), collective_fds_(size), p2p_fds_(size) {
   const auto deadline = Clock::now() + timeout;
   if (size == 1) return;
   // Listen on this rank's address, on a port the kernel picks.
@@ -122,80 +96,69 @@ TcpMesh::TcpMesh(rendezvous::Store& store, const std::string& prefix, int rank, 
   if (::getaddrinfo(address.c_str(), "0", &hints, &found) != 0 || !found) {
     throw PeerError("rank " + std::to_string(rank) + ": cannot resolve its own address '" + address + "'");
   }
-  int listener = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listener < 0 || ::bind(listener, found->ai_addr, found->ai_addrlen) != 0 || ::listen(listener, 2 * size) != 0) {
+  UniqueFd listener(::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!listener || ::bind(listener.get(), found->ai_addr, found->ai_addrlen) != 0 ||
+      ::listen(listener.get(), 2 * size) != 0) {
     int err = errno;
     ::freeaddrinfo(found);
-    if (listener >= 0) ::close(listener);
     throw PeerError("rank " + std::to_string(rank) + ": cannot listen on " + address + ": " + std::strerror(err));
   }
   ::freeaddrinfo(found);
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&bound), &len);
+  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &len);
   int port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   const bool v6 = address.find(':') != std::string::npos;
   addresses_[rank] = (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
   store.set(prefix + "addr/" + std::to_string(rank), addresses_[rank]);
 
-  try {
-    // Connect to every lower rank, twice (one socket per channel).
-    for (int peer = 0; peer < rank; ++peer) {
-      addresses_[peer] = store.get(prefix + "addr/" + std::to_string(peer));
-      const std::string name = fmt::format("rank {} ({})", peer, addresses_[peer]);
-      for (Channel channel : {Channel::kCollective, Channel::kPointToPoint}) {
-        int fd = connectTo(addresses_[peer], deadline, name);
-        Hello hello{kHelloMagic, rank, static_cast<uint8_t>(channel)};
-        writeExact(fd, &hello, sizeof hello, deadline, name);
-        tune(fd);
-        (channel == Channel::kCollective ? collective_fds_ : p2p_fds_)[peer] = fd;
-      }
+  // Connect to every lower rank, twice (one socket per channel).
+  for (int peer = 0; peer < rank; ++peer) {
+    addresses_[peer] = store.get(prefix + "addr/" + std::to_string(peer));
+    const std::string name = fmt::format("rank {} ({})", peer, addresses_[peer]);
+    for (Channel channel : {Channel::kCollective, Channel::kPointToPoint}) {
+      UniqueFd fd = connectTo(addresses_[peer], deadline, name);
+      sendHello(fd.get(), Hello{kHelloMagic, rank, static_cast<uint8_t>(channel)}, deadline, name);
+      tune(fd.get());
+      (channel == Channel::kCollective ? collective_fds_ : p2p_fds_)[peer] = std::move(fd);
     }
-    // Accept every higher rank's two connections.
-    int expected = 2 * (size - 1 - rank);
-    while (expected > 0) {
-      pollfd pfd{listener, POLLIN, 0};
-      if (::poll(&pfd, 1, remainingMs(deadline)) == 0) {
-        std::string missing;
-        for (int peer = rank + 1; peer < size; ++peer) {
-          if (collective_fds_[peer] < 0 || p2p_fds_[peer] < 0) missing += " " + std::to_string(peer);
-        }
-        throw PeerError(fmt::format("rank {}: ranks{} did not connect within {} ms", rank, missing, timeout.count()));
-      }
-      int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      Hello hello{};
-      readExact(fd, &hello, sizeof hello, deadline, "a connecting peer");
-      if (hello.magic != kHelloMagic || hello.rank <= rank || hello.rank >= size || hello.channel > 1) {
-        ::close(fd);  // not one of ours
-        continue;
-      }
-      auto& slot = (hello.channel == 0 ? collective_fds_ : p2p_fds_)[hello.rank];
-      if (slot >= 0) ::close(slot);
-      slot = fd;
-      tune(fd);
-      --expected;
-    }
-    for (int peer = rank + 1; peer < size; ++peer) {
-      addresses_[peer] = store.get(prefix + "addr/" + std::to_string(peer));
-    }
-  } catch (...) {
-    ::close(listener);
-    for (int fd : collective_fds_) if (fd >= 0) ::close(fd);
-    for (int fd : p2p_fds_) if (fd >= 0) ::close(fd);
-    throw;
   }
-  ::close(listener);
+  // Accept every higher rank's two connections.
+  int expected = 2 * (size - 1 - rank);
+  while (expected > 0) {
+    bool ready = false;
+    try {
+      ready = waitReady(listener.get(), POLLIN, deadline);
+    } catch (const SocketError& e) {
+      throw PeerError(fmt::format("rank {}: waiting for ranks to connect: {}", rank, e.what()));
+    }
+    if (!ready) {
+      std::string missing;
+      for (int peer = rank + 1; peer < size; ++peer) {
+        if (!collective_fds_[peer] || !p2p_fds_[peer]) missing += " " + std::to_string(peer);
+      }
+      throw PeerError(fmt::format("rank {}: ranks{} did not connect within {} ms", rank, missing, timeout.count()));
+    }
+    UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd) continue;
+    const Hello hello = receiveHello(fd.get(), deadline, "a connecting peer");
+    if (hello.magic != kHelloMagic || hello.rank <= rank || hello.rank >= size || hello.channel > 1) {
+      continue;  // not one of ours: closed as `fd` goes
+    }
+    tune(fd.get());
+    (hello.channel == 0 ? collective_fds_ : p2p_fds_)[hello.rank] = std::move(fd);
+    --expected;
+  }
+  for (int peer = rank + 1; peer < size; ++peer) {
+    addresses_[peer] = store.get(prefix + "addr/" + std::to_string(peer));
+  }
 }
 
-TcpMesh::~TcpMesh() {
-  for (int fd : collective_fds_) if (fd >= 0) ::close(fd);
-  for (int fd : p2p_fds_) if (fd >= 0) ::close(fd);
-}
+TcpMesh::~TcpMesh() = default;
 
 int TcpMesh::fd(int peer, Channel channel) const {
-  return (channel == Channel::kCollective ? collective_fds_ : p2p_fds_)[peer];
+  return (channel == Channel::kCollective ? collective_fds_ : p2p_fds_)[peer].get();
 }
 
 void TcpMesh::exchange(std::span<Transfer> transfers, Clock::time_point deadline, const char* what) {
@@ -215,10 +178,10 @@ void TcpMesh::exchange(std::span<Transfer> transfers, Clock::time_point deadline
     owners.clear();
     for (auto& t : transfers) {
       if (t.done == t.bytes) continue;
-      fds.push_back({collective_fds_[t.peer], static_cast<short>(t.send ? POLLOUT : POLLIN), 0});
+      fds.push_back({collective_fds_[t.peer].get(), static_cast<short>(t.send ? POLLOUT : POLLIN), 0});
       owners.push_back(&t);
     }
-    int ready = ::poll(fds.data(), fds.size(), remainingMs(deadline));
+    int ready = ::poll(fds.data(), fds.size(), pollTimeoutMs(deadline));
     if (ready == 0) fail(*owners.front(), "timed out (peer hung or dead?)");
     if (ready < 0) {
       if (errno == EINTR) continue;
@@ -228,23 +191,20 @@ void TcpMesh::exchange(std::span<Transfer> transfers, Clock::time_point deadline
       if (fds[i].revents == 0) continue;
       Transfer& t = *owners[i];
       // Drain as much as the socket takes now; other transfers get their turn next loop.
-      while (t.done < t.bytes) {
-        char* base = static_cast<char*>(t.data) + t.done;
-        size_t want = t.bytes - t.done;
-        ssize_t n = t.send ? ::send(fds[i].fd, base, want, MSG_NOSIGNAL) : ::recv(fds[i].fd, base, want, 0);
-        if (n > 0) {
+      try {
+        while (t.done < t.bytes) {
+          std::span<std::byte> rest(static_cast<std::byte*>(t.data) + t.done, t.bytes - t.done);
+          const size_t n = t.send ? sendSome(fds[i].fd, rest) : recvSome(fds[i].fd, rest);
+          if (n == 0) break;  // the socket would block
           size_t before = t.done;
-          t.done += static_cast<size_t>(n);
+          t.done += n;
           if (!t.send && t.on_progress &&
               (t.done == t.bytes || t.progress_step == 0 || t.done / t.progress_step != before / t.progress_step)) {
             t.on_progress(t.done);
           }
-          continue;
         }
-        if (n == 0) fail(t, "closed the connection (peer died?)");
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        fail(t, std::strerror(errno));
+      } catch (const SocketError& e) {
+        fail(t, reason(e, "closed the connection (peer died?)"));
       }
       if (t.done == t.bytes) --pending;
     }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "rendezvous/store.h"
 #include "worker_runtime/transport/links.h"
 
@@ -38,8 +39,8 @@ class TcpMesh final : public Links {
   int rank_;
   int size_;
   std::vector<std::string> addresses_;
-  std::vector<int> collective_fds_;
-  std::vector<int> p2p_fds_;
+  std::vector<UniqueFd> collective_fds_;
+  std::vector<UniqueFd> p2p_fds_;
 };
 
 }  // namespace ddprun::runtime
