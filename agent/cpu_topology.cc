@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/env_names.h"
+#include "common/env_reader.h"
 #include "common/error.h"
 
 namespace ddprun::agent {
@@ -88,8 +90,7 @@ CpuTopology::CpuTopology(std::string root) : root_(root == "/" ? "" : std::move(
 }
 
 CpuTopology CpuTopology::fromEnvironment() {
-  const char* root = std::getenv(kTopologyRootEnv);
-  return CpuTopology(root ? root : "");
+  return CpuTopology(env::stringOr(env::kTopologyRoot, ""));
 }
 
 std::string CpuTopology::path(const std::string& relative) const { return root_ + "/" + relative; }

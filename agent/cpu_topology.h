@@ -3,7 +3,7 @@
 // its last-level cache, and which NUMA node a PCI device (a GPU) is attached to.
 //
 // Everything is read under a root directory that normally is "/"; tests point it at a fake
-// tree with the same file names (see kTopologyRootEnv). Files are read lazily, only those a
+// tree with the same file names (see env::kTopologyRoot). Files are read lazily, only those a
 // question needs, so asking about a few CPUs of a large host stays cheap.
 #pragma once
 
@@ -14,11 +14,6 @@
 #include <string_view>
 
 namespace ddprun::agent {
-
-// Only for tests: a directory standing in for "/" when reading sysfs (and
-// /proc/driver/nvidia), so that a test can describe a multi-socket host. When set, NVML is
-// not asked about GPUs either.
-inline constexpr const char* kTopologyRootEnv = "DDPRUN_TOPOLOGY_ROOT";
 
 using CpuSet = std::set<int>;
 
@@ -32,7 +27,7 @@ class CpuTopology {
  public:
   // `root`: the directory holding sys/ (and proc/); "" or "/" for the real host.
   explicit CpuTopology(std::string root);
-  // The root from kTopologyRootEnv, or the real host.
+  // The root from DDPRUN_TOPOLOGY_ROOT (env::kTopologyRoot), or the real host.
   static CpuTopology fromEnvironment();
 
   const std::string& root() const { return root_; }

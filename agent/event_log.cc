@@ -8,6 +8,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/env_names.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
@@ -26,7 +27,7 @@ std::string isoTimeUtc(int64_t unix_ms) {
 
 void checkAppendable(const std::string& path) {
   const UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!fd) throw UsageError(std::string(kEventsFileEnv) + "=" + path + ": cannot open: " + std::strerror(errno));
+  if (!fd) throw UsageError(std::string(env::kEventsFile) + "=" + path + ": cannot open: " + std::strerror(errno));
 }
 
 EventLog::EventLog(const std::vector<std::string>& paths, std::string run_id) : run_id_(std::move(run_id)) {

@@ -48,7 +48,5 @@ std::string isoTimeUtc(int64_t unix_ms);
 
 // The file name of the events log inside a run directory.
 inline constexpr const char* kEventsFileName = "events.jsonl";
-// The environment variable naming one more events file.
-inline constexpr const char* kEventsFileEnv = "DDPRUN_EVENTS_FILE";
 
 }  // namespace ddprun::agent

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "common/env_names.h"
 #include "common/error.h"
 
 namespace ddprun::agent {
@@ -115,7 +116,7 @@ std::vector<std::string> visibleGpuPciAddresses(const CpuTopology& topology) {
   }
   if (all.empty()) all = driverDevices(topology.root());
 
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const char* visible = std::getenv(env::kCudaVisibleDevices);
   if (!visible) return all;
   std::vector<std::string> picked;
   std::string_view list(visible);

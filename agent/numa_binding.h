@@ -41,7 +41,7 @@ struct CpuBinding {
 std::vector<CpuBinding> planNumaBinding(NumaMode mode, int nproc, CpuTopology& topology,
                                         const std::vector<int>& gpu_numa_nodes, const CpuSet& allowed);
 
-// The plan for this host: topology from sysfs (or kTopologyRootEnv), GPUs from
+// The plan for this host: topology from sysfs (or env::kTopologyRoot), GPUs from
 // visibleGpuPciAddresses(), `allowed` from ddprun's own affinity. Throws UsageError
 // starting with "--numa-binding=<mode>: " when no binding fits.
 std::vector<CpuBinding> planNumaBindingForHost(NumaMode mode, int nproc);

@@ -6,10 +6,13 @@
 //   ddprun --standalone --nproc_per_node=2 --no_python build/bin/rpc_rtt_bench [calls]
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "common/env_names.h"
+#include "common/env_reader.h"
 #include "worker_runtime/error_record.h"
 #include "worker_runtime/rpc/rpc.h"
 
@@ -18,13 +21,13 @@ namespace rpc = ddprun::rpc;
 int main(int argc, char** argv) {
   return ddprun::runtime::recordErrors([&] {
     const int calls = argc > 1 ? std::atoi(argv[1]) : 2000;
-    const char* r = std::getenv("RANK");
-    const char* w = std::getenv("WORLD_SIZE");
-    if (!r || !w || std::atoi(w) != 2 || calls < 1) {
+    namespace env = ddprun::env;
+    const auto world = env::optionalInteger(env::kWorldSize, 1, INT_MAX);
+    if (!world || *world != 2 || calls < 1) {
       std::fprintf(stderr, "usage: ddprun --standalone --nproc_per_node=2 --no_python rpc_rtt_bench [calls]\n");
       return 2;
     }
-    const int rank = std::atoi(r);
+    const int rank = env::requireInteger(env::kRank, 0, 1);
     rpc::register_function("add_scalar",
                            [](const rpc::Args& a) { return rpc::Value(a.at(0).toTensor() + a.at(1).toInt()); });
     rpc::init_rpc("w" + std::to_string(rank), rank, 2);

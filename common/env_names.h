@@ -34,6 +34,13 @@ inline constexpr const char* kRpcSecretFile = "DDPRUN_RPC_SECRET_FILE";
 // The secret itself, for workers started by another launcher.
 inline constexpr const char* kRpcSecret = "DDPRUN_RPC_SECRET";
 
+// Read by the workers (set by the user, not the agent).
+// 0: collectives of a group on one host go over TCP instead of shared memory.
+inline constexpr const char* kShm = "DDPRUN_SHM";
+// fashion_mnist's fault injection for the restart demo: crash at this step, on this rank.
+inline constexpr const char* kCrashAtStep = "DDPRUN_CRASH_AT_STEP";
+inline constexpr const char* kCrashRank = "DDPRUN_CRASH_RANK";
+
 // Read by the agent.
 inline constexpr const char* kLogLinePrefixTemplate = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
 inline constexpr const char* kPython = "PYTHON";
@@ -42,5 +49,21 @@ inline constexpr const char* kPythonExec = "PYTHON_EXEC";
 inline constexpr const char* kLogLevel = "DDPRUN_LOG_LEVEL";
 // 1: workers are contained by process groups only, even where cgroups v2 can be written.
 inline constexpr const char* kNoCgroups = "DDPRUN_NO_CGROUPS";
+// The rendezvous store's shared token (the agent, the store server, `ddprun status`).
+inline constexpr const char* kToken = "DDPRUN_TOKEN";
+// Where the agent appends its events too (one JSON object a line), besides the run directory.
+inline constexpr const char* kEventsFile = "DDPRUN_EVENTS_FILE";
+// Only for tests: a directory standing in for "/" when reading sysfs (and
+// /proc/driver/nvidia), so that a test can describe a multi-socket host. When set, NVML is
+// not asked about GPUs either.
+inline constexpr const char* kTopologyRoot = "DDPRUN_TOPOLOGY_ROOT";
+// Set by scripts/ddprun-slurm when it starts the per-node step itself from a batch
+// script: the job's SLURM_TASKS_PER_NODE, which srun replaces with the step's own.
+inline constexpr const char* kSlurmJobTasksPerNode = "DDPRUN_SLURM_JOB_TASKS_PER_NODE";
+// torch's agent settings, honoured by ddprun when the flag is not given.
+inline constexpr const char* kShutdownTimeout = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+inline constexpr const char* kHealthCheckPort = "TORCHELASTIC_HEALTH_CHECK_PORT";
+// Intel GPUs' CUDA_VISIBLE_DEVICES, counted by --nproc_per_node=gpu.
+inline constexpr const char* kZeAffinityMask = "ZE_AFFINITY_MASK";
 
 }  // namespace ddprun::env

@@ -8,6 +8,7 @@
 #include <spdlog/sinks/base_sink.h>
 
 #include "common/console_writer.h"
+#include "common/env_names.h"
 
 namespace ddprun {
 namespace {
@@ -46,7 +47,7 @@ void configureLogging(std::string_view program_name) {
   spdlog::set_default_logger(root);
   spdlog::set_pattern("[ddprun] %^%l%$: %v");
   spdlog::set_level(spdlog::level::info);
-  if (const char* levels = std::getenv("DDPRUN_LOG_LEVEL"); levels && *levels) {
+  if (const char* levels = std::getenv(env::kLogLevel); levels && *levels) {
     spdlog::cfg::helpers::load_levels(levels);
   }
   // Its thread starts now, before main() starts (or forks) anything else.

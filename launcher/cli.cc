@@ -203,8 +203,8 @@ std::chrono::milliseconds resolveTermTimeout(const CLI::App& app, const RawFlags
   }
   if (shutdown_given) return toMillis(parseSeconds("--shutdown_timeout", f.shutdown_timeout));
   if (term_given) return toMillis(parseSeconds("--term_timeout", f.term_timeout));
-  if (const char* env = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); env && *env) {
-    return toMillis(parseSeconds("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", env));
+  if (const char* env = std::getenv(env::kShutdownTimeout); env && *env) {
+    return toMillis(parseSeconds(env::kShutdownTimeout, env));
   }
   return toMillis(parseSeconds("--term_timeout", f.term_timeout));
 }
@@ -284,13 +284,13 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
   }
   if (!f.health_check_port.empty()) {
     config.health_check_port = parseInt("--health_check_port", f.health_check_port, 0, 65535, "a port number 0-65535");
-  } else if (const char* port = std::getenv("TORCHELASTIC_HEALTH_CHECK_PORT"); port && *port) {
+  } else if (const char* port = std::getenv(env::kHealthCheckPort); port && *port) {
     // torch's agent serves its health check where this names; the flag wins over it.
     config.health_check_port =
-        parseInt("TORCHELASTIC_HEALTH_CHECK_PORT", port, 0, 65535, "a port number 0-65535");
+        parseInt(env::kHealthCheckPort, port, 0, 65535, "a port number 0-65535");
   }
   config.health_check_addr = f.health_check_addr;
-  if (const char* events = std::getenv(agent::kEventsFileEnv); events && *events) {
+  if (const char* events = std::getenv(env::kEventsFile); events && *events) {
     agent::checkAppendable(events);
     config.events_file = events;
   }

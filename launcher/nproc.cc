@@ -2,22 +2,18 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "common/env_names.h"
+#include "common/env_reader.h"
 #include "common/error.h"
 #include "launcher/parse_number.h"
 
 namespace ddprun::launcher {
 namespace fs = std::filesystem;
 namespace {
-
-std::optional<std::string> envValue(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? std::optional<std::string>(value) : std::nullopt;
-}
 
 int countCudaVisibleDevices(std::string_view list) {
   int count = 0;
@@ -59,8 +55,9 @@ bool isIntelGpuRenderNode(const fs::path& node) {
 
 DeviceSources DeviceSources::fromHost() {
   DeviceSources sources;
-  sources.cuda_visible_devices = envValue("CUDA_VISIBLE_DEVICES");
-  sources.ze_affinity_mask = envValue("ZE_AFFINITY_MASK");
+  // Raw: an empty list is a list that hides every device, not an unset variable.
+  sources.cuda_visible_devices = env::raw(env::kCudaVisibleDevices);
+  sources.ze_affinity_mask = env::raw(env::kZeAffinityMask);
   return sources;
 }
 

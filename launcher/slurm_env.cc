@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "common/env_names.h"
 #include "common/error.h"
 #include "launcher/slurm_hostlist.h"
 
@@ -177,7 +178,7 @@ std::vector<SlurmFlag> deriveSlurmFlags(const EnvLookup& env, const std::set<std
     std::optional<SlurmFlag> nproc;
     if (auto gpus = firstSet(env, {"SLURM_GPUS_ON_NODE"}); gpus && numberVar(gpus->first, gpus->second, 0) > 0) {
       nproc = SlurmFlag{"nproc_per_node", gpus->second, gpus->first};
-    } else if (auto job_list = firstSet(env, {kJobTasksPerNodeVar})) {
+    } else if (auto job_list = firstSet(env, {env::kSlurmJobTasksPerNode})) {
       nproc = SlurmFlag{"nproc_per_node", std::to_string(countOnNode(job_list->first, job_list->second, nodeId())),
                         job_list->first};
     } else if (auto per_node = firstSet(env, {"SLURM_NTASKS_PER_NODE"})) {

@@ -33,10 +33,6 @@ struct SlurmFlag {
   std::string source;
 };
 
-// Set by scripts/ddprun-slurm when it starts the per-node step itself from a batch
-// script: the job's SLURM_TASKS_PER_NODE, which srun replaces with the step's own.
-inline constexpr const char* kJobTasksPerNodeVar = "DDPRUN_SLURM_JOB_TASKS_PER_NODE";
-
 // The default --master_port under --slurm: derived from the job id, so that the nodes
 // agree without talking and two jobs sharing a first node rarely collide; the range
 // 20000-29999 lies below Linux's ephemeral ports.

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <random>
 
+#include "common/env_names.h"
 #include "common/error.h"
 #include "rendezvous/sha256.h"
 #include "rendezvous/wire_protocol.h"
@@ -34,7 +35,7 @@ std::string clientProof(const std::string& token, const std::string& client_nonc
 }
 
 std::string loadToken(const std::string& token_file) {
-  if (const char* env = std::getenv("DDPRUN_TOKEN"); env && *env) return env;
+  if (const char* env = std::getenv(env::kToken); env && *env) return env;
   if (token_file.empty()) return "";
   std::ifstream in(token_file);
   if (!in) throw UsageError("--rdzv_conf token_file=" + token_file + ": cannot read the file");

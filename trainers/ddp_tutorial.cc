@@ -16,11 +16,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 
+#include "common/env_names.h"
+#include "common/env_reader.h"
 #include "trainers/param_dump.h"
 #include "worker_runtime/checkpoint/checkpoint.h"
 #include "worker_runtime/ddp/distributed_data_parallel.h"
@@ -67,15 +69,9 @@ struct Options {
   std::string checkpoint_path;
 };
 
-int localRank() {
-  const char* value = std::getenv("LOCAL_RANK");
-  return value != nullptr ? std::atoi(value) : 0;
-}
+int localRank() { return ddprun::env::integerOr(ddprun::env::kLocalRank, 0, 0, INT_MAX); }
 
-int localWorldSize() {
-  const char* value = std::getenv("LOCAL_WORLD_SIZE");
-  return value != nullptr ? std::max(1, std::atoi(value)) : 1;
-}
+int localWorldSize() { return ddprun::env::integerOr(ddprun::env::kLocalWorldSize, 1, 1, INT_MAX); }
 
 int gpuCount() { return static_cast<int>(torch::cuda::device_count()); }
 
@@ -132,10 +128,8 @@ void demoCheckpoint(const Options& opt) {
 
   std::string path = opt.checkpoint_path;
   if (path.empty()) {
-    const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
-    path =
-        (std::filesystem::temp_directory_path() / ("ddp_tutorial_" + std::string(run_id ? run_id : "local") + ".ckpt"))
-            .string();
+    const std::string run_id = ddprun::env::stringOr(ddprun::env::kRunId, "local");
+    path = (std::filesystem::temp_directory_path() / ("ddp_tutorial_" + run_id + ".ckpt")).string();
   }
   // Every process holds the same parameters (DDP broadcast them), so rank 0 saving is
   // enough; save() ends with a barrier, so nobody loads before the file is complete.

@@ -17,13 +17,17 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "common/env_names.h"
+#include "common/env_reader.h"
 #include "trainers/fashion_mnist_data.h"
 #include "trainers/param_dump.h"
 #include "trainers/progress_bar.h"
@@ -77,15 +81,6 @@ struct Options {
   std::string dump_params;
   double min_accuracy = 0;
 };
-
-int64_t envInt(const char* name, int64_t fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  char* end = nullptr;
-  const long long parsed = std::strtoll(value, &end, 10);
-  if (*end != '\0') throw ddprun::UsageError(std::string(name) + "=" + value + ": not an integer");
-  return parsed;
-}
 
 // The first `limit` samples (all when 0).
 Dataset limited(Dataset data, int64_t limit) {
@@ -142,9 +137,10 @@ int train(const Options& opt) {
   dist::init_process_group();
   const int rank = dist::get_rank();
   const int world = dist::get_world_size();
-  const int64_t restart_count = envInt("TORCHELASTIC_RESTART_COUNT", 0);
-  const int64_t crash_at = envInt("DDPRUN_CRASH_AT_STEP", 0);
-  const int64_t crash_rank = envInt("DDPRUN_CRASH_RANK", world - 1);
+  namespace env = ddprun::env;
+  const int restart_count = env::integerOr(env::kRestartCount, 0, 0, INT_MAX);
+  const int64_t crash_at = env::integerOr<int64_t>(env::kCrashAtStep, 0, 0, INT64_MAX);
+  const int crash_rank = env::integerOr(env::kCrashRank, world - 1, 0, world - 1);
   if (opt.batch_size % world != 0) {
     throw ddprun::UsageError("--batch-size " + std::to_string(opt.batch_size) + " is not a multiple of the " +
                              std::to_string(world) + " ranks");

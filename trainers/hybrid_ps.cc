@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -46,6 +47,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/env_names.h"
+#include "common/env_reader.h"
 #include "common/error.h"
 #include "worker_runtime/ddp/distributed_data_parallel.h"
 #include "worker_runtime/distributed.h"
@@ -299,11 +302,13 @@ int main(int argc, char** argv) {
       runReference(c);
       return 0;
     }
-    const char* rank_env = std::getenv("RANK");
-    const char* world_env = std::getenv("WORLD_SIZE");
-    if (!rank_env || !world_env) throw ddprun::UsageError("hybrid_ps: start under ddprun (RANK/WORLD_SIZE unset)");
-    const int rank = std::atoi(rank_env);
-    if (std::atoi(world_env) != 4) throw ddprun::UsageError("hybrid_ps: needs exactly 4 workers (--nproc_per_node=4)");
+    namespace env = ddprun::env;
+    if (!env::optionalString(env::kRank) || !env::optionalString(env::kWorldSize)) {
+      throw ddprun::UsageError("hybrid_ps: start under ddprun (RANK/WORLD_SIZE unset)");
+    }
+    const int world = env::requireInteger(env::kWorldSize, 1, INT_MAX);
+    if (world != 4) throw ddprun::UsageError("hybrid_ps: needs exactly 4 workers (--nproc_per_node=4)");
+    const int rank = env::requireInteger(env::kRank, 0, world - 1);
 
     rpc::RpcBackendOptions options;
     options.num_worker_threads = c.threads;

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,10 +14,12 @@
 #include <fmt/format.h>
 
 #include "common/env_names.h"
+#include "common/env_reader.h"
 #include "common/error.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
 #include "worker_runtime/backend/host_backend.h"
+#include "worker_runtime/env_contract.h"
 
 namespace ddprun::dist {
 
@@ -181,13 +184,6 @@ void connectStore(GlobalState& s, const std::string& host, int port, bool host_i
   s.store = std::make_unique<rendezvous::TcpStoreClient>(options);
 }
 
-int envInt(const char* name, int given) {
-  if (given >= 0) return given;
-  const char* v = std::getenv(name);
-  if (!v) throw DdprunError(fmt::format("init_process_group(env://): {} is not set (start with ddprun)", name));
-  return std::atoi(v);
-}
-
 }  // namespace
 
 void init_process_group(const InitOptions& o) {
@@ -199,23 +195,23 @@ void init_process_group(const InitOptions& o) {
   }
   int rank = o.rank, size = o.world_size;
   const std::string& method = o.init_method;
+  // Every setting is checked before connecting: a bad one must not wait out the timeout.
+  const auto restart_count = env::integerOr(env::kRestartCount, 0, 0, INT_MAX);
   if (method.rfind("env://", 0) == 0) {
-    rank = envInt(env::kRank, rank);
-    size = envInt(env::kWorldSize, size);
-    const char* addr = std::getenv(env::kMasterAddr);
-    const char* port = std::getenv(env::kMasterPort);
-    if (!addr || !port) throw DdprunError("init_process_group(env://): MASTER_ADDR and MASTER_PORT must be set");
-    const char* agent_store = std::getenv(env::kUseAgentStore);
-    const bool use_agent_store = agent_store && std::string(agent_store) == "True";
-    connectStore(s, addr, std::atoi(port), !use_agent_store && rank == 0, o.timeout);
+    const auto e = runtime::StoreEnv::fromEnvironment(rank, size);
+    rank = e.rank;
+    size = e.world_size;
+    connectStore(s, e.master_addr, e.master_port, !e.use_agent_store && rank == 0, o.timeout);
   } else if (method.rfind("tcp://", 0) == 0) {
     if (rank < 0 || size < 1) throw DdprunError("init_process_group(tcp://): rank and world_size are required");
+    if (rank >= size) throw DdprunError(fmt::format("init_process_group: rank {} of {}", rank, size));
     std::string hostport = method.substr(6);
     auto colon = hostport.rfind(':');
     if (colon == std::string::npos) throw DdprunError("init_process_group: expected tcp://host:port, got " + method);
     connectStore(s, hostport.substr(0, colon), std::atoi(hostport.c_str() + colon + 1), rank == 0, o.timeout);
   } else if (method.rfind("file://", 0) == 0) {
     if (rank < 0 || size < 1) throw DdprunError("init_process_group(file://): rank and world_size are required");
+    if (rank >= size) throw DdprunError(fmt::format("init_process_group: rank {} of {}", rank, size));
     const std::string path = method.substr(7);
     // Rank 0 serves the store and leaves its address in the file; the others wait for it.
     if (rank == 0) {
@@ -238,9 +234,7 @@ void init_process_group(const InitOptions& o) {
   } else {
     throw DdprunError("init_process_group: unknown init_method '" + method + "' (env://, tcp://, file://)");
   }
-  if (rank < 0 || rank >= size) throw DdprunError(fmt::format("init_process_group: rank {} of {}", rank, size));
-  const char* attempt = std::getenv(env::kRestartCount);
-  s.prefix = fmt::format("ddprun/pg/{}/", attempt ? attempt : "0");
+  s.prefix = fmt::format("ddprun/pg/{}/", restart_count);
   s.address = s.store->localAddress();
   s.timeout = o.timeout;
   s.next_group = 0;

@@ -13,14 +13,15 @@
 #include <fmt/format.h>
 
 #include "common/env_names.h"
+#include "common/env_reader.h"
 #include "common/json_writer.h"
 
 namespace ddprun::runtime {
 
 bool writeErrorFile(const std::string& message, const std::string& traceback) {
-  const char* path = std::getenv(env::kErrorFile);
-  if (!path || !*path) return false;
-  std::ofstream out(path, std::ios::trunc);
+  const auto path = env::optionalString(env::kErrorFile);
+  if (!path) return false;
+  std::ofstream out(*path, std::ios::trunc);
   out << fmt::format(R"({{"message": {{"message": {}, "extraInfo": {{"py_callstack": {}, "timestamp": "{}"}}}}}})",
                      jsonString(message), jsonString(traceback), static_cast<long long>(std::time(nullptr)));
   out.close();

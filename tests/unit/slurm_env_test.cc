@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 
+#include "common/env_names.h"
 #include "common/error.h"
 #include "launcher/cli.h"
 #include "launcher/program_resolver.h"
@@ -31,7 +32,7 @@ const char* const kSlurmVars[] = {"SLURM_NNODES",
                                   "SLURM_GPUS_ON_NODE",
                                   "SLURM_NTASKS_PER_NODE",
                                   "SLURM_TASKS_PER_NODE",
-                                  ddprun::launcher::kJobTasksPerNodeVar,
+                                  ddprun::env::kSlurmJobTasksPerNode,
                                   "SLURM_STEP_TASKS_PER_NODE",
                                   "PET_NPROC_PER_NODE",
                                   "PET_MASTER_PORT"};
@@ -175,7 +176,7 @@ TEST_CASE("slurm: workers per node from GPUs, then tasks per node", "[slurm]") {
   // ddprun-slurm's copy of the job's list (srun replaces SLURM_*TASKS_PER_NODE
   // with the step's one task per node) comes before the step's values.
   vars["SLURM_NTASKS_PER_NODE"] = "1";
-  vars[ddprun::launcher::kJobTasksPerNodeVar] = "4,3(x3)";
+  vars[ddprun::env::kSlurmJobTasksPerNode] = "4,3(x3)";
   CHECK(derive(vars).at("nproc_per_node") == "3");
   vars["SLURM_GPUS_ON_NODE"] = "2";
   CHECK(derive(vars).at("nproc_per_node") == "2");

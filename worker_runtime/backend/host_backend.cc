@@ -3,11 +3,12 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
 
 #include <fmt/format.h>
 
+#include "common/env_names.h"
+#include "common/env_reader.h"
 #include "common/logging.h"
 
 namespace ddprun::runtime {
@@ -33,10 +34,10 @@ std::string hostIdentity() {
 }  // namespace
 
 void HostBackend::setUpSharedMemory(rendezvous::Store& store, const std::string& prefix) {
+  // Read whatever the group's size, so a malformed value is reported on every run.
+  const bool allowed = env::booleanOr(env::kShm, true);
   const int n = mesh_.size();
-  if (n < 2) return;
-  const char* setting = std::getenv("DDPRUN_SHM");
-  if (setting && std::string(setting) == "0") return;
+  if (n < 2 || !allowed) return;
   store.set(prefix + "host/" + std::to_string(mesh_.rank()), hostIdentity());
   std::vector<std::string> keys;
   for (int q = 0; q < n; ++q) keys.push_back(prefix + "host/" + std::to_string(q));

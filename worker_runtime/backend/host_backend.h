@@ -25,7 +25,8 @@ namespace ddprun::runtime {
 
 class HostBackend {
  public:
-  // Connects the group (blocks up to `timeout`; throws PeerError / StoreError).
+  // Connects the group (blocks up to `timeout`; throws PeerError / StoreError, and UsageError
+  // when DDPRUN_SHM is not a boolean).
   HostBackend(rendezvous::Store& store, const std::string& prefix, int rank, int size, const std::string& address,
               std::chrono::milliseconds timeout);
   ~HostBackend();
@@ -39,7 +40,7 @@ class HostBackend {
   WorkPtr enqueue(std::function<void(CollectiveContext&)> collective);
   P2PEngine& p2p() { return p2p_; }
   // Whether collectives go through shared memory (every rank on this host, and DDPRUN_SHM
-  // is not 0): all_reduce with its own algorithm, the others over shared-memory links.
+  // is not false): all_reduce with its own algorithm, the others over shared-memory links.
   bool usesSharedMemory() const { return shm_ != nullptr; }
 
  private:

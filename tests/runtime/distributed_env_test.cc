@@ -1,0 +1,73 @@
+// init_process_group(env://) in a real worker process (ddprun_collectives_worker, started
+// directly, no ddprun) with a malformed environment: the worker must exit non-zero at once
+// with one line on stderr naming the variable and its value. Before, RANK=abc ran as rank 0
+// and MASTER_PORT=99999 wrapped to 34463 (both then hosted the store and waited for peers),
+// and RANK=-1, RANK=WORLD_SIZE or an unknown MASTER_ADDR retried connecting for the whole
+// group timeout. The workers get a 10-minute group timeout, so a worker still waiting
+// when the test's bound passes is the defect.
+#include <chrono>
+#include <map>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/test_process.h"
+
+using namespace ddprun::testing;
+
+namespace {
+
+struct BadEnv {
+  std::map<std::string, std::string> changes;
+  std::string message;
+};
+
+void requireFailsAtOnce(const BadEnv& bad) {
+  std::map<std::string, std::string> env = {{"RANK", "0"},
+                                            {"WORLD_SIZE", "2"},
+                                            {"MASTER_ADDR", "127.0.0.1"},
+                                            {"MASTER_PORT", std::to_string(freePort())},
+                                            {"TORCHELASTIC_USE_AGENT_STORE", ""},
+                                            {"TORCHELASTIC_RESTART_COUNT", ""},
+                                            {"TORCHELASTIC_ERROR_FILE", ""},
+                                            {"DDPRUN_SHM", ""},
+                                            {"OMP_NUM_THREADS", "1"}};
+  for (const auto& [name, value] : bad.changes) env[name] = value;
+  TestProcess worker({binDir() + "/ddprun_collectives_worker", "--init", "env://", "--timeout-s", "600"}, env);
+  const bool exited = worker.wait(60s);
+  INFO("stdout:\n" << worker.out());
+  INFO("stderr:\n" << worker.err());
+  REQUIRE(exited);
+  CHECK(worker.exitCode() == 1);
+  CHECK_THAT(worker.err(), Catch::Contains(bad.message));
+  CHECK(countOf(worker.err(), "\n") == 1);  // one line
+}
+
+}  // namespace
+
+TEST_CASE("init_process_group: RANK=abc fails at once naming the variable", "[e2e][env]") {
+  requireFailsAtOnce({{{"RANK", "abc"}}, "RANK=abc: not an integer"});
+}
+
+TEST_CASE("init_process_group: MASTER_PORT=99999 fails at once instead of wrapping", "[e2e][env]") {
+  requireFailsAtOnce({{{"MASTER_PORT", "99999"}}, "MASTER_PORT=99999: out of range 1..65535"});
+}
+
+TEST_CASE("init_process_group: RANK=-1 fails at once instead of waiting out the timeout", "[e2e][env]") {
+  requireFailsAtOnce({{{"RANK", "-1"}}, "RANK=-1: out of range 0..1"});
+}
+
+TEST_CASE("init_process_group: RANK equal to WORLD_SIZE fails at once", "[e2e][env]") {
+  requireFailsAtOnce({{{"RANK", "2"}}, "RANK=2: out of range 0..1"});
+}
+
+TEST_CASE("init_process_group: an unknown MASTER_ADDR fails at once", "[e2e][env]") {
+  // .invalid never resolves (RFC 6761): the resolver reports it unknown at once.
+  requireFailsAtOnce({{{"RANK", "1"}, {"MASTER_ADDR", "bogus.invalid"}},
+                      "MASTER_ADDR=bogus.invalid: cannot resolve the host ("});
+}
+
+TEST_CASE("init_process_group: a DDPRUN_SHM that is not a boolean fails naming it", "[e2e][env]") {
+  // World size 1: the group forms at once, and the setting is read as the backend starts.
+  requireFailsAtOnce({{{"WORLD_SIZE", "1"}, {"DDPRUN_SHM", "maybe"}}, "DDPRUN_SHM=maybe: not a boolean"});
+}
