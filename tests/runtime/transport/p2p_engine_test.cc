@@ -129,3 +129,27 @@ TEST_CASE("a receive that gets nothing fails at its deadline naming the peer") {
     throw std::runtime_error("a receive with nothing to receive succeeded");
   }));
 }
+
+TEST_CASE("a point-to-point message to this rank or outside the group is refused at once") {
+  REQUIRE_NOTHROW(runRanks(2, tcpOnly(), [](HostBackend& b) {
+    uint8_t byte = 0;
+    for (int peer : {b.rank(), -1, 2}) {
+      for (bool send : {true, false}) {
+        const std::string why = peer == b.rank() ? "that is this rank" : "not in the group of 2";
+        try {
+          if (send) {
+            b.p2p().send(peer, 0, &byte, 1, deadline());
+          } else {
+            b.p2p().recv(peer, 0, &byte, 1, deadline());
+          }
+        } catch (const ddprun::DdprunError& e) {
+          const std::string expected =
+              fmt::format("point-to-point {} rank {}: {}", send ? "send to" : "receive from", peer, why);
+          if (e.what() != expected) throw std::runtime_error(fmt::format("'{}', expected '{}'", e.what(), expected));
+          continue;
+        }
+        throw std::runtime_error(fmt::format("a {} with peer {} was accepted", send ? "send" : "receive", peer));
+      }
+    }
+  }));
+}
