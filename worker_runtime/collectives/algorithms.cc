@@ -177,7 +177,8 @@ void reduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceO
   uint8_t* area = scratchOf(ctx, 2 * bytes);
   uint8_t* acc = r == root ? static_cast<uint8_t*>(buf) : area;
   uint8_t* tmp = area + bytes;
-  if (r != root) std::memcpy(acc, buf, bytes);
+  // An empty buffer may be null, and so is the unused scratch: memcpy must not see them.
+  if (r != root && bytes > 0) std::memcpy(acc, buf, bytes);
   for (int mask = 1; mask < p; mask <<= 1) {
     if (v & mask) {
       sendTo(ctx, mod(v - mask + root, p), acc, bytes, "reduce");
