@@ -21,8 +21,9 @@ class ShmAllReduce {
  public:
   // Collective over the group. Throws DdprunError when shared memory is not usable here.
   // `peer_gone(q)` answers whether rank q is known dead; `peer_name(q)` names it.
-  // `slot_bytes` (a positive multiple of 64, equal on every rank) is each rank's slot, the
-  // chunk the buffer goes through in: kDefaultSlotBytes unless a test wants many chunks.
+  // `slot_bytes` (a positive multiple of 64, equal on every rank; else DDPRUN_CHECK fails) is
+  // each rank's slot, the chunk the buffer goes through in: kDefaultSlotBytes unless a test
+  // wants many chunks.
   ShmAllReduce(rendezvous::Store& store, const std::string& prefix, int rank, int size,
                std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
                std::function<std::string(int)> peer_name, size_t slot_bytes = kDefaultSlotBytes);

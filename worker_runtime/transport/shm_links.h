@@ -18,8 +18,8 @@ namespace ddprun::runtime {
 class ShmLinks final : public Links {
  public:
   // Collective over the group; throws DdprunError when shared memory is not usable.
-  // `ring_bytes` (positive, equal on every rank) is the capacity of each ring:
-  // kDefaultRingBytes unless a test wants transfers to wrap around small rings.
+  // `ring_bytes` (positive, equal on every rank; else DDPRUN_CHECK fails) is the capacity of
+  // each ring: kDefaultRingBytes unless a test wants transfers to wrap around small rings.
   ShmLinks(rendezvous::Store& store, const std::string& prefix, int rank, int size, std::chrono::milliseconds timeout,
            std::function<bool(int)> peer_gone, std::function<std::string(int)> peer_name,
            size_t ring_bytes = kDefaultRingBytes);

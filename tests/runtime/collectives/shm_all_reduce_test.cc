@@ -78,5 +78,6 @@ TEST_CASE("the shared-memory all_reduce names the ranks that did not come by the
                                    shm->run(&x, 1, DType::kFloat32, ReduceOp::kSum,
                                             Clock::now() + std::chrono::milliseconds(50));
                                  }),
-                      Catch::Matches("rank [02]: all_reduce \\(shared memory\\): timed out waiting for rank 1, rank 3"));
+                      Catch::Matches("rank [02]: all_reduce \\(shared memory\\): timed out waiting for "
+                                     "rank 1, rank 3"));
 }

@@ -107,8 +107,8 @@ void runRanks(int world_size, const runtime::HostBackendOptions& options,
   runGroup(
       world_size,
       [&](int rank, rendezvous::Store& store, Outcome& outcome) {
-        auto backend =
-            std::make_unique<runtime::HostBackend>(store, "pg/", rank, world_size, "127.0.0.1", kRankOpTimeout, options);
+        auto backend = std::make_unique<runtime::HostBackend>(store, "pg/", rank, world_size, "127.0.0.1",
+                                                              kRankOpTimeout, options);
         bool failed = false;
         try {
           body(*backend);

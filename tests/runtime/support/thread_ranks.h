@@ -5,12 +5,14 @@
 // processes, LibTorch or the launcher.
 //
 // Rank bodies must not use Catch2 assertions (Catch2 is not thread-safe): they throw on a
-// wrong result, and runThreads() rethrows the first failure, naming its rank, on the test's
-// thread. A rank that fails leaves the group (its transports close), so its peers fail
-// quickly instead of waiting out their deadlines; the first failure is the one reported.
-// The one time bound is a watchdog: ranks that have not all finished within the limit end
-// the test process with a message naming them (a hung thread can be neither stopped nor
-// abandoned safely). No assertion is made on speed.
+// wrong result, and the first failure is rethrown, naming its rank, on the test's thread.
+// A rank that fails leaves the group (its transports close), so its peers fail quickly
+// instead of waiting out their deadlines. runRanks() records the failure before closing the
+// rank's backend, so the cause is what gets reported, not a peer's reaction to it; in
+// runThreads() a body's own transports close as its exception unwinds, before it is
+// recorded. The one time bound is a watchdog: ranks that have not all finished within the
+// limit end the test process with a message naming them (a hung thread can be neither
+// stopped nor abandoned safely). No assertion is made on speed.
 #pragma once
 
 #include <chrono>

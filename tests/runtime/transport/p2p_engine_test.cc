@@ -121,7 +121,8 @@ TEST_CASE("a receive that gets nothing fails at its deadline naming the peer") {
     try {
       work->wait();
     } catch (const PeerError& e) {
-      if (!std::regex_match(e.what(), std::regex("point-to-point with rank 0 \\(127\\.0\\.0\\.1:[0-9]+\\): timed out"))) {
+      const std::regex expected("point-to-point with rank 0 \\(127\\.0\\.0\\.1:[0-9]+\\): timed out");
+      if (!std::regex_match(e.what(), expected)) {
         throw std::runtime_error(std::string("unexpected error: ") + e.what());
       }
       return;

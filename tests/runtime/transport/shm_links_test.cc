@@ -60,7 +60,8 @@ TEST_CASE("a shared-memory exchange with a peer known dead fails naming the oper
   std::atomic<bool> rank1_gone{false};
   REQUIRE_THROWS_WITH(runThreads(2,
                                  [&](int rank, ddprun::rendezvous::Store& store) {
-                                   auto links = linksOf(store, rank, 2, 61, [&](int q) { return q == 1 && rank1_gone; });
+                                   auto gone = [&](int q) { return q == 1 && rank1_gone; };
+                                   auto links = linksOf(store, rank, 2, 61, gone);
                                    storeBarrier(store, "built", 2);
                                    if (rank == 1) {
                                      rank1_gone = true;
