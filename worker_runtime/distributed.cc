@@ -418,17 +418,13 @@ WorkPtr all_to_all(std::vector<at::Tensor>& output_tensor_list, const std::vecto
     ins.push_back(stage(input_tensor_list[i], "all_to_all"));
     outs.push_back(stage(output_tensor_list[i], "all_to_all"));
   }
-  const int me = g.rank();
   // Uneven sizes are allowed, as in torch: every pair exchanges its own block, all at once.
-  return finish(g.backend().enqueue([ins, outs, me](CollectiveContext& ctx) mutable {
-    std::vector<runtime::Transfer> transfers;
-    for (size_t peer = 0; peer < ins.size(); ++peer) {
-      if (static_cast<int>(peer) == me) continue;
-      transfers.push_back({static_cast<int>(peer), true, ins[peer].data(), ins[peer].bytes(), {}, 0, 0});
-      transfers.push_back({static_cast<int>(peer), false, outs[peer].data(), outs[peer].bytes(), {}, 0, 0});
-    }
-    outs[me].buf.copy_(ins[me].buf.view(outs[me].buf.sizes()));
-    ctx.links.exchange(transfers, ctx.deadline, "all_to_all");
+  return finish(g.backend().enqueue([ins, outs](CollectiveContext& ctx) mutable {
+    std::vector<std::span<const uint8_t>> in_blocks;
+    std::vector<std::span<uint8_t>> out_blocks;
+    for (auto& i : ins) in_blocks.emplace_back(static_cast<const uint8_t*>(i.data()), i.bytes());
+    for (auto& o : outs) out_blocks.emplace_back(static_cast<uint8_t*>(o.data()), o.bytes());
+    runtime::allToAllV(ctx, in_blocks, out_blocks);
     for (auto& o : outs) o.finish();
   }), async_op);
 }

@@ -62,7 +62,8 @@ int get_global_rank(const Group& group, int group_rank);
 Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout = {});
 
 // Point to point. `tag` must match between the pair; messages between a pair are
-// delivered in order.
+// delivered in order. A peer that is this rank or outside the group throws DdprunError at
+// once (as torch refuses it).
 void send(const at::Tensor& tensor, int dst, const Group& group = {}, int tag = 0);
 int recv(at::Tensor& tensor, int src, const Group& group = {}, int tag = 0);
 WorkPtr isend(const at::Tensor& tensor, int dst, const Group& group = {}, int tag = 0);

@@ -14,9 +14,10 @@
 namespace ddprun::runtime {
 
 HostBackend::HostBackend(rendezvous::Store& store, const std::string& prefix, int rank, int size,
-                         const std::string& address, std::chrono::milliseconds timeout)
-    : timeout_(timeout), mesh_(store, prefix, rank, size, address, timeout), p2p_(mesh_) {
-  setUpSharedMemory(store, prefix);
+                         const std::string& address, std::chrono::milliseconds timeout,
+                         const HostBackendOptions& options)
+    : timeout_(timeout), options_(options), mesh_(store, prefix, rank, size, address, timeout), p2p_(mesh_) {
+  if (options_.shared_memory != HostBackendOptions::SharedMemory::kOff) setUpSharedMemory(store, prefix);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -51,8 +52,10 @@ void HostBackend::setUpSharedMemory(rendezvous::Store& store, const std::string&
   };
   auto name = [this](int q) { return fmt::format("rank {} ({})", q, mesh_.peerAddress(q)); };
   try {
-    shm_ = std::make_unique<ShmAllReduce>(store, prefix, mesh_.rank(), n, timeout_, gone, name);
-    shm_links_ = std::make_unique<ShmLinks>(store, prefix, mesh_.rank(), n, timeout_, gone, name);
+    shm_ = std::make_unique<ShmAllReduce>(store, prefix, mesh_.rank(), n, timeout_, gone, name,
+                                          options_.shm_slot_bytes);
+    shm_links_ = std::make_unique<ShmLinks>(store, prefix, mesh_.rank(), n, timeout_, gone, name,
+                                            options_.shm_ring_bytes);
   } catch (const DdprunError& e) {
     // Both or neither: the segments are made collectively, so every rank lands here alike.
     shm_.reset();
@@ -98,7 +101,7 @@ void HostBackend::run() {
     }
     try {
       Links& links = shm_links_ ? static_cast<Links&>(*shm_links_) : static_cast<Links&>(mesh_);
-      CollectiveContext ctx{links, Clock::now() + timeout_, scratch_, shm_.get()};
+      CollectiveContext ctx{links, Clock::now() + timeout_, scratch_, shm_.get(), options_.collectives};
       task(ctx);
       work->complete();
     } catch (...) {

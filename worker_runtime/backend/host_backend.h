@@ -23,12 +23,28 @@
 
 namespace ddprun::runtime {
 
+// Every rank of a group must pass the same options. The defaults are the production ones;
+// tests lower the sizes to reach every algorithm and code path with small buffers.
+struct HostBackendOptions {
+  // Which algorithm each collective takes. Defaults: see CollectiveOptions.
+  CollectiveOptions collectives;
+  // kAuto: shared memory when every rank is on this host and DDPRUN_SHM is not 0; kOff: TCP
+  // only. Default kAuto.
+  enum class SharedMemory : uint8_t { kAuto, kOff };
+  SharedMemory shared_memory = SharedMemory::kAuto;
+  // Each rank's slot in the shared-memory all_reduce (its chunk size; a positive multiple
+  // of 64). Default 1 MiB.
+  size_t shm_slot_bytes = ShmAllReduce::kDefaultSlotBytes;
+  // The capacity of each pairwise ring of the shared-memory links (positive). Default 512 KiB.
+  size_t shm_ring_bytes = ShmLinks::kDefaultRingBytes;
+};
+
 class HostBackend {
  public:
   // Connects the group (blocks up to `timeout`; throws PeerError / StoreError, and UsageError
   // when DDPRUN_SHM is not a boolean).
   HostBackend(rendezvous::Store& store, const std::string& prefix, int rank, int size, const std::string& address,
-              std::chrono::milliseconds timeout);
+              std::chrono::milliseconds timeout, const HostBackendOptions& options = {});
   ~HostBackend();
 
   int rank() const { return mesh_.rank(); }
@@ -39,8 +55,9 @@ class HostBackend {
   // from when it starts. Returns at once. Thread-safe.
   WorkPtr enqueue(std::function<void(CollectiveContext&)> collective);
   P2PEngine& p2p() { return p2p_; }
-  // Whether collectives go through shared memory (every rank on this host, and DDPRUN_SHM
-  // is not false): all_reduce with its own algorithm, the others over shared-memory links.
+  // Whether collectives go through shared memory (every rank on this host, DDPRUN_SHM is
+  // not 0 and options allow it): all_reduce with its own algorithm, the others over
+  // shared-memory links.
   bool usesSharedMemory() const { return shm_ != nullptr; }
 
  private:
@@ -48,6 +65,7 @@ class HostBackend {
   void setUpSharedMemory(rendezvous::Store& store, const std::string& prefix);
 
   std::chrono::milliseconds timeout_;
+  HostBackendOptions options_;
   TcpMesh mesh_;
   P2PEngine p2p_;
   std::unique_ptr<ShmAllReduce> shm_;

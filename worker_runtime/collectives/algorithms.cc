@@ -2,12 +2,13 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include "common/error.h"
 #include "worker_runtime/collectives/shm_all_reduce.h"
 
 namespace ddprun::runtime {
 namespace {
-
-constexpr size_t kProgressStep = 256 * 1024;
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -32,7 +33,7 @@ void sendRecvReduce(CollectiveContext& ctx, int dst, const void* send, size_t se
                               reduced = ready;
                             }
                           },
-                          kProgressStep, 0};
+                          ctx.options.reduce_step_bytes, 0};
   ctx.links.exchange(transfers, ctx.deadline, what);
 }
 
@@ -143,7 +144,7 @@ void allReduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, Redu
   }
   if (p > 1 && count > 0) {
     auto* data = static_cast<uint8_t*>(buf);
-    if (count * dtypeSize(dtype) <= kSmallAllReduceBytes || count < static_cast<size_t>(p)) {
+    if (count * dtypeSize(dtype) <= ctx.options.small_all_reduce_bytes || count < static_cast<size_t>(p)) {
       doublingAllReduce(ctx, data, count, dtype, op);
     } else {
       ringAllReduce(ctx, data, count, dtype, op);
@@ -176,7 +177,8 @@ void reduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceO
   uint8_t* area = scratchOf(ctx, 2 * bytes);
   uint8_t* acc = r == root ? static_cast<uint8_t*>(buf) : area;
   uint8_t* tmp = area + bytes;
-  if (r != root) std::memcpy(acc, buf, bytes);
+  // An empty buffer may be null, and so is the unused scratch: memcpy must not see them.
+  if (r != root && bytes > 0) std::memcpy(acc, buf, bytes);
   for (int mask = 1; mask < p; mask <<= 1) {
     if (v & mask) {
       sendTo(ctx, mod(v - mask + root, p), acc, bytes, "reduce");
@@ -262,6 +264,27 @@ void allToAll(CollectiveContext ctx, const void* in, void* out, size_t bytes_per
     transfers.push_back(Transfer{peer, false, o + peer * bytes_per_rank, bytes_per_rank, {}, 0, 0});
   }
   if (bytes_per_rank > 0) std::memmove(o + r * bytes_per_rank, i + r * bytes_per_rank, bytes_per_rank);
+  ctx.links.exchange(transfers, ctx.deadline, "all_to_all");
+}
+
+void allToAllV(CollectiveContext ctx, std::span<const std::span<const uint8_t>> in,
+               std::span<const std::span<uint8_t>> out) {
+  const int p = ctx.links.size(), r = ctx.links.rank();
+  if (in.size() != static_cast<size_t>(p) || out.size() != static_cast<size_t>(p)) {
+    throw DdprunError(fmt::format("all_to_all: {} input and {} output blocks in a group of {}", in.size(),
+                                  out.size(), p));
+  }
+  if (in[r].size() != out[r].size()) {
+    throw DdprunError(fmt::format("all_to_all: rank {}'s block to itself is {} bytes in and {} bytes out", r,
+                                  in[r].size(), out[r].size()));
+  }
+  std::vector<Transfer> transfers;
+  for (int peer = 0; peer < p; ++peer) {
+    if (peer == r) continue;
+    transfers.push_back(Transfer{peer, true, const_cast<uint8_t*>(in[peer].data()), in[peer].size(), {}, 0, 0});
+    transfers.push_back(Transfer{peer, false, out[peer].data(), out[peer].size(), {}, 0, 0});
+  }
+  if (!in[r].empty()) std::memmove(out[r].data(), in[r].data(), in[r].size());
   ctx.links.exchange(transfers, ctx.deadline, "all_to_all");
 }
 

@@ -1,17 +1,20 @@
-// The collective algorithms of the host backend, over any Links (TCP mesh today).
-// Every rank of the group must call the same collective with matching arguments, in the
-// same order; each call blocks until this rank's part is done or `deadline` passes.
-// Buffers are raw bytes; element type and operator come from dtype.h.
+// The collective algorithms of the host backend, over any Links (the TCP mesh or the
+// shared-memory rings). Every rank of the group must call the same collective with matching
+// arguments, in the same order; each call blocks until this rank's part is done or
+// `deadline` passes. Buffers are raw bytes; element type and operator come from dtype.h.
 // Thread-safety: the functions keep no state; a Links object is driven by one thread at a
 // time, so two collectives on one group must not run at once (the backend serialises them).
 //   all_reduce: recursive doubling for small messages (latency), a ring of reduce-scatter
 //     then all-gather for large ones (bandwidth), the reduction following the data in;
 //   broadcast / reduce: binomial trees; all_gather / reduce_scatter: rings;
-//   gather / scatter / all_to_all: direct transfers, all in flight at once;
+//   gather / scatter / all_to_all (even or uneven): direct transfers, all in flight at once;
 //   barrier: dissemination.
+// The sizes that choose between algorithms are CollectiveOptions, so tests reach every
+// algorithm with small buffers (as gloo's tests do with maxSegmentSize).
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "worker_runtime/collectives/dtype.h"
@@ -21,15 +24,23 @@ namespace ddprun::runtime {
 
 class ShmAllReduce;
 
+// Every rank of a group must use the same values (they choose the algorithm each rank runs).
+struct CollectiveOptions {
+  // all_reduce messages up to this many bytes take recursive doubling (latency-optimal),
+  // larger ones the ring (bandwidth-optimal). Default 64 KiB.
+  size_t small_all_reduce_bytes = 64 * 1024;
+  // The ring's reduction follows the data in, in steps of this many received bytes (need not
+  // be a multiple of the element size; 0 reduces what each receive brought). Default 256 KiB.
+  size_t reduce_step_bytes = 256 * 1024;
+};
+
 struct CollectiveContext {
   Links& links;
   Clock::time_point deadline;
   std::vector<uint8_t>& scratch;  // reused between calls; grows as needed
   ShmAllReduce* shm = nullptr;    // set when every rank is on this host: all_reduce goes through it
+  CollectiveOptions options = {};
 };
-
-// Messages up to this size take the latency-optimal all_reduce.
-inline constexpr size_t kSmallAllReduceBytes = 64 * 1024;
 
 void allReduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceOp op);
 void broadcast(CollectiveContext ctx, void* buf, size_t bytes, int root);
@@ -46,6 +57,12 @@ void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t coun
                    ReduceOp op);
 // Block j of `in` goes to rank j; block j of `out` comes from rank j.
 void allToAll(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank);
+// Uneven all_to_all: in[j] goes to rank j, out[j] comes from rank j; both hold size()
+// blocks. out[j] must be exactly as long as rank j's in[rank()]: the transports cannot
+// tell a mismatch (the streams fall out of step). in[rank()] is copied to out[rank()]; a
+// different length there throws DdprunError, as does a list that is not size() long.
+void allToAllV(CollectiveContext ctx, std::span<const std::span<const uint8_t>> in,
+               std::span<const std::span<uint8_t>> out);
 void barrier(CollectiveContext ctx);
 
 }  // namespace ddprun::runtime

@@ -21,7 +21,9 @@ constexpr size_t kBlock = 256;
 // kernels are bound by their conversions, and AVX2/AVX-512 supply what SSE2 lacks (32->16
 // packs, blends, unsigned compares). GCC clones just those functions per target and picks
 // one at load time. Float16 sum on 16M elements: 1.3 GB/s (SSE2), 2.9 (AVX2), 6.3 (AVX-512).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: the loader runs the clones' resolvers before the TSan runtime is
+// up, and GCC instruments them, so the program would crash before main().
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define DDPRUN_HALF_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DDPRUN_HALF_KERNEL

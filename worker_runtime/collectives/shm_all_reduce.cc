@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
 #include "worker_runtime/transport/shm_wait.h"
 
 namespace ddprun::runtime {
@@ -28,10 +29,17 @@ size_t controlBytes(int size) {
 
 ShmAllReduce::ShmAllReduce(rendezvous::Store& store, const std::string& prefix, int rank, int size,
                            std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
-                           std::function<std::string(int)> peer_name)
-    : rank_(rank), size_(size), peer_gone_(std::move(peer_gone)), peer_name_(std::move(peer_name)) {
+                           std::function<std::string(int)> peer_name, size_t slot_bytes)
+    : rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      peer_gone_(std::move(peer_gone)),
+      peer_name_(std::move(peer_name)) {
+  // Multiples of 64 keep every slot aligned for any element type (and on its own cache lines).
+  DDPRUN_CHECK(slot_bytes > 0 && slot_bytes % 64 == 0, "shared-memory all_reduce slot of " +
+                                                           std::to_string(slot_bytes) + " bytes");
   const size_t control = controlBytes(size);
-  segment_ = std::make_unique<ShmSegment>(store, prefix, rank, size, control + 2 * size * kSlotBytes, timeout);
+  segment_ = std::make_unique<ShmSegment>(store, prefix, rank, size, control + 2 * size * slot_bytes_, timeout);
   // A fresh segment is zero-filled: every counter starts at 0.
   control_ = static_cast<Control*>(segment_->data());
   slots_ = static_cast<uint8_t*>(segment_->data()) + control;
@@ -82,16 +90,16 @@ void ShmAllReduce::barrier(Clock::time_point deadline) {
 // whole chunks in and out.
 void ShmAllReduce::run(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline) {
   const size_t esize = dtypeSize(dtype);
-  const size_t per_chunk = kSlotBytes / esize;
+  const size_t per_chunk = slot_bytes_ / esize;
   auto* user = static_cast<uint8_t*>(buf);
   for (size_t offset = 0; offset < count; offset += per_chunk, ++chunks_done_) {
     const size_t len = std::min(per_chunk, count - offset);
     // Sets alternate across calls too: a fast rank starting the next call (whose shares
     // may fall elsewhere) writes the other set while a slow one still reads this one.
-    uint8_t* set = slots_ + (chunks_done_ % 2) * size_ * kSlotBytes;
+    uint8_t* set = slots_ + (chunks_done_ % 2) * size_ * slot_bytes_;
     uint8_t* chunk = user + offset * esize;
     auto begin = [&](int q) { return len * q / size_ * esize; };
-    auto slot = [&](int q) { return set + q * kSlotBytes; };
+    auto slot = [&](int q) { return set + q * slot_bytes_; };
     for (int q = 0; q < size_; ++q) {
       if (q != rank_) std::memcpy(slot(rank_) + begin(q), chunk + begin(q), begin(q + 1) - begin(q));
     }

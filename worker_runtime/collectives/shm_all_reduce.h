@@ -23,15 +23,18 @@ class ShmAllReduce {
  public:
   // Collective over the group. Throws DdprunError when shared memory is not usable here.
   // `peer_gone(q)` answers whether rank q is known dead; `peer_name(q)` names it.
+  // `slot_bytes` (a positive multiple of 64, equal on every rank; else DDPRUN_CHECK fails) is
+  // each rank's slot, the chunk the buffer goes through in: kDefaultSlotBytes unless a test
+  // wants many chunks.
   ShmAllReduce(rendezvous::Store& store, const std::string& prefix, int rank, int size,
                std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
-               std::function<std::string(int)> peer_name);
+               std::function<std::string(int)> peer_name, size_t slot_bytes = kDefaultSlotBytes);
   ~ShmAllReduce();
 
   // Same contract as allReduce() in algorithms.h. Throws PeerError.
   void run(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline);
 
-  static constexpr size_t kSlotBytes = 1 << 20;
+  static constexpr size_t kDefaultSlotBytes = 1 << 20;
 
  private:
   struct Control;
@@ -39,6 +42,7 @@ class ShmAllReduce {
 
   int rank_;
   int size_;
+  size_t slot_bytes_;
   std::unique_ptr<ShmSegment> segment_;
   Control* control_;
   uint8_t* slots_;

@@ -19,6 +19,14 @@ struct IoError {
   std::string what;
 };
 
+// This rank has no channel to itself: a message to it would wait out its deadline.
+void checkPeer(const TcpMesh& mesh, int peer, const char* what) {
+  if (peer == mesh.rank()) throw DdprunError(fmt::format("point-to-point {} rank {}: that is this rank", what, peer));
+  if (peer < 0 || peer >= mesh.size()) {
+    throw DdprunError(fmt::format("point-to-point {} rank {}: not in the group of {}", what, peer, mesh.size()));
+  }
+}
+
 }  // namespace
 
 P2PEngine::P2PEngine(TcpMesh& mesh) : mesh_(mesh), peers_(mesh.size()) {
@@ -43,6 +51,7 @@ void P2PEngine::wake() {
 
 WorkPtr P2PEngine::send(int peer, int64_t tag, const void* data, size_t bytes, Clock::time_point deadline,
                         std::function<void()> on_success) {
+  checkPeer(mesh_, peer, "send to");
   auto work = std::make_shared<Work>();
   Op op{work, tag, const_cast<char*>(static_cast<const char*>(data)), bytes, deadline, {}, 0, std::move(on_success)};
   uint64_t size = bytes;
@@ -62,6 +71,7 @@ WorkPtr P2PEngine::send(int peer, int64_t tag, const void* data, size_t bytes, C
 
 WorkPtr P2PEngine::recv(int peer, int64_t tag, void* data, size_t bytes, Clock::time_point deadline,
                         std::function<void()> on_success) {
+  checkPeer(mesh_, peer, "receive from");
   auto work = std::make_shared<Work>();
   {
     std::lock_guard lock(mutex_);

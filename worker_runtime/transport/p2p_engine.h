@@ -27,7 +27,8 @@ class P2PEngine {
 
   // Both return at once; the data must stay valid until the Work completes. `on_success`
   // (optional) runs on the engine's thread just before the Work completes successfully,
-  // and is destroyed afterwards either way (it may own the buffer). Thread-safe.
+  // and is destroyed afterwards either way (it may own the buffer). Throw DdprunError at
+  // once when `peer` is this rank or outside the group. Thread-safe.
   WorkPtr send(int peer, int64_t tag, const void* data, size_t bytes, Clock::time_point deadline,
                std::function<void()> on_success = {});
   WorkPtr recv(int peer, int64_t tag, void* data, size_t bytes, Clock::time_point deadline,

@@ -6,14 +6,16 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
 #include "worker_runtime/transport/shm_wait.h"
 
 namespace ddprun::runtime {
 
+// The header of a ring; its ring_bytes_ of data follow.
 struct ShmLinks::Ring {
   alignas(64) std::atomic<uint64_t> head;  // total bytes written by the sender
   alignas(64) std::atomic<uint64_t> tail;  // total bytes taken by the receiver
-  alignas(64) uint8_t data[kRingBytes];
+  uint8_t* data() { return reinterpret_cast<uint8_t*>(this) + sizeof(Ring); }
 };
 
 struct ShmLinks::Doorbell {
@@ -28,9 +30,15 @@ size_t doorbellBytes(int size) { return (sizeof(std::atomic<uint32_t>) * 16 * si
 
 ShmLinks::ShmLinks(rendezvous::Store& store, const std::string& prefix, int rank, int size,
                    std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
-                   std::function<std::string(int)> peer_name)
-    : rank_(rank), size_(size), peer_gone_(std::move(peer_gone)), peer_name_(std::move(peer_name)) {
-  const size_t bytes = doorbellBytes(size) + sizeof(Ring) * size * size;
+                   std::function<std::string(int)> peer_name, size_t ring_bytes)
+    : rank_(rank),
+      size_(size),
+      ring_bytes_(ring_bytes),
+      ring_stride_((sizeof(Ring) + ring_bytes + 63) / 64 * 64),  // each ring on cache lines of its own
+      peer_gone_(std::move(peer_gone)),
+      peer_name_(std::move(peer_name)) {
+  DDPRUN_CHECK(ring_bytes > 0, "shared-memory links with empty rings");
+  const size_t bytes = doorbellBytes(size) + ring_stride_ * size * size;
   segment_ = std::make_unique<ShmSegment>(store, prefix + "links/", rank, size, bytes, timeout);
   base_ = static_cast<uint8_t*>(segment_->data());  // zero-filled: every ring starts empty
 }
@@ -42,27 +50,27 @@ ShmLinks::Doorbell* ShmLinks::doorbell(int rank) const {
 }
 
 ShmLinks::Ring* ShmLinks::ring(int from, int to) const {
-  return reinterpret_cast<Ring*>(base_ + doorbellBytes(size_) + sizeof(Ring) * (from * size_ + to));
+  return reinterpret_cast<Ring*>(base_ + doorbellBytes(size_) + ring_stride_ * (from * size_ + to));
 }
 
 size_t ShmLinks::progress(Transfer& t) {
   Ring* r = t.send ? ring(rank_, t.peer) : ring(t.peer, rank_);
   const uint64_t head = t.send ? r->head.load(std::memory_order_relaxed) : r->head.load(std::memory_order_acquire);
   const uint64_t tail = t.send ? r->tail.load(std::memory_order_acquire) : r->tail.load(std::memory_order_relaxed);
-  const size_t room = t.send ? kRingBytes - static_cast<size_t>(head - tail) : static_cast<size_t>(head - tail);
+  const size_t room = t.send ? ring_bytes_ - static_cast<size_t>(head - tail) : static_cast<size_t>(head - tail);
   const size_t n = std::min(room, t.bytes - t.done);
   if (n == 0) return 0;
   const uint64_t at = t.send ? head : tail;
-  const size_t offset = static_cast<size_t>(at % kRingBytes);
-  const size_t first = std::min(n, kRingBytes - offset);
+  const size_t offset = static_cast<size_t>(at % ring_bytes_);
+  const size_t first = std::min(n, ring_bytes_ - offset);
   auto* user = static_cast<uint8_t*>(t.data) + t.done;
   if (t.send) {
-    std::memcpy(r->data + offset, user, first);
-    std::memcpy(r->data, user + first, n - first);
+    std::memcpy(r->data() + offset, user, first);
+    std::memcpy(r->data(), user + first, n - first);
     r->head.store(head + n, std::memory_order_release);
   } else {
-    std::memcpy(user, r->data + offset, first);
-    std::memcpy(user + first, r->data, n - first);
+    std::memcpy(user, r->data() + offset, first);
+    std::memcpy(user + first, r->data(), n - first);
     r->tail.store(tail + n, std::memory_order_release);
   }
   const size_t before = t.done;

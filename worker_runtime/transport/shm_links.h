@@ -20,15 +20,18 @@ namespace ddprun::runtime {
 class ShmLinks final : public Links {
  public:
   // Collective over the group; throws DdprunError when shared memory is not usable.
+  // `ring_bytes` (positive, equal on every rank; else DDPRUN_CHECK fails) is the capacity of
+  // each ring: kDefaultRingBytes unless a test wants transfers to wrap around small rings.
   ShmLinks(rendezvous::Store& store, const std::string& prefix, int rank, int size, std::chrono::milliseconds timeout,
-           std::function<bool(int)> peer_gone, std::function<std::string(int)> peer_name);
+           std::function<bool(int)> peer_gone, std::function<std::string(int)> peer_name,
+           size_t ring_bytes = kDefaultRingBytes);
   ~ShmLinks() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void exchange(std::span<Transfer> transfers, Clock::time_point deadline, const char* what) override;
 
-  static constexpr size_t kRingBytes = 512 * 1024;
+  static constexpr size_t kDefaultRingBytes = 512 * 1024;
 
  private:
   struct Ring;
@@ -41,6 +44,8 @@ class ShmLinks final : public Links {
 
   int rank_;
   int size_;
+  size_t ring_bytes_;
+  size_t ring_stride_;
   std::unique_ptr<ShmSegment> segment_;
   uint8_t* base_ = nullptr;
   std::function<bool(int)> peer_gone_;

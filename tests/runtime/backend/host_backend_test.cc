@@ -1,0 +1,123 @@
+// The host backend with ranks as threads: its choice of transport, collectives queued
+// together running in issue order, and a failed collective (a peer that left, an error in
+// the collective itself) failing every later one with the same error.
+#include <regex>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "tests/runtime/support/reference_values.h"
+#include "tests/runtime/support/thread_ranks.h"
+#include "tests/runtime/support/transport_setups.h"
+#include "worker_runtime/collectives/algorithms.h"
+
+namespace {
+
+using namespace ddprun::runtime;
+using namespace ddprun::testing;
+
+void storeBarrier(ddprun::rendezvous::Store& store, const std::string& name, int size) {
+  if (store.add(name, 1) == size) store.set(name + "/all", "1");
+  store.wait({name + "/all"}, kRankOpTimeout);
+}
+
+// Throws unless `work` fails with a message matching `pattern`; returns the message.
+std::string failureOf(const WorkPtr& work, const std::string& pattern) {
+  try {
+    work->wait();
+  } catch (const PeerError& e) {
+    if (!std::regex_match(e.what(), std::regex(pattern))) {
+      throw std::runtime_error(fmt::format("error '{}' does not match '{}'", e.what(), pattern));
+    }
+    if (work->isSuccess()) throw std::runtime_error("a failed Work says it succeeded");
+    return e.what();
+  }
+  throw std::runtime_error("a collective expected to fail succeeded");
+}
+
+}  // namespace
+
+TEST_CASE("a host backend uses shared memory for a local group unless told not to") {
+  using SharedMemory = HostBackendOptions::SharedMemory;
+  for (auto [mode, expected] : {std::pair{SharedMemory::kAuto, true}, std::pair{SharedMemory::kOff, false}}) {
+    for (int p : {1, 3}) {
+      HostBackendOptions options;
+      options.shared_memory = mode;
+      INFO("world size " << p << ", shared memory " << (expected ? "on" : "off"));
+      REQUIRE_NOTHROW(runRanks(p, options, [&, expected = expected](HostBackend& b) {
+        if (b.usesSharedMemory() != (expected && p > 1)) throw std::runtime_error("wrong transport");
+      }));
+    }
+  }
+}
+
+TEST_CASE("collectives queued together run in the order they were issued") {
+  for (const auto& setup : transportSetups()) {
+    INFO(setup.name);
+    REQUIRE_NOTHROW(runRanks(4, setup.options, [&](HostBackend& b) {
+      checkTransport(b, setup);
+      // Sizes and operators differ from one to the next: run out of order, the ranks would
+      // pair up different collectives and fail, or produce other numbers.
+      const std::vector<size_t> counts = {67, 1, 0, 300, 5, 67, 2, 129};
+      std::vector<std::vector<uint8_t>> bufs;
+      bufs.reserve(counts.size());  // the queued collectives hold references into it
+      std::vector<WorkPtr> works;
+      for (size_t i = 0; i < counts.size(); ++i) {
+        const ReduceOp op = kAllReduceOps[i % kAllReduceOps.size()];
+        bufs.push_back(inputBuffer(op, DType::kInt32, b.rank(), counts[i], static_cast<int>(i)));
+        works.push_back(b.enqueue([&buf = bufs.back(), count = counts[i], op](CollectiveContext& ctx) {
+          allReduce(ctx, buf.data(), count, DType::kInt32, op);
+        }));
+      }
+      for (size_t i = 0; i < counts.size(); ++i) {
+        works[i]->wait();
+        checkReduced(fmt::format("all_reduce {} of the queue", i), bufs[i].data(), counts[i],
+                     kAllReduceOps[i % kAllReduceOps.size()], DType::kInt32, b.size(), static_cast<int>(i));
+      }
+    }));
+  }
+}
+
+TEST_CASE("a rank that left fails its peers' next collective naming it and every later one alike") {
+  for (const auto& setup : transportSetups()) {
+    INFO(setup.name);
+    // What each transport says: the TCP mesh sees the closed connection; shared memory sees
+    // the rank missing at a barrier or ring, and its TCP connection closed.
+    const std::string pattern = setup.shared_memory
+                                    ? "all_reduce \\(shared memory\\): rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) died"
+                                    : "all_reduce: (sending to|receiving from) rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) "
+                                      "closed the connection \\(peer died\\?\\)";
+    REQUIRE_NOTHROW(runThreads(2, [&](int rank, ddprun::rendezvous::Store& store) {
+      auto b = std::make_unique<HostBackend>(store, "pg/", rank, 2, "127.0.0.1", kRankOpTimeout, setup.options);
+      checkTransport(*b, setup);
+      storeBarrier(store, "built", 2);
+      if (rank == 1) {
+        b.reset();
+        store.set("left", "1");
+        return;
+      }
+      store.wait({"left"}, kRankOpTimeout);
+      std::vector<float> buf(67, 1.0f);
+      auto all_reduce = [&] {
+        return b->enqueue([&](CollectiveContext& ctx) {
+          allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+        });
+      };
+      const std::string first = failureOf(all_reduce(), pattern);
+      // The streams are at unknown positions now: later collectives must not run at all.
+      const std::string second = failureOf(b->enqueue([](CollectiveContext& ctx) { barrier(ctx); }), pattern);
+      if (second != first) throw std::runtime_error(fmt::format("'{}' after '{}'", second, first));
+    }));
+  }
+}
+
+TEST_CASE("a collective that throws fails every later collective of the group with its error") {
+  HostBackendOptions options;
+  options.shared_memory = HostBackendOptions::SharedMemory::kOff;
+  REQUIRE_NOTHROW(runRanks(2, options, [](HostBackend& b) {
+    failureOf(b.enqueue([](CollectiveContext&) { throw PeerError("injected failure"); }), "injected failure");
+    bool ran = false;
+    failureOf(b.enqueue([&](CollectiveContext&) { ran = true; }), "injected failure");
+    if (ran) throw std::runtime_error("a collective ran after the group broke");
+  }));
+}
