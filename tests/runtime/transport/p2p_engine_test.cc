@@ -1,18 +1,18 @@
 // The P2P engine (a HostBackend's, over the TCP mesh's point-to-point channel), ranks as
 // threads: messages between a pair in order with their tags, every pair at once in both
 // directions without deadlock, and the errors: a tag or size that differs, a deadline.
+#include <future>
+#include <memory>
 #include <regex>
+#include <string>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "rendezvous/in_memory_store.h"
 #include "tests/runtime/support/reference_values.h"
 #include "tests/runtime/support/thread_ranks.h"
 #include "worker_runtime/transport/p2p_engine.h"
-#include <future>
-#include <memory>
-#include <string>
-#include "rendezvous/in_memory_store.h"
 
 namespace {
 

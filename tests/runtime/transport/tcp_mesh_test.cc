@@ -1,17 +1,18 @@
 // The TCP mesh with ranks as threads on loopback: full-duplex exchanges with every peer at
 // once, progress reports a reduction can follow, and failures that name the operation,
 // the peer rank and its address.
-#include <catch2/catch.hpp>
-
-#include "tests/runtime/support/links_checks.h"
-#include "tests/runtime/support/thread_ranks.h"
-#include "worker_runtime/transport/tcp_mesh.h"
 #include <future>
 #include <memory>
 #include <string>
 #include <utility>
+
+#include <catch2/catch.hpp>
+
 #include "common/socket_io.h"
 #include "rendezvous/in_memory_store.h"
+#include "tests/runtime/support/links_checks.h"
+#include "tests/runtime/support/thread_ranks.h"
+#include "worker_runtime/transport/tcp_mesh.h"
 
 namespace {
 
@@ -106,52 +107,6 @@ namespace {
 
 // Bounds every wait that should end at once: a broken mesh fails the test, never hangs it.
 constexpr auto kGenerous = 30s;
-
-struct MeshPair {
-  std::unique_ptr<TcpMesh> rank0;
-  std::unique_ptr<TcpMesh> rank1;
-};
-
-// Two ranks as threads of this process, connected through one in-memory store.
-MeshPair connectPair(InMemoryStore& store) {
-  auto rank1 = std::async(std::launch::async,
-                          [&] { return std::make_unique<TcpMesh>(store, "mesh/", 1, 2, "127.0.0.1", kGenerous); });
-  auto rank0 = std::make_unique<TcpMesh>(store, "mesh/", 0, 2, "127.0.0.1", kGenerous);
-  return {std::move(rank0), rank1.get()};
-}
-
-std::string pattern(size_t size, int seed) {
-  std::string bytes(size, '\0');
-  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(i * 31 + seed);
-  return bytes;
-}
-
-// Sends `out` to `peer` and receives as many bytes from it, both at once.
-std::string swapWith(TcpMesh& mesh, int peer, std::string out, size_t* last_progress = nullptr) {
-  std::string in(out.size(), '\0');
-  Transfer transfers[2];
-  transfers[0].peer = peer;
-  transfers[0].send = true;
-  transfers[0].data = out.data();
-  transfers[0].bytes = out.size();
-  transfers[1].peer = peer;
-  transfers[1].data = in.data();
-  transfers[1].bytes = in.size();
-  transfers[1].progress_step = 64 << 10;
-  transfers[1].on_progress = [last_progress](size_t received) {
-    if (last_progress) *last_progress = received;
-  };
-  mesh.exchange(transfers, Clock::now() + kGenerous, "swap");
-  return in;
-}
-
-Transfer receiveFrom(int peer, std::string& into) {
-  Transfer t;
-  t.peer = peer;
-  t.data = into.data();
-  t.bytes = into.size();
-  return t;
-}
 
 }  // namespace
 
