@@ -48,6 +48,12 @@ struct AgentConfig {
   std::optional<int> health_check_port;   // --health_check_port; unset: no endpoint.
   std::string health_check_addr = "127.0.0.1";  // --health_check_addr: where it listens (loopback unless told).
   std::optional<std::string> events_file;  // DDPRUN_EVENTS_FILE; unset: events only in --log_dir.
+  // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's file timers on a named pipe (default off).
+  bool file_timer = false;
+  // The workers run Python (ddprun starts the interpreter, or the program is python*); default no.
+  bool python_workers = false;
+  // Python workers get PYTHONFAULTHANDLER=1 unless set; --no_python_faulthandler: not (default on).
+  bool python_faulthandler = true;
   rendezvous::RendezvousConfig rendezvous;
 };
 

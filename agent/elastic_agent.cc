@@ -27,14 +27,18 @@
 #include "agent/escaped_processes.h"
 #include "agent/event_log.h"
 #include "agent/failure_report.h"
+#include "agent/file_timer_server.h"
 #include "agent/filtered_log.h"
 #include "agent/health_server.h"
+#include "agent/hung_worker_stop.h"
 #include "agent/line_forwarder.h"
 #include "agent/log_layout.h"
 #include "agent/node_cooldown.h"
 #include "agent/numa_binding.h"
 #include "agent/orphan_guard.h"
+#include "agent/proc_stat.h"
 #include "agent/process_spawner.h"
+#include "agent/process_state.h"
 #include "agent/secret_file.h"
 #include "agent/worker_cgroups.h"
 #include "agent/worker_env.h"
@@ -63,6 +67,9 @@ constexpr auto kEscapeScanInterval = std::chrono::milliseconds(500);
 // How long killed processes get to leave their cgroups at the end of an attempt.
 constexpr auto kCgroupRemoveTimeout = std::chrono::seconds(5);
 constexpr const char* kDefaultPrefixTemplate = "[rank${rank}]:";
+// A worker that SIGKILL has not ended after --term_timeout (at least this long) sleeps
+// uninterruptibly in the kernel: ddprun reports it and goes on without it.
+constexpr auto kMinKillWait = std::chrono::seconds(1);
 
 std::string hostName() {
   char buf[256] = {};
@@ -146,6 +153,11 @@ class ElasticAgent::Impl {
     std::chrono::system_clock::time_point exit_time;
     std::string error_file;
     std::shared_ptr<StreamRecord> stderr_record;  // when stderr goes through the agent
+    std::string dir;                  // its log directory in this attempt
+    bool python_faulthandler = false;  // a Python worker with PYTHONFAULTHANDLER: SIGABRT before a hang kill
+    std::string hang_reason;          // set when ddprun stopped it as hung ("timer 'step' expired")
+    std::optional<HungStop> hang;     // its stacks, then
+    bool abandoned = false;           // survived SIGKILL (uninterruptible sleep); no longer waited for
     bool failed() const { return !running && !stopped_by_agent && (signal != 0 || exit_code != 0); }
   };
   enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
@@ -178,6 +190,14 @@ class ElasticAgent::Impl {
   void addStderrTails(std::vector<WorkerFailure>& failures) const;
   void runFor(Clock::duration d);
   int runRounds();
+  // Hung workers (file timers; the hang verdict): stacks first, then the stop.
+  void startFileTimers();
+  void onTimerExpired(const TimerExpiry& expiry);
+  Worker* workerOwning(pid_t pid);
+  // Stops each (worker, pid) as hung with `signal` after capturing its stacks (and Python's
+  // tracebacks), recording why and the stacks for the failure report.
+  void stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal, const std::string& reason);
+  Clock::duration killWait() const { return std::max<Clock::duration>(config_.term_timeout, kMinKillWait); }
 
   // Operating the job: the state others see (status, health check) and the events file.
   void setState(const std::string& state);
@@ -230,6 +250,8 @@ class ElasticAgent::Impl {
   int64_t cooldown_until_ms_ = 0;
   int exit_code_ = -1;
   bool store_lost_ = false;    // no more status records: a publish could wait on a dead store
+  std::unique_ptr<FileTimerServer> timer_server_;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
+  HungWorkerStopper hung_stopper_{io_};
 };
 
 ElasticAgent::Impl::~Impl() {
@@ -373,6 +395,10 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   SpawnRequest request;
   request.argv = config_.entrypoint;
   request.env = workerEnvironment(base_env_, config_, rdzv, worker.place, worker.error_file);
+  worker.dir = dir;
+  const auto faulthandler = request.env.find(env::kPythonFaultHandler);
+  worker.python_faulthandler =
+      config_.python_workers && faulthandler != request.env.end() && !faulthandler->second.empty();
   if (!rdzv.rpc_secret.empty()) {
     const std::string secret_file = dir + "/rpc_secret";
     writeSecretFile(secret_file, rdzv.rpc_secret);
@@ -490,12 +516,114 @@ void ElasticAgent::Impl::stopWorkers(int signal) {
   const auto deadline = Clock::now() + config_.term_timeout;
   while (anyRunning() && Clock::now() < deadline) runFor(deadline - Clock::now());
   if (anyRunning()) {
-    log_->warn("workers still running {} ms after {}; sending SIGKILL", config_.term_timeout.count(),
-               signalName(signal));
+    for (const Worker& w : workers_) {
+      if (!w.running) continue;
+      log_->warn("worker rank {} (pid {}) still running {} ms after {}, state {}; sending SIGKILL", w.place.rank,
+                 w.pid, config_.term_timeout.count(), signalName(signal), describeProcessState(w.pid));
+    }
     signalRunning(SIGKILL);
-    while (anyRunning()) runFor(std::chrono::seconds(1));
+    // A worker in uninterruptible sleep (D) dies only when its kernel call returns, which may
+    // be never (a dead NFS server, a wedged driver): it must not hold up ddprun.
+    const auto kill_deadline = Clock::now() + killWait();
+    while (anyRunning() && Clock::now() < kill_deadline) runFor(kill_deadline - Clock::now());
+    for (Worker& w : workers_) {
+      if (!w.running) continue;
+      const std::string state = describeProcessState(w.pid);
+      log_->error("worker rank {} (pid {}) still running {} ms after SIGKILL, state {}; going on without it",
+                  w.place.rank, w.pid, std::chrono::duration_cast<std::chrono::milliseconds>(killWait()).count(),
+                  state);
+      emit("worker_unkillable",
+           JsonObject().add("rank", w.place.rank).add("pid", w.pid).add("attempt", attempt_).add("state", state));
+      w.running = false;
+      w.abandoned = true;
+    }
   }
   stopping_ = false;
+}
+
+void ElasticAgent::Impl::startFileTimers() {
+  if (!config_.file_timer) return;
+  // As torch's agent: the pipe named in ddprun's environment, else a new one; the workers
+  // get its name either way.
+  auto named = base_env_.find(env::kTimerFile);
+  const std::string path =
+      named != base_env_.end() && !named->second.empty() ? named->second : FileTimerServer::defaultPath();
+  timer_server_ = std::make_unique<FileTimerServer>(io_, path, [this](const TimerExpiry& e) { onTimerExpired(e); });
+  timer_server_->start();
+  base_env_[env::kTimerFile] = path;
+  log_->info("file timers on {}", path);
+}
+
+// The running worker that `pid` is, or belongs to: a process of its process group, or one
+// below it that left the group.
+ElasticAgent::Impl::Worker* ElasticAgent::Impl::workerOwning(pid_t pid) {
+  for (Worker& w : workers_) {
+    if (w.running && w.pid == pid) return &w;
+  }
+  std::optional<ProcStat> stat = readProcStat(pid);
+  if (!stat || stat->state == 'Z') return nullptr;
+  for (Worker& w : workers_) {
+    if (w.running && stat->pgid == w.pid) return &w;
+  }
+  for (int depth = 0; stat && stat->ppid > 1 && depth < 64; ++depth) {
+    for (Worker& w : workers_) {
+      if (w.running && stat->ppid == w.pid) return &w;
+    }
+    stat = readProcStat(stat->ppid);
+  }
+  return nullptr;
+}
+
+void ElasticAgent::Impl::onTimerExpired(const TimerExpiry& expiry) {
+  std::string scopes;
+  for (const std::string& scope : expiry.expired_scopes) scopes += (scopes.empty() ? "'" : ", '") + scope + "'";
+  const std::string& scope = expiry.timer.scope_id;
+  const pid_t pid = static_cast<pid_t>(expiry.pid);
+  Worker* w = workerOwning(pid);
+  // Unlike torch's server, which signals whatever pid a request names, ddprun stops only
+  // its own workers' processes.
+  if (w == nullptr) {
+    log_->warn("file timer {} of pid {} expired, but pid {} is not a process of this node's running workers; ignored",
+               scopes, pid, pid);
+    return;
+  }
+  emit("timer_expired", JsonObject()
+                            .add("rank", w->place.rank)
+                            .add("local_rank", w->place.local_rank)
+                            .add("pid", pid)
+                            .add("scope", scope)
+                            .add("signal", expiry.signal > 0 ? signalName(expiry.signal) : "none")
+                            .add("attempt", attempt_));
+  if (stopping_) {
+    log_->debug("timer {} of rank {} expired while its workers are being stopped anyway", scopes, w->place.rank);
+    return;
+  }
+  if (expiry.signal <= 0) {
+    log_->warn("worker rank {} (pid {}): timer {} expired; it asked for no signal, so it goes on", w->place.rank, pid,
+               scopes);
+    return;
+  }
+  log_->warn("worker rank {} (pid {}): timer '{}' expired; taking its stacks, then {}{}", w->place.rank, pid, scope,
+             w->python_faulthandler ? "SIGABRT (Python tracebacks to its stderr) and " : "",
+             signalName(expiry.signal));
+  stopHung({{w, pid}}, expiry.signal, "timer '" + scope + "' expired");
+}
+
+void ElasticAgent::Impl::stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal,
+                                  const std::string& reason) {
+  std::vector<HungWorker> hung;
+  for (const auto& [w, pid] : targets) {
+    hung.push_back(HungWorker{pid, w->place.rank, w->place.local_rank, w->dir, w->python_faulthandler});
+  }
+  std::vector<HungStop> stops = hung_stopper_.stop(hung, signal, "before stopping it: " + reason);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    Worker& w = *targets[i].first;
+    if (!stops[i].stacks_file.empty()) {
+      log_->info("stacks of rank {} (pid {}) in {}", w.place.rank, targets[i].second, stops[i].stacks_file);
+    }
+    w.hang_reason = reason;
+    w.hang = std::move(stops[i]);
+  }
 }
 
 // A worker's children may outlive it in its process group; none may outlive the attempt.
@@ -514,15 +642,28 @@ void ElasticAgent::Impl::clearProcessGroups() {
       runFor(kGroupPollInterval);
     }
     for (pid_t pgid : alive) ::kill(-pgid, SIGKILL);
-    while (!alive.empty()) {
+    const auto kill_deadline = Clock::now() + killWait();
+    for (;;) {
       std::erase_if(alive, [](pid_t pgid) { return !groupAlive(pgid); });
-      if (!alive.empty()) runFor(kGroupPollInterval);
+      if (alive.empty()) break;
+      if (Clock::now() >= kill_deadline) {
+        // Processes in uninterruptible sleep: reported, not waited for.
+        for (pid_t pgid : alive) {
+          log_->error("process group {} of a worker still has processes {} ms after SIGKILL; going on without them",
+                      pgid, std::chrono::duration_cast<std::chrono::milliseconds>(killWait()).count());
+        }
+        break;
+      }
+      runFor(kGroupPollInterval);
     }
   }
   stopAdoptedOrphans();
   removeWorkerCgroups();
   forgetEscaped();
-  for (const Worker& w : workers_) guard_.forget(w.pid);
+  // One that outlived SIGKILL stays with the guard, which kills it if ddprun dies first.
+  for (const Worker& w : workers_) {
+    if (!w.abandoned) guard_.forget(w.pid);
+  }
 }
 
 // What is still in the workers' cgroups now ignored SIGTERM or was out of reach of the group
@@ -629,6 +770,9 @@ void ElasticAgent::Impl::drainOutput() {
 }
 
 void ElasticAgent::Impl::endAttempt() {
+  // What the attempt's processes asked for ends with them.
+  hung_stopper_.cancel();
+  if (timer_server_) timer_server_->clearTimers();
   clearProcessGroups();
   drainOutput();
   forwarders_.clear();
@@ -648,6 +792,14 @@ std::vector<WorkerFailure> ElasticAgent::Impl::collectFailures() const {
     f.time = w.exit_time;
     f.error_file = w.error_file;
     f.error = readErrorFile(w.error_file);
+    if (w.hang) {
+      f.hang_reason = w.hang_reason;
+      f.hang_python_abort = w.hang->aborted_first;
+      f.stacks = w.hang->stacks.text;
+      f.stacks_note = w.hang->stacks.problem;
+      f.stacks_tool = w.hang->stacks.tool;
+      f.stacks_file = w.hang->stacks_file;
+    }
     failures.push_back(std::move(f));
   }
   sortRootCauseFirst(failures);
@@ -896,6 +1048,7 @@ int ElasticAgent::Impl::run() {
   rendezvous_ = std::make_unique<rendezvous::DynamicRendezvous>(config_.rendezvous, config_.nproc_per_node);
   const std::string& node = rendezvous_->nodeName();
   base_env_ = currentEnvironment();
+  startFileTimers();
   auto prefix_env = base_env_.find(env::kLogLinePrefixTemplate);
   prefix_template_ = prefix_env != base_env_.end() ? prefix_env->second : kDefaultPrefixTemplate;
   const bool keep_logs = config_.redirects.anyStream() || config_.tee.anyStream();

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace ddprun::agent {
 namespace {
@@ -47,6 +48,29 @@ std::string indent(std::string_view text, std::string_view pad) {
   return out;
 }
 
+// Why ddprun stopped a hung worker and where it stood: the first lines of its stacks.
+void appendHang(std::string& out, const WorkerFailure& f) {
+  out += fmt::format("  hung      : {}; ddprun took its stacks, then stopped it{}\n", f.hang_reason,
+                     f.hang_python_abort ? " (SIGABRT first: Python printed every thread's traceback to its stderr)"
+                                         : "");
+  std::vector<std::string_view> lines;
+  for (size_t start = 0; start < f.stacks.size();) {
+    size_t end = f.stacks.find('\n', start);
+    if (end == std::string::npos) end = f.stacks.size();
+    lines.push_back(std::string_view(f.stacks).substr(start, end - start));
+    start = end + 1;
+  }
+  std::vector<std::string> notes;
+  if (!f.stacks_tool.empty()) notes.push_back("native, by " + f.stacks_tool);
+  if (!f.stacks_note.empty()) notes.push_back(f.stacks_note);
+  if (lines.size() > kReportStackLines) {
+    notes.push_back(fmt::format("first {} of {} lines", kReportStackLines, lines.size()));
+  }
+  if (!f.stacks_file.empty()) notes.push_back("all of them in " + f.stacks_file);
+  out += fmt::format("  stacks    : ({})\n", fmt::join(notes, "; "));
+  for (size_t i = 0; i < lines.size() && i < kReportStackLines; ++i) out += fmt::format("    {}\n", lines[i]);
+}
+
 void appendFailure(std::string& out, const WorkerFailure& f) {
   out += fmt::format("  rank      : {} (local_rank: {})\n", f.rank, f.local_rank);
   out += fmt::format("  host      : {}\n", f.host);
@@ -57,6 +81,7 @@ void appendFailure(std::string& out, const WorkerFailure& f) {
     out += fmt::format("  exit      : exit code {}\n", f.exit_code);
   }
   out += fmt::format("  time      : {}\n", formatTime(f.time));
+  if (!f.hang_reason.empty()) appendHang(out, f);
   if (f.error) {
     out += fmt::format("  error_file: {}\n", f.error_file);
     out += fmt::format("  message   : {}\n", f.error->message);

@@ -28,7 +28,17 @@ struct WorkerFailure {
   std::string stderr_tail;
   std::string stderr_file;        // where its stderr was saved; empty: nowhere.
   std::string stderr_file_error;  // why that file is incomplete (strerror); empty: it is not.
+  // When ddprun stopped the worker as hung: why ("timer 'step' expired"); empty otherwise.
+  std::string hang_reason;
+  bool hang_python_abort = false;  // SIGABRT went first, for Python's tracebacks
+  std::string stacks;              // its native stacks, taken before the stop
+  std::string stacks_note;         // why they are missing or partial; empty: complete
+  std::string stacks_tool;         // "eu-stack", "gdb"; empty: none ran
+  std::string stacks_file;         // where they were saved; empty: nowhere
 };
+
+// How many lines of a hung worker's stacks the report shows (all of them are in stacks_file).
+inline constexpr size_t kReportStackLines = 60;
 
 // "SIGKILL" for 9, "signal 77" for numbers without a name.
 std::string signalName(int signal);

@@ -81,6 +81,7 @@ std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::
   e.try_emplace(env::kTorchNcclAsyncErrorHandling, "1");
   e.try_emplace(env::kNcclAsyncErrorHandling, "1");
   if (set_omp) e[env::kOmpNumThreads] = "1";
+  if (config.python_workers && config.python_faulthandler) e.try_emplace(env::kPythonFaultHandler, "1");
   return base;
 }
 

@@ -31,6 +31,8 @@ std::optional<std::string> virtualDevice(const std::optional<std::string>& inher
 
 // Returns `base` (the agent's own environment) with the contract variables set.
 // OMP_NUM_THREADS=1 and the NCCL async error flags are added only when `base` lacks them.
+// PYTHONFAULTHANDLER=1 is added for Python workers (config.python_workers) unless
+// config.python_faulthandler is off or `base` has it.
 // With config.virtual_local_rank, LOCAL_RANK is 0 and CUDA_VISIBLE_DEVICES is virtualDevice()
 // (the launcher has checked that one exists for every local rank).
 std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::string> base,

@@ -33,6 +33,12 @@ inline constexpr const char* kSignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 inline constexpr const char* kRpcSecretFile = "DDPRUN_RPC_SECRET_FILE";
 // The secret itself, for workers started by another launcher.
 inline constexpr const char* kRpcSecret = "DDPRUN_RPC_SECRET";
+// The named pipe of torch's file timers (TORCHELASTIC_ENABLE_FILE_TIMER=1): the agent
+// creates it (or takes this name from its own environment), workers write requests into it.
+inline constexpr const char* kTimerFile = "TORCHELASTIC_TIMER_FILE";
+// Set to 1 for Python workers unless --no_python_faulthandler or already set: SIGABRT
+// then prints every thread's Python traceback before the worker dies.
+inline constexpr const char* kPythonFaultHandler = "PYTHONFAULTHANDLER";
 
 // Read by the workers (set by the user, not the agent).
 // 0: collectives of a group on one host go over TCP instead of shared memory.
@@ -65,5 +71,7 @@ inline constexpr const char* kShutdownTimeout = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 inline constexpr const char* kHealthCheckPort = "TORCHELASTIC_HEALTH_CHECK_PORT";
 // Intel GPUs' CUDA_VISIBLE_DEVICES, counted by --nproc_per_node=gpu.
 inline constexpr const char* kZeAffinityMask = "ZE_AFFINITY_MASK";
+// 1: the agent serves torch's file timers (kTimerFile), as torchrun's agent does.
+inline constexpr const char* kEnableFileTimer = "TORCHELASTIC_ENABLE_FILE_TIMER";
 
 }  // namespace ddprun::env

@@ -44,6 +44,7 @@ struct RawFlags {
   bool no_python = false;
   bool module = false;
   bool run_path = false;
+  bool no_python_faulthandler = false;
   std::string log_dir;
   std::string redirects = "0";
   std::string tee = "0";
@@ -290,7 +291,12 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
         parseInt(env::kHealthCheckPort, port, 0, 65535, "a port number 0-65535");
   }
   config.health_check_addr = f.health_check_addr;
-  if (const char* events = std::getenv(env::kEventsFile); events && *events) {
+  // As torch's agent: only the exact value 1 turns the file timers on.
+  if (const char* timer = std::getenv(env::kEnableFileTimer); timer && std::string_view(timer) == "1") {
+    config.file_timer = true;
+  }
+  config.python_faulthandler = !f.no_python_faulthandler;
+    if (const char* events = std::getenv(env::kEventsFile); events && *events) {
     agent::checkAppendable(events);
     config.events_file = events;
   }
@@ -329,6 +335,7 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
   ResolvedProgram resolved = resolveProgram(request);
   config.entrypoint = std::move(resolved.argv);
   config.entry_name = std::move(resolved.display_name);
+  config.python_workers = resolved.python;
   return config;
 }
 
@@ -417,6 +424,7 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   addFlag(app, "", "--no_python", f.no_python, "Exec the training script directly instead of prepending 'python -u'.");
   addFlag(app, "-m", "--module", f.module, "Run the training script as a Python module ('python -m').");
   addFlag(app, "", "--run_path", f.run_path, "Run the training script with python, whatever its name.");
+  addFlag(app, "", "--no_python_faulthandler", f.no_python_faulthandler, "Do not set PYTHONFAULTHANDLER=1 for Python workers (with it, a worker stopped as hung prints its Python tracebacks).");
   addOption(app, "", "--log_dir", f.log_dir, "Base directory for log files (<run_id>_<unique>/attempt_<k>/<local_rank>/).");
   addOption(app, "-r", "--redirects", f.redirects, "Redirect std streams into log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank, e.g. 0:1,1:2.");
   addOption(app, "-t", "--tee", f.tee, "Tee std streams into log files and the console (same values as --redirects).");

@@ -40,6 +40,13 @@ std::string pythonInterpreter() {
   return path;
 }
 
+// python, python3, python3.11 (a symlink counts by its own name, as a venv's python is one).
+bool isPythonProgram(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  if (name.rfind("python", 0) != 0) return false;
+  return name.find_first_not_of("0123456789.", 6) == std::string::npos;
+}
+
 }  // namespace
 
 std::string findExecutable(const std::string& name) {
@@ -77,11 +84,13 @@ ResolvedProgram resolveProgram(const ProgramRequest& request) {
       throw UsageError("program '" + script + "' " + (exists ? "is not executable" : "not found"));
     }
     resolved.argv = withArgs({path});
+    resolved.python = isPythonProgram(path);
     resolved.display_name = fs::path(script).filename().string();
     return resolved;
   }
   if (request.module) {
     resolved.argv = withArgs({pythonInterpreter(), "-u", "-m", script});
+    resolved.python = true;
     resolved.display_name = "-m " + script;
     return resolved;
   }
@@ -91,6 +100,7 @@ ResolvedProgram resolveProgram(const ProgramRequest& request) {
     // would expect of `ddprun ... ./train_binary`.
     if (std::string path = findExecutable(script); !path.empty()) {
       resolved.argv = withArgs({path});
+      resolved.python = isPythonProgram(path);
       resolved.display_name = fs::path(script).filename().string();
       return resolved;
     }
@@ -99,6 +109,7 @@ ResolvedProgram resolveProgram(const ProgramRequest& request) {
   if (!fs::is_regular_file(script, ec)) throw UsageError("training script '" + script + "' not found");
   if (::access(script.c_str(), R_OK) != 0) throw UsageError("training script '" + script + "' is not readable");
   resolved.argv = withArgs({pythonInterpreter(), "-u", script});
+  resolved.python = true;
   resolved.display_name = fs::path(script).filename().string();
   return resolved;
 }

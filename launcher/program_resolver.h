@@ -19,6 +19,7 @@ struct ProgramRequest {
 struct ResolvedProgram {
   std::vector<std::string> argv;      // argv[0] absolute.
   std::string display_name;           // for reports: "train.py", "-m pkg.mod", "true".
+  bool python = false;                // the program is a Python interpreter (ddprun's, or python* itself).
 };
 
 // Finds `name` on PATH (or checks it as a path when it contains '/'); returns the

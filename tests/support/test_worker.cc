@@ -12,6 +12,11 @@
 //                                print "ready"; sleep forever
 //   lines N                      print N numbered lines to stdout and stderr, partly in pieces
 //   ignore-term                  ignore SIGTERM, print "ready", sleep forever
+//   timer SCOPE AFTER_MS HOLD_MS RANK ATTEMPTS
+//                                set file timer SCOPE (ddprun::runtime::expires) to AFTER_MS; rank RANK
+//                                holds it HOLD_MS (in sleepInTimedScope) while TORCHELASTIC_RESTART_COUNT <
+//                                ATTEMPTS, the others 10 ms; print "released rank=R" and exit 0
+//   stop-self                    print "ready pid=PID", then SIGSTOP itself (and pause if continued)
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,6 +32,7 @@
 #include "common/env_names.h"
 #include "worker_runtime/env_contract.h"
 #include "worker_runtime/error_record.h"
+#include "worker_runtime/scoped_timer.h"
 
 namespace {
 
@@ -110,6 +116,26 @@ int modeLines(int n) {
 
 }  // namespace
 
+// Outside the anonymous namespace and never inlined: the stacks ddprun takes show it by name.
+__attribute__((noinline)) void sleepInTimedScope(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  asm volatile("");  // keeps the call from becoming a tail call, so this frame stays on the stack
+}
+
+namespace {
+
+int modeTimer(const std::string& scope, int after_ms, int hold_ms, int hang_rank, int hang_attempts, int attempt) {
+  auto timer = ddprun::runtime::expires(std::chrono::milliseconds(after_ms), scope);
+  std::printf("timer set rank=%d armed=%d\n", rankFromEnv(), timer.armed() ? 1 : 0);
+  std::fflush(stdout);
+  sleepInTimedScope(rankFromEnv() == hang_rank && attempt < hang_attempts ? hold_ms : 10);
+  timer.release();
+  std::printf("released rank=%d\n", rankFromEnv());
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   return ddprun::runtime::recordErrors([&]() -> int {
     if (argc < 2) throw std::invalid_argument("usage: ddprun_test_worker MODE [ARGS]");
@@ -137,6 +163,15 @@ int main(int argc, char** argv) {
     if (mode == "wait") return modeWait(arg(2));
     if (mode == "grandchild") return modeGrandchild(arg(2));
     if (mode == "lines") return modeLines(std::stoi(arg(2)));
+    if (mode == "timer") {
+      return modeTimer(arg(2), std::stoi(arg(3)), std::stoi(arg(4)), std::stoi(arg(5)), std::stoi(arg(6)), attempt);
+    }
+    if (mode == "stop-self") {
+      std::printf("ready pid=%d\n", static_cast<int>(::getpid()));
+      std::fflush(stdout);
+      ::raise(SIGSTOP);
+      for (;;) ::pause();
+    }
     if (mode == "ignore-term") {
       ::signal(SIGTERM, SIG_IGN);
       std::printf("ready rank=%d\n", rankFromEnv());

@@ -1,0 +1,146 @@
+#include "agent/file_timer_server.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/logging.h"
+
+namespace ddprun::agent {
+namespace {
+
+// Past this many, malformed requests are skipped without a line each: a worker writing
+// garbage in a loop must not flood ddprun's log.
+constexpr int kMaxWarnings = 20;
+// How much of a malformed line a warning shows.
+constexpr size_t kShownBytes = 200;
+
+double wallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::string FileTimerServer::defaultPath() {
+  std::random_device device;
+  std::uniform_int_distribution<uint32_t> dist;
+  const uint32_t a = dist(device), b = dist(device), c = dist(device), d = dist(device);
+  const std::string uuid = fmt::format("{:08x}-{:04x}-4{:03x}-{:04x}-{:04x}{:08x}", a, b >> 16, b & 0xfff,
+                                       0x8000 | (c >> 18), c & 0xffff, d);
+  const char* tmp = std::getenv("TMPDIR");
+  return fmt::format("{}/watchdog_timer_{}", tmp && *tmp ? tmp : "/tmp", uuid);
+}
+
+FileTimerServer::FileTimerServer(boost::asio::io_context& io, std::string path, ExpiryHandler on_expiry)
+    : path_(std::move(path)), on_expiry_(std::move(on_expiry)), pipe_(io), expiry_timer_(io) {
+  if (::unlink(path_.c_str()) != 0 && errno != ENOENT) throw SystemError("unlink(" + path_ + ")", errno);
+  if (::mkfifo(path_.c_str(), 0600) != 0) throw SystemError("mkfifo(" + path_ + ")", errno);
+  // Non-blocking, so that opening needs no writer; then a writer of our own, so that the
+  // pipe does not read as closed (and wake us in a loop) whenever no client has it open.
+  const int read_fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (read_fd < 0) {
+    const int err = errno;
+    ::unlink(path_.c_str());
+    throw SystemError("open(" + path_ + ")", err);
+  }
+  pipe_.assign(read_fd);
+  keep_open_fd_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (keep_open_fd_ < 0) {
+    const int err = errno;
+    ::unlink(path_.c_str());
+    throw SystemError("open(" + path_ + ", O_WRONLY)", err);
+  }
+}
+
+FileTimerServer::~FileTimerServer() {
+  boost::system::error_code ignored;
+  expiry_timer_.cancel();
+  pipe_.close(ignored);
+  ::close(keep_open_fd_);
+  ::unlink(path_.c_str());
+}
+
+void FileTimerServer::start() {
+  logger("agent")->debug("file timer server reading {}", path_);
+  readMore();
+}
+
+void FileTimerServer::clearTimers() {
+  table_.clear();
+  expiry_timer_.cancel();
+}
+
+void FileTimerServer::readMore() {
+  pipe_.async_read_some(boost::asio::buffer(buffer_), [this](const boost::system::error_code& ec, size_t n) {
+    if (ec == boost::asio::error::operation_aborted) return;
+    if (ec) {
+      // Cannot happen while we hold a writer; if it does, timers stop rather than spin.
+      logger("agent")->error("file timer {}: read failed: {}; timers are no longer watched", path_, ec.message());
+      return;
+    }
+    for (const TimerLineBuffer::Line& line : lines_.feed(std::string_view(buffer_.data(), n))) onLine(line);
+    checkExpired();
+    readMore();
+  });
+}
+
+void FileTimerServer::warn(const std::string& what) {
+  if (warnings_ > kMaxWarnings) return;
+  if (++warnings_ > kMaxWarnings) {
+    logger("agent")->warn("file timer {}: more than {} bad requests; skipping further ones without a warning", path_,
+                          kMaxWarnings);
+    return;
+  }
+  logger("agent")->warn("file timer {}: {}", path_, what);
+}
+
+void FileTimerServer::onLine(const TimerLineBuffer::Line& line) {
+  if (line.overlong_size > 0) {
+    warn(fmt::format("ignored a request line of {} bytes (the protocol allows {}, PIPE_BUF)", line.overlong_size,
+                     TimerLineBuffer::kMaxLine));
+    return;
+  }
+  ParsedTimerRequest parsed = parseTimerRequest(line.text);
+  if (!parsed.request) {
+    const bool cut = line.text.size() > kShownBytes;
+    warn(fmt::format("skipped a malformed request ({}): {}{}", parsed.error, line.text.substr(0, kShownBytes),
+                     cut ? "..." : ""));
+    return;
+  }
+  const TimerRequest& request = *parsed.request;
+  if (request.isRelease()) {
+    logger("agent")->debug("file timer: pid {} released '{}'", request.pid, request.scope_id);
+  } else {
+    logger("agent")->debug("file timer: pid {} set '{}' to expire in {:.3f} s (signal {})", request.pid,
+                           request.scope_id, request.expiration_time - wallSeconds(), request.signal);
+  }
+  table_.apply(request);
+}
+
+void FileTimerServer::checkExpired() {
+  for (const TimerExpiry& expiry : table_.takeExpired(wallSeconds())) on_expiry_(expiry);
+  arm();
+}
+
+void FileTimerServer::arm() {
+  expiry_timer_.cancel();
+  const std::optional<double> next = table_.nextExpiration();
+  if (!next || std::isinf(*next)) return;
+  const auto at = std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      std::chrono::duration<double>(std::min(*next, 1e11))));
+  expiry_timer_.expires_at(at);
+  expiry_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) checkExpired();
+  });
+}
+
+}  // namespace ddprun::agent

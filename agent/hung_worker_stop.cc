@@ -1,0 +1,123 @@
+#include "agent/hung_worker_stop.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "agent/failure_report.h"
+#include "agent/proc_stat.h"
+#include "common/logging.h"
+
+namespace ddprun::agent {
+namespace {
+
+// Returns "" or strerror.
+std::string writeFile(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return std::strerror(errno);
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const ssize_t n = ::write(fd, rest.data(), rest.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return std::strerror(err);
+    }
+    rest.remove_prefix(static_cast<size_t>(n));
+  }
+  return ::close(fd) == 0 ? "" : std::strerror(errno);
+}
+
+// SIGABRT ends in a core dump after faulthandler's tracebacks. Nobody asked for that core
+// (it can take minutes and gigabytes for a large worker), so the soft limit goes to 1 byte:
+// below a page, which stops a core file, and the value at which the kernel also skips a
+// core piped to a handler (systemd-coredump), where 0 would not.
+void suppressCoreDump(pid_t pid) {
+  rlimit limit{};
+  if (::prlimit(pid, RLIMIT_CORE, nullptr, &limit) != 0) return;
+  limit.rlim_cur = std::min<rlim_t>(1, limit.rlim_max);
+  ::prlimit(pid, RLIMIT_CORE, &limit, nullptr);
+}
+
+void sendSignal(pid_t pid, int signal, int rank) {
+  if (::kill(pid, signal) != 0 && errno != ESRCH) {
+    logger("agent")->warn("cannot send {} to pid {} of rank {}: {}", signalName(signal), pid, rank,
+                          std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+struct HungWorkerStopper::Pending {
+  explicit Pending(boost::asio::io_context& io) : timer(io) {}
+  boost::asio::steady_timer timer;
+};
+
+HungWorkerStopper::HungWorkerStopper(boost::asio::io_context& io, std::chrono::milliseconds capture_timeout,
+                                     std::chrono::milliseconds abort_grace)
+    : io_(io), capture_timeout_(capture_timeout), abort_grace_(abort_grace) {}
+
+HungWorkerStopper::~HungWorkerStopper() { cancel(); }
+
+void HungWorkerStopper::cancel() {
+  for (auto& p : pending_) p->timer.cancel();
+  pending_.clear();
+}
+
+std::vector<HungStop> HungWorkerStopper::stop(const std::vector<HungWorker>& workers, int signal,
+                                              const std::string& reason) {
+  std::vector<pid_t> pids;
+  for (const HungWorker& w : workers) pids.push_back(w.pid);
+  // Stamped before anything is signalled: the late signal must reach this process, not a
+  // later one that was given its pid.
+  std::vector<std::optional<ProcStat>> stamps;
+  for (pid_t pid : pids) stamps.push_back(readProcStat(pid));
+  std::vector<ProcessStacks> stacks = captureNativeStacks(pids, capture_timeout_);
+
+  std::vector<HungStop> results(workers.size());
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const HungWorker& w = workers[i];
+    HungStop& r = results[i];
+    r.stacks = std::move(stacks[i]);
+    if (!w.worker_dir.empty()) {
+      const std::string file = w.worker_dir + "/" + kStacksFileName;
+      r.stacks_file_error = writeFile(file, formatStacksFile(w.rank, w.local_rank, r.stacks, reason));
+      if (r.stacks_file_error.empty()) {
+        r.stacks_file = file;
+      } else {
+        logger("agent")->warn("cannot write {}: {}", file, r.stacks_file_error);
+      }
+    }
+    if (!r.stacks.problem.empty()) logger("agent")->warn("stacks of rank {} (pid {}): {}", w.rank, w.pid, r.stacks.problem);
+
+    if (!w.python_faulthandler) {
+      if (signal > 0) sendSignal(w.pid, signal, w.rank);
+      continue;
+    }
+    suppressCoreDump(w.pid);
+    sendSignal(w.pid, SIGABRT, w.rank);
+    r.aborted_first = true;
+    if (signal <= 0 || !stamps[i]) continue;
+    auto pending = std::make_shared<Pending>(io_);
+    pending->timer.expires_after(abort_grace_);
+    const ProcStat stamp = *stamps[i];
+    const int rank = w.rank;
+    pending->timer.async_wait([stamp, signal, rank](const boost::system::error_code& ec) {
+      if (ec) return;
+      const std::optional<ProcStat> now = readProcStat(stamp.pid);
+      if (!now || now->start_time != stamp.start_time || now->state == 'Z') return;
+      logger("agent")->warn("rank {} (pid {}) still runs after SIGABRT; sending {}", rank, stamp.pid,
+                            signalName(signal));
+      sendSignal(stamp.pid, signal, rank);
+    });
+    pending_.push_back(std::move(pending));
+  }
+  return results;
+}
+
+}  // namespace ddprun::agent

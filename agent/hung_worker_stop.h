@@ -1,0 +1,69 @@
+// Stopping a worker that hangs (its file timer expired, or --hang_timeout found no
+// progress) so that the report says where it stood: first every thread's native stack
+// (stack_capture.h) into the report and the worker's stacks.txt; then, for a Python
+// worker with faulthandler on (PYTHONFAULTHANDLER), SIGABRT, on which the interpreter
+// prints every thread's Python traceback to its stderr before it dies; and only then the
+// stopping signal, to the others at once and to a Python worker still alive after a grace.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "agent/stack_capture.h"
+
+namespace ddprun::agent {
+
+struct HungWorker {
+  pid_t pid = 0;           // the process to stop: the worker, or one of its processes
+  int rank = 0;
+  int local_rank = 0;
+  std::string worker_dir;  // where stacks.txt goes (LogLayout::workerDir); empty: nowhere
+  bool python_faulthandler = false;  // a Python worker with PYTHONFAULTHANDLER set: SIGABRT first
+};
+
+struct HungStop {
+  ProcessStacks stacks;
+  std::string stacks_file;        // written; empty when it was not
+  std::string stacks_file_error;  // why it was not (strerror), when a directory was given
+  bool aborted_first = false;     // SIGABRT was sent for Python's tracebacks
+};
+
+// How long a Python worker gets from SIGABRT (faulthandler prints and re-raises at once)
+// before the stopping signal follows.
+inline constexpr std::chrono::seconds kFaulthandlerGrace{3};
+
+class HungWorkerStopper {
+ public:
+  explicit HungWorkerStopper(boost::asio::io_context& io, std::chrono::milliseconds capture_timeout = kStackCaptureTimeout,
+                             std::chrono::milliseconds abort_grace = kFaulthandlerGrace);
+  ~HungWorkerStopper();
+  HungWorkerStopper(const HungWorkerStopper&) = delete;
+  HungWorkerStopper& operator=(const HungWorkerStopper&) = delete;
+
+  // Captures the stacks of every worker at once (blocks up to the capture timeout),
+  // writes each one's stacks.txt, then signals them as the header says: `signal` at once,
+  // or SIGABRT now and `signal` after the grace, on the io_context, if the same process
+  // (pid and start time) is still there. `signal` <= 0 sends nothing but the SIGABRT.
+  // `reason` goes into stacks.txt ("before stopping it: timer 'step' expired"). Returns
+  // one result per worker, in order. Never throws. Call on the io_context's thread.
+  std::vector<HungStop> stop(const std::vector<HungWorker>& workers, int signal, const std::string& reason);
+
+  // Forgets the signals still to be sent (the attempt is over; everything is killed anyway).
+  void cancel();
+
+ private:
+  struct Pending;
+  boost::asio::io_context& io_;
+  std::chrono::milliseconds capture_timeout_;
+  std::chrono::milliseconds abort_grace_;
+  std::vector<std::shared_ptr<Pending>> pending_;
+};
+
+}  // namespace ddprun::agent
