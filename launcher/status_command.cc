@@ -13,6 +13,7 @@
 #include "agent/event_log.h"
 #include "common/json_writer.h"
 #include "common/error.h"
+#include "launcher/worker_stacks.h"
 #include "rendezvous/local_addresses.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/token_auth.h"
@@ -148,7 +149,7 @@ std::string formatStatusJson(const JobStatus& s) {
   return o.str() + "\n";
 }
 
-JobLocation locateJobFromLogDir(const std::string& dir) {
+std::string newestEventsFile(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UsageError("status: --log_dir " + dir + " is not a directory");
   // The directory itself may be a run directory, or the --log_dir holding several.
@@ -171,7 +172,12 @@ JobLocation locateJobFromLogDir(const std::string& dir) {
     throw UsageError("status: no " + std::string(agent::kEventsFileName) + " in " + dir +
                      " or its run directories (was the job started with --log_dir?)");
   }
-  std::ifstream in(*newest);
+  return newest->string();
+}
+
+JobLocation locateJobFromLogDir(const std::string& dir) {
+  const fs::path newest = newestEventsFile(dir);
+  std::ifstream in(newest);
   std::string line;
   while (std::getline(in, line)) {
     if (stringField(line, "event") != "agent_start") continue;
@@ -179,7 +185,7 @@ JobLocation locateJobFromLogDir(const std::string& dir) {
     auto run_id = stringField(line, "run_id");
     if (store && run_id) return {*store, *run_id};
   }
-  throw UsageError("status: " + newest->string() + " has no agent_start event");
+  throw UsageError("status: " + newest.string() + " has no agent_start event");
 }
 
 int runStatusCommand(int argc, const char* const* argv) {
@@ -189,11 +195,15 @@ int runStatusCommand(int argc, const char* const* argv) {
   std::string log_dir;
   std::string conf;
   bool json = false;
+  bool stacks = false;
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "The job's rendezvous store, host:port.");
   app.add_option("--rdzv_id,--rdzv-id", run_id, "The job id.");
   app.add_option("--log_dir,--log-dir", log_dir, "Find the store and job id in the events file an agent wrote here.");
   app.add_option("--rdzv_conf,--rdzv-conf", conf, "token_file=PATH when the store needs a token (or DDPRUN_TOKEN).");
   app.add_flag("--json", json, "One JSON object instead of the table.");
+  app.add_flag("--stacks", stacks,
+               "Instead: every thread's native stack of this host's running workers (with --log_dir), without "
+               "stopping them.");
   try {
     app.parse(argc - 1, argv + 1);
   } catch (const CLI::CallForHelp&) {
@@ -201,6 +211,11 @@ int runStatusCommand(int argc, const char* const* argv) {
     return 0;
   } catch (const CLI::ParseError& e) {
     throw UsageError(std::string("status: ") + e.what());
+  }
+  if (stacks) {
+    if (log_dir.empty()) throw UsageError("status --stacks needs --log_dir DIR: the agent's events file there names its workers");
+    if (json) throw UsageError("status --stacks prints stacks, not JSON: leave out --json");
+    return printWorkerStacks(newestEventsFile(log_dir));
   }
   if (!log_dir.empty() && (endpoint.empty() || run_id.empty())) {
     JobLocation found = locateJobFromLogDir(log_dir);

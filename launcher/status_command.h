@@ -32,4 +32,8 @@ struct JobLocation {
 };
 JobLocation locateJobFromLogDir(const std::string& dir);
 
+// The events file of an agent in `dir` (a run directory, or a --log_dir holding several:
+// the most recently written one). Throws UsageError when there is none.
+std::string newestEventsFile(const std::string& dir);
+
 }  // namespace ddprun::launcher
