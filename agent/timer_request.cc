@@ -278,10 +278,12 @@ ParsedTimerRequest parseTimerRequest(std::string_view line) {
       return nullptr;
     }
     const Value& v = it->second;
-    if (v.kind != kind || (integral && !v.integral)) {
-      parsed.error = fmt::format("field '{}' is {}, not {}", name,
-                                 v.kind == Value::Kind::kNumber && integral ? "not an integer" : kindName(v.kind),
-                                 integral ? "an integer" : kindName(kind));
+    if (v.kind != kind) {
+      parsed.error = fmt::format("field '{}' is {}, not {}", name, kindName(v.kind), integral ? "an integer" : kindName(kind));
+      return nullptr;
+    }
+    if (integral && !v.integral) {
+      parsed.error = fmt::format("field '{}' is not an integer", name);
       return nullptr;
     }
     return &v;

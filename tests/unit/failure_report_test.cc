@@ -120,3 +120,28 @@ TEST_CASE("signal names", "[failure_report]") {
   CHECK(signalName(15) == "SIGTERM");
   CHECK(signalName(11) == "SIGSEGV");
 }
+
+TEST_CASE("a worker stopped as hung has why and its first stack lines in the report", "[failure_report]") {
+  WorkerFailure f = failure(1, Clock::now(), 0, 9);
+  f.hang_reason = "timer 'train_step' expired";
+  f.stacks_tool = "gdb";
+  f.stacks_file = "/logs/attempt_0/1/stacks.txt";
+  for (int i = 0; i < 70; ++i) f.stacks += "#" + std::to_string(i) + " frame\n";
+  std::string report = formatFailureReport("train", {f});
+  CHECK_THAT(report, Catch::Contains("  hung      : timer 'train_step' expired; ddprun took its stacks, then stopped it\n"));
+  CHECK_THAT(report, Catch::Contains(
+                         "  stacks    : (native, by gdb; first 60 of 70 lines; all of them in /logs/attempt_0/1/stacks.txt)\n"
+                         "    #0 frame\n"));
+  CHECK_THAT(report, Catch::Contains("    #59 frame\n"));
+  CHECK_THAT(report, !Catch::Contains("#60 frame"));
+
+  WorkerFailure py = failure(2, Clock::now(), 0, 6);
+  py.hang_reason = "timer 'py' expired";
+  py.hang_python_abort = true;
+  py.stacks_note = "no native stacks: neither eu-stack (Debian package elfutils) nor gdb is installed";
+  report = formatFailureReport("train.py", {py});
+  CHECK_THAT(report, Catch::Contains("SIGABRT first: Python printed every thread's traceback to its stderr"));
+  CHECK_THAT(report, Catch::Contains("  stacks    : (no native stacks: neither eu-stack"));
+  // An ordinary failure has neither line.
+  CHECK_THAT(formatFailureReport("train", {failure(0, Clock::now())}), !Catch::Contains("hung") && !Catch::Contains("stacks"));
+}

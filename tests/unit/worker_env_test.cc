@@ -72,3 +72,17 @@ TEST_CASE("OMP_NUM_THREADS is left alone for one worker or when the user set it"
   CHECK_FALSE(setsOmpNumThreads({{"OMP_NUM_THREADS", "4"}}, 2));
   CHECK(setsOmpNumThreads({}, 2));
 }
+
+TEST_CASE("Python workers get PYTHONFAULTHANDLER=1 unless opted out or already set", "[worker_env]") {
+  AgentConfig config;
+  ddprun::rendezvous::RendezvousResult rdzv;
+  const WorkerPlace place = assignPlaces(1, rdzv)[0];
+  config.python_workers = true;
+  CHECK(workerEnvironment({}, config, rdzv, place, "e").at("PYTHONFAULTHANDLER") == "1");
+  CHECK(workerEnvironment({{"PYTHONFAULTHANDLER", ""}}, config, rdzv, place, "e").at("PYTHONFAULTHANDLER").empty());
+  config.python_faulthandler = false;
+  CHECK_FALSE(workerEnvironment({}, config, rdzv, place, "e").count("PYTHONFAULTHANDLER"));
+  config.python_faulthandler = true;
+  config.python_workers = false;
+  CHECK_FALSE(workerEnvironment({}, config, rdzv, place, "e").count("PYTHONFAULTHANDLER"));
+}
