@@ -616,6 +616,11 @@ void ElasticAgent::Impl::stopHung(const std::vector<std::pair<Worker*, pid_t>>& 
     hung.push_back(HungWorker{pid, w->place.rank, w->place.local_rank, w->dir, w->python_faulthandler});
   }
   std::vector<HungStop> stops = hung_stopper_.stop(hung, signal, "before stopping it: " + reason);
+  // The report and the log point to stacks.txt, so a temporary run directory stays.
+  if (layout_->isTemporary()) {
+    layout_->keep();
+    log_->info("keeping the run directory {} for the stacks in it", layout_->runDir());
+  }
   for (size_t i = 0; i < targets.size(); ++i) {
     Worker& w = *targets[i].first;
     if (!stops[i].stacks_file.empty()) {

@@ -1,8 +1,8 @@
 // Where a run's per-worker files live:
-//   <log_dir>/<run_id>_<unique>/attempt_<k>/<local_rank>/{stdout.log,stderr.log,error.json}
+//   <log_dir>/<run_id>_<unique>/attempt_<k>/<local_rank>/{stdout.log,stderr.log,error.json,stacks.txt}
 //   <log_dir>/<run_id>_<unique>/attempt_<k>/filtered_{stdout,stderr}.log (--duplicate_*_filters)
 // Without --log_dir the same tree is made under $TMPDIR and, unless the user asked for
-// redirected or teed output, removed when the run ends.
+// redirected or teed output (or ddprun took a hung worker's stacks into it), removed when the run ends.
 #pragma once
 
 #include <optional>
@@ -22,6 +22,8 @@ class LogLayout {
   const std::string& runDir() const { return run_dir_; }
   // True when the run directory is a temporary one that the destructor removes.
   bool isTemporary() const { return remove_on_exit_; }
+  // Keeps a temporary run directory after all: it holds something the user is told about.
+  void keep() { remove_on_exit_ = false; }
 
   // Creates (if needed) and returns attempt_<k>/.
   std::string attemptDir(int attempt) const;

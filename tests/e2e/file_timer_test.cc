@@ -1,0 +1,161 @@
+// torch's file timers (TORCHELASTIC_ENABLE_FILE_TIMER=1) with C++ workers through the real
+// ddprun: ddprun::runtime::expires over the named pipe; a worker whose timer expires is
+// killed after its stacks are taken, the report names the scope and the rank, and the job
+// restarts; a timer released in time kills nothing; bad lines on the pipe are skipped.
+#include <filesystem>
+
+#include <catch2/catch.hpp>
+
+#include "tests/e2e/ops_support.h"
+
+using namespace ddprun::testing;
+
+namespace {
+
+const std::map<std::string, std::string> kTimersOn = {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}};
+constexpr const char* kNoToolNote = "no native stacks: neither eu-stack (Debian package elfutils) nor gdb is installed";
+
+// The one file called `name` under `dir`, at any depth; "" when there is none.
+std::string findFile(const std::string& dir, const std::string& relative) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    const std::string path = entry.path().string();
+    if (path.size() >= relative.size() && path.compare(path.size() - relative.size(), relative.size(), relative) == 0) {
+      return path;
+    }
+  }
+  return "";
+}
+
+bool stackToolInstalled() {
+  return !run({"/bin/sh", "-c", "command -v eu-stack || command -v gdb"}).out.empty();
+}
+
+}  // namespace
+
+TEST_CASE("a C++ worker whose file timer expires is killed after its stacks are taken and the job restarts",
+          "[e2e][timer]") {
+  TempDir logs;
+  // Rank 1 holds the timer (300 ms) for 60 s on attempt 0; everyone releases at once on attempt 1.
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--max_restarts=1", "--log_dir=" + logs.path(),
+                "--no_python", testWorkerPath(), "timer", "train_step", "300", "60000", "1", "1"},
+               kTimersOn, 90s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.out, "armed=1") == 4);
+  CHECK_THAT(r.err, Catch::Contains("worker rank 1 (pid ") && Catch::Contains("timer 'train_step' expired"));
+  CHECK_THAT(r.err, Catch::Contains("restarting the worker group after rank 1 failed (restart 1 of 1)"));
+  CHECK(countOf(r.out, "released rank=1") == 1);  // attempt 1 only: attempt 0's rank 1 was killed
+  CHECK(countOf(r.out, "released rank=0") == 2);
+
+  const std::string stacks = findFile(logs.path(), "/attempt_0/1/stacks.txt");
+  REQUIRE(!stacks.empty());
+  const std::string text = readFile(stacks);
+  CHECK_THAT(text, Catch::StartsWith("# native stacks of rank 1 (local rank 1, pid "));
+  CHECK_THAT(text, Catch::Contains("before stopping it: timer 'train_step' expired"));
+  if (stackToolInstalled()) {
+    CHECK_THAT(text, Catch::Contains("sleepInTimedScope"));
+  } else {
+    CHECK_THAT(text, Catch::Contains(kNoToolNote));
+  }
+  CHECK(findFile(logs.path(), "/attempt_0/0/stacks.txt").empty());
+
+  const std::string events = findFile(logs.path(), "/events.jsonl");
+  auto checked = ops::checkWithPython(events, R"(
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+expired = [e for e in lines if e["event"] == "timer_expired"]
+assert len(expired) == 1, expired
+e = expired[0]
+assert e["rank"] == 1 and e["scope"] == "train_step" and e["signal"] == "SIGKILL" and e["attempt"] == 0, e
+exits = [x for x in lines if x["event"] == "worker_exit" and x["pid"] == e["pid"]]
+assert exits and exits[0]["signal"] == "SIGKILL" and exits[0]["failed"], exits
+)");
+  INFO(checked.err);
+  CHECK(checked.exit_code == 0);
+}
+
+TEST_CASE("with restarts spent the report names the expired timer's scope and rank with the stacks", "[e2e][timer]") {
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--max_restarts=0", "--no_python",
+                testWorkerPath(), "timer", "epoch_7", "300", "60000", "0", "1"},
+               kTimersOn, 90s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("FAILED: 1 worker failed"));
+  CHECK_THAT(r.err, Catch::Contains("  rank      : 0 (local_rank: 0)"));
+  CHECK_THAT(r.err, Catch::Contains("  exit      : killed by SIGKILL (9)"));
+  CHECK_THAT(r.err, Catch::Contains("  hung      : timer 'epoch_7' expired; ddprun took its stacks, then stopped it\n"));
+  CHECK_THAT(r.err, Catch::Contains("  stacks    : ("));
+  if (stackToolInstalled()) {
+    CHECK_THAT(r.err, Catch::Contains("sleepInTimedScope"));
+  } else {
+    CHECK_THAT(r.err, Catch::Contains(kNoToolNote));
+  }
+}
+
+TEST_CASE("a file timer released in time kills nothing", "[e2e][timer]") {
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", testWorkerPath(), "timer", "quick",
+                "20000", "200", "0", "1"},
+               kTimersOn, 60s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.out, "armed=1") == 2);
+  CHECK(countOf(r.out, "released rank=") == 2);
+  CHECK_THAT(r.err, !Catch::Contains("expired"));
+}
+
+TEST_CASE("without TORCHELASTIC_ENABLE_FILE_TIMER=1 there is no pipe and a C++ timer is a no-op", "[e2e][timer]") {
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", "/bin/sh", "-c",
+                "echo \"pipe=${TORCHELASTIC_TIMER_FILE-unset}\"; exec " + testWorkerPath() + " timer t 50 500 0 1"},
+               {{"TORCHELASTIC_ENABLE_FILE_TIMER", ""}, {"TORCHELASTIC_TIMER_FILE", ""}}, 60s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("pipe=unset"));
+  CHECK_THAT(r.out, Catch::Contains("armed=0"));
+  CHECK_THAT(r.out, Catch::Contains("released rank=0"));
+}
+
+TEST_CASE("bad lines on the timer pipe are skipped with a warning and the pipe is removed at exit", "[e2e][timer]") {
+  TempDir dir;
+  const std::string pipe = dir.file("my_timer_pipe");
+  // A malformed line, a line longer than PIPE_BUF, then a timer that must still work.
+  const std::string script =
+      "echo \"pipe=$TORCHELASTIC_TIMER_FILE\"; "
+      "printf 'not json\\n' > \"$TORCHELASTIC_TIMER_FILE\"; "
+      "printf '{\"pid\": \"x\"}\\n' > \"$TORCHELASTIC_TIMER_FILE\"; "
+      "head -c 5000 /dev/zero | tr '\\0' x > \"$TORCHELASTIC_TIMER_FILE\"; echo >> \"$TORCHELASTIC_TIMER_FILE\"; "
+      "exec " + testWorkerPath() + " timer after_garbage 300 60000 0 1";
+  auto env = kTimersOn;
+  env["TORCHELASTIC_TIMER_FILE"] = pipe;  // as torchrun: a name in ddprun's environment is used
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", "/bin/sh", "-c", script}, env, 90s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK_THAT(r.out, Catch::Contains("pipe=" + pipe));
+  CHECK_THAT(r.err, Catch::Contains("skipped a malformed request (not JSON at byte 0: expected '{'): not json"));
+  CHECK_THAT(r.err, Catch::Contains("skipped a malformed request (no field 'scope_id')") ||
+                        Catch::Contains("skipped a malformed request (field 'pid' is a string"));
+  CHECK_THAT(r.err, Catch::Contains("ignored a request line of 5000 bytes"));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("timer 'after_garbage' expired"));
+  CHECK_FALSE(fileExists(pipe));
+}
+
+TEST_CASE("without eu-stack or gdb the report says so and the worker is still stopped", "[e2e][timer]") {
+  TempDir empty;
+  auto env = kTimersOn;
+  env["PATH"] = empty.path();
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", testWorkerPath(), "timer", "t",
+                "200", "60000", "0", "1"},
+               env, 60s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains(std::string("  stacks    : (") + kNoToolNote + "; all of them in "));
+  // The run directory was temporary (no --log_dir); it is kept for the stacks file it names.
+  const std::string file = r.err.substr(r.err.find("; all of them in ") + 17);
+  CHECK(fileExists(file.substr(0, file.find(')'))));
+  std::filesystem::remove_all(file.substr(0, file.find("/attempt_")));
+}

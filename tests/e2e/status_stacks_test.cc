@@ -1,0 +1,48 @@
+// `ddprun status --stacks` on a running job: the native stacks of every local worker,
+// found through the agent's events file, while the workers go on.
+#include <csignal>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/test_process.h"
+
+using namespace ddprun::testing;
+
+TEST_CASE("status --stacks prints the native stacks of the running workers without stopping them", "[e2e][ops]") {
+  TempDir logs, marks;
+  TestProcess job({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir=" + logs.path(), "--no_python",
+                   testWorkerPath(), "wait", marks.path()});
+  REQUIRE(job.waitForOutput("ready rank=", 30s, 2));
+  // A worker can print before its agent records it: wait until both worker_start lines are there.
+  REQUIRE(eventually([&] { return run({"/bin/sh", "-c", "cat " + logs.path() + "/*/events.jsonl"}).out.find(
+                                         "\"rank\":1,\"local_rank\":1,\"pid\"") != std::string::npos; },
+                     10s));
+  auto stacks = run({ddprunPath(), "status", "--stacks", "--log_dir=" + logs.path()}, {}, 60s);
+  REQUIRE(stacks.finished);
+  INFO(stacks.out << stacks.err);
+  CHECK(stacks.exit_code == 0);
+  CHECK(countOf(stacks.out, "# native stacks of rank ") == 2);
+  CHECK_THAT(stacks.out, Catch::Contains("# native stacks of rank 0 (local rank 0, pid "));
+  CHECK_THAT(stacks.out, Catch::Contains("# native stacks of rank 1 (local rank 1, pid "));
+  CHECK_THAT(stacks.out, Catch::Contains("in attempt 0 for ddprun status --stacks"));
+  const bool tool = !run({"/bin/sh", "-c", "command -v eu-stack || command -v gdb"}).out.empty();
+  if (tool) {
+    CHECK(countOf(stacks.out, "sigsuspend") >= 2);
+  } else {
+    CHECK(countOf(stacks.out, "neither eu-stack (Debian package elfutils) nor gdb is installed") == 2);
+  }
+
+  // Both workers still run and still handle signals.
+  job.signal(SIGTERM);
+  REQUIRE(job.wait(30s));
+  CHECK(job.exitCode() == 128 + SIGTERM);
+  CHECK(fileExists(marks.file("term.0")));
+  CHECK(fileExists(marks.file("term.1")));
+
+  auto after = run({ddprunPath(), "status", "--stacks", "--log_dir=" + logs.path()}, {}, 30s);
+  CHECK(after.exit_code == 1);
+  CHECK_THAT(after.err, Catch::Contains("the agent has exited"));
+  auto usage = run({ddprunPath(), "status", "--stacks"}, {}, 30s);
+  CHECK(usage.exit_code == 2);
+  CHECK_THAT(usage.err, Catch::Contains("--log_dir"));
+}

@@ -1,0 +1,49 @@
+// A worker that cannot act on signals (stopped with SIGSTOP here; in uninterruptible sleep
+// on a real machine) must not hold up ddprun: it is reported with its state from /proc and
+// ddprun goes on within --term_timeout.
+#include <csignal>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/test_process.h"
+
+using namespace ddprun::testing;
+
+namespace {
+
+char stateOf(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string field;
+  for (int i = 0; i < 3 && stat >> field; ++i) {
+  }
+  return field.empty() ? '?' : field[0];
+}
+
+}  // namespace
+
+TEST_CASE("a SIGSTOPped worker does not block shutdown and is reported with its state", "[e2e][signals]") {
+  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=1", "--term_timeout=1", "--no_python",
+                      testWorkerPath(), "stop-self"});
+  REQUIRE(ddprun.waitForOutput("ready pid=", 30s));
+  const pid_t worker = std::stoi(ddprun.out().substr(ddprun.out().find("ready pid=") + 10));
+  REQUIRE(eventually([&] { return stateOf(worker) == 'T'; }, 10s));
+  ddprun.signal(SIGTERM);
+  REQUIRE(ddprun.wait(30s));
+  INFO(ddprun.err());
+  CHECK(ddprun.exitCode() == 128 + SIGTERM);
+  CHECK_THAT(ddprun.err(), Catch::Contains("worker rank 0 (pid " + std::to_string(worker) +
+                                           ") still running 1000 ms after SIGTERM, state T (stopped); sending SIGKILL"));
+  CHECK_FALSE(processAlive(worker));
+}
+
+TEST_CASE("a SIGSTOPped worker is stopped with the others when a peer fails", "[e2e][restart]") {
+  // Rank 0 stops itself; rank 1 fails: rank 0 cannot act on SIGTERM and is killed after --term_timeout.
+  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--term_timeout=1", "--no_python", "/bin/sh",
+                      "-c", "if [ $RANK = 1 ]; then sleep 1; exit 3; fi; exec " + testWorkerPath() + " stop-self"});
+  REQUIRE(ddprun.wait(60s));
+  INFO(ddprun.out() << ddprun.err());
+  CHECK(ddprun.exitCode() == 1);
+  CHECK_THAT(ddprun.err(), Catch::Contains("worker rank 0 (pid ") && Catch::Contains("state T (stopped); sending SIGKILL"));
+  CHECK_THAT(ddprun.err(), Catch::Contains("exit code 3"));
+}
