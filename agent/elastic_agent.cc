@@ -21,6 +21,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
 
 #include "agent/adopted_children.h"
 #include "agent/error_file.h"
@@ -516,11 +517,15 @@ void ElasticAgent::Impl::stopWorkers(int signal) {
   const auto deadline = Clock::now() + config_.term_timeout;
   while (anyRunning() && Clock::now() < deadline) runFor(deadline - Clock::now());
   if (anyRunning()) {
+    // Each with its state: a stopped (T) or uninterruptibly sleeping (D) worker is why.
+    std::string states;
     for (const Worker& w : workers_) {
       if (!w.running) continue;
-      log_->warn("worker rank {} (pid {}) still running {} ms after {}, state {}; sending SIGKILL", w.place.rank,
-                 w.pid, config_.term_timeout.count(), signalName(signal), describeProcessState(w.pid));
+      states += fmt::format("{}rank {} (pid {}) state {}", states.empty() ? "" : ", ", w.place.rank, w.pid,
+                            describeProcessState(w.pid));
     }
+    log_->warn("workers still running {} ms after {}; sending SIGKILL: {}", config_.term_timeout.count(),
+               signalName(signal), states);
     signalRunning(SIGKILL);
     // A worker in uninterruptible sleep (D) dies only when its kernel call returns, which may
     // be never (a dead NFS server, a wedged driver): it must not hold up ddprun.
