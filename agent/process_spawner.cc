@@ -41,6 +41,10 @@ struct WorkerChildSetup : bp::extend::handler {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // The agent may have died between fork and prctl; then nobody would reap us.
     if (::getppid() != agent_pid) ::_exit(127);
+    // Where Yama restricts ptrace to ancestors (ptrace_scope 1), the stack tools the agent
+    // starts are the worker's cousins, not its ancestors: allow the agent and what it starts.
+    // Fails harmlessly (EINVAL) without Yama.
+    ::prctl(PR_SET_PTRACER, agent_pid, 0, 0, 0);
     // "0" moves the writer itself; before exec, so that every descendant starts inside.
     if (cgroup_procs_fd >= 0) (void)!::write(cgroup_procs_fd, "0", 1);
     if (cpus != nullptr && ::sched_setaffinity(0, cpus_bytes, cpus) != 0) {
