@@ -135,8 +135,9 @@ void FileTimerServer::arm() {
   expiry_timer_.cancel();
   const std::optional<double> next = table_.nextExpiration();
   if (!next || std::isinf(*next)) return;
+  // Capped where nanoseconds since the epoch still fit in 64 bits (a timer set for the year 3000).
   const auto at = std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
-      std::chrono::duration<double>(std::min(*next, 1e11))));
+      std::chrono::duration<double>(std::min(*next, 4e9))));
   expiry_timer_.expires_at(at);
   expiry_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) checkExpired();

@@ -95,7 +95,9 @@ std::vector<HungStop> HungWorkerStopper::stop(const std::vector<HungWorker>& wor
         logger("agent")->warn("cannot write {}: {}", file, r.stacks_file_error);
       }
     }
-    if (!r.stacks.problem.empty()) logger("agent")->warn("stacks of rank {} (pid {}): {}", w.rank, w.pid, r.stacks.problem);
+    if (!r.stacks.problem.empty()) {
+      logger("agent")->warn("stacks of rank {} (pid {}): {}", w.rank, w.pid, r.stacks.problem);
+    }
 
     if (!w.python_faulthandler) {
       if (signal > 0) sendSignal(w.pid, signal, w.rank);

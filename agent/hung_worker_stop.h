@@ -21,10 +21,10 @@
 namespace ddprun::agent {
 
 struct HungWorker {
-  pid_t pid = 0;           // the process to stop: the worker, or one of its processes
+  pid_t pid = 0;  // the process to stop: the worker, or one of its processes
   int rank = 0;
   int local_rank = 0;
-  std::string worker_dir;  // where stacks.txt goes (LogLayout::workerDir); empty: nowhere
+  std::string worker_dir;            // where stacks.txt goes (LogLayout::workerDir); empty: nowhere
   bool python_faulthandler = false;  // a Python worker with PYTHONFAULTHANDLER set: SIGABRT first
 };
 
@@ -41,7 +41,8 @@ inline constexpr std::chrono::seconds kFaulthandlerGrace{3};
 
 class HungWorkerStopper {
  public:
-  explicit HungWorkerStopper(boost::asio::io_context& io, std::chrono::milliseconds capture_timeout = kStackCaptureTimeout,
+  explicit HungWorkerStopper(boost::asio::io_context& io,
+                             std::chrono::milliseconds capture_timeout = kStackCaptureTimeout,
                              std::chrono::milliseconds abort_grace = kFaulthandlerGrace);
   ~HungWorkerStopper();
   HungWorkerStopper(const HungWorkerStopper&) = delete;

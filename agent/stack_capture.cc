@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxOutput = 1 << 20;
 
 bool isExecutableFile(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
@@ -78,7 +78,8 @@ std::string startTool(const StackTool& tool, pid_t pid, std::vector<std::string>
   std::vector<std::string> argv = stackToolCommand(tool, pid);
   std::vector<char*> argv_ptrs = pointers(argv);
   std::vector<char*> env_ptrs = pointers(env);
-  const int err = ::posix_spawn(&running.tool_pid, tool.path.c_str(), &actions, &attr, argv_ptrs.data(), env_ptrs.data());
+  const int err =
+      ::posix_spawn(&running.tool_pid, tool.path.c_str(), &actions, &attr, argv_ptrs.data(), env_ptrs.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(fds[1]);

@@ -239,8 +239,7 @@ class Reader {
           appendUtf8(out, cp);
           break;
         }
-        default:
-          return fail("bad escape");
+        default: return fail("bad escape");
       }
     }
   }
@@ -279,7 +278,8 @@ ParsedTimerRequest parseTimerRequest(std::string_view line) {
     }
     const Value& v = it->second;
     if (v.kind != kind) {
-      parsed.error = fmt::format("field '{}' is {}, not {}", name, kindName(v.kind), integral ? "an integer" : kindName(kind));
+      parsed.error =
+          fmt::format("field '{}' is {}, not {}", name, kindName(v.kind), integral ? "an integer" : kindName(kind));
       return nullptr;
     }
     if (integral && !v.integral) {

@@ -18,10 +18,10 @@ namespace ddprun::agent {
 
 struct TimerRequest {
   int64_t version = 1;
-  int64_t pid = 0;               // the process to signal; > 0.
-  std::string scope_id;          // names the timer, with the pid.
-  double expiration_time = 0;    // seconds since the epoch; negative: a release.
-  int signal = 0;                // sent when it expires; <= 0: none.
+  int64_t pid = 0;             // the process to signal; > 0.
+  std::string scope_id;        // names the timer, with the pid.
+  double expiration_time = 0;  // seconds since the epoch; negative: a release.
+  int signal = 0;              // sent when it expires; <= 0: none.
 
   bool isRelease() const { return expiration_time < 0; }
 };
@@ -42,7 +42,7 @@ class TimerLineBuffer {
   static constexpr size_t kMaxLine = 4096;  // PIPE_BUF on Linux; torch's client refuses longer requests.
 
   struct Line {
-    std::string text;        // empty for an overlong line
+    std::string text;          // empty for an overlong line
     size_t overlong_size = 0;  // > 0: a line of this many bytes (at least) was dropped
   };
 

@@ -21,7 +21,7 @@ struct TimerExpiry {
   int64_t pid = 0;
   // The timer that decides: the earliest expired one with a signal > 0, else the earliest.
   TimerRequest timer;
-  int signal = 0;                        // timer.signal when > 0; 0: no timer asked for a kill.
+  int signal = 0;                           // timer.signal when > 0; 0: no timer asked for a kill.
   std::vector<std::string> expired_scopes;  // every expired scope of the process, earliest first.
 };
 

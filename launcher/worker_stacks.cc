@@ -94,7 +94,9 @@ int printWorkerStacks(const std::string& events_file) {
   };
   if (agent.exited || agent.pid == 0) return none("the agent has exited");
   if (agent.host != hostName()) return none("the agent runs on " + agent.host + ", not here; run this there");
-  if (::kill(agent.pid, 0) != 0 && errno == ESRCH) return none("the agent (pid " + std::to_string(agent.pid) + ") is gone");
+  if (::kill(agent.pid, 0) != 0 && errno == ESRCH) {
+    return none("the agent (pid " + std::to_string(agent.pid) + ") is gone");
+  }
   // Only the agent's own children: a pid from the file may since have been given to another process.
   std::erase_if(agent.running, [&](const EventsWorker& w) {
     const std::optional<agent::ProcStat> stat = agent::readProcStat(w.pid);

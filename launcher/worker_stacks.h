@@ -21,9 +21,9 @@ struct EventsWorker {
 };
 
 struct EventsAgent {
-  std::string host;   // from the "node" field, host:pid
-  pid_t pid = 0;      // the agent's pid; 0 when no line named it
-  bool exited = false;  // an agent_exit event was written
+  std::string host;                   // from the "node" field, host:pid
+  pid_t pid = 0;                      // the agent's pid; 0 when no line named it
+  bool exited = false;                // an agent_exit event was written
   std::vector<EventsWorker> running;  // started and not seen to exit, in start order
 };
 

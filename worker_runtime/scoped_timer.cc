@@ -30,8 +30,8 @@ void send(const std::string& pipe, const std::string& scope, const std::string& 
   const int fd = ::open(pipe.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    throw DdprunError(fmt::format("{}: cannot open: {}{}", what, std::strerror(err),
-                                  err == ENXIO ? " (no agent reads it)" : ""));
+    throw DdprunError(
+        fmt::format("{}: cannot open: {}{}", what, std::strerror(err), err == ENXIO ? " (no agent reads it)" : ""));
   }
   const std::string data = line + "\n";
   ssize_t n;

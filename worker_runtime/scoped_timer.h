@@ -49,7 +49,8 @@ class ScopedTimer {
 
 // Sets the timer `scope` of this process to expire `after` from now; the agent kills the
 // process with `signal` (torch's default: SIGKILL; <= 0: the expiry is only reported) if it
-// is not released by then. Setting a scope that is already set moves its expiry. Returns at
+// is not released by then. Setting a scope that is already set moves its expiry (the agent
+// keeps one timer per process and scope, so either object's release ends it). Returns at
 // once (the pipe is opened non-blocking). Throws DdprunError naming the pipe when
 // TORCHELASTIC_TIMER_FILE is set but cannot be opened or written (no agent reads it), or
 // when `scope` makes the request longer than PIPE_BUF. Thread-safe.

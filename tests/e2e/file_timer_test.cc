@@ -26,9 +26,7 @@ std::string findFile(const std::string& dir, const std::string& relative) {
   return "";
 }
 
-bool stackToolInstalled() {
-  return !run({"/bin/sh", "-c", "command -v eu-stack || command -v gdb"}).out.empty();
-}
+bool stackToolInstalled() { return !run({"/bin/sh", "-c", "command -v eu-stack || command -v gdb"}).out.empty(); }
 
 }  // namespace
 
@@ -76,8 +74,8 @@ assert exits and exits[0]["signal"] == "SIGKILL" and exits[0]["failed"], exits
 }
 
 TEST_CASE("with restarts spent the report names the expired timer's scope and rank with the stacks", "[e2e][timer]") {
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--max_restarts=0", "--no_python",
-                testWorkerPath(), "timer", "epoch_7", "300", "60000", "0", "1"},
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--max_restarts=0", "--no_python", testWorkerPath(),
+                "timer", "epoch_7", "300", "60000", "0", "1"},
                kTimersOn, 90s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
@@ -85,7 +83,8 @@ TEST_CASE("with restarts spent the report names the expired timer's scope and ra
   CHECK_THAT(r.err, Catch::Contains("FAILED: 1 worker failed"));
   CHECK_THAT(r.err, Catch::Contains("  rank      : 0 (local_rank: 0)"));
   CHECK_THAT(r.err, Catch::Contains("  exit      : killed by SIGKILL (9)"));
-  CHECK_THAT(r.err, Catch::Contains("  hung      : timer 'epoch_7' expired; ddprun took its stacks, then stopped it\n"));
+  CHECK_THAT(r.err,
+             Catch::Contains("  hung      : timer 'epoch_7' expired; ddprun took its stacks, then stopped it\n"));
   CHECK_THAT(r.err, Catch::Contains("  stacks    : ("));
   if (stackToolInstalled()) {
     CHECK_THAT(r.err, Catch::Contains("sleepInTimedScope"));
@@ -127,7 +126,8 @@ TEST_CASE("bad lines on the timer pipe are skipped with a warning and the pipe i
       "printf 'not json\\n' > \"$TORCHELASTIC_TIMER_FILE\"; "
       "printf '{\"pid\": \"x\"}\\n' > \"$TORCHELASTIC_TIMER_FILE\"; "
       "head -c 5000 /dev/zero | tr '\\0' x > \"$TORCHELASTIC_TIMER_FILE\"; echo >> \"$TORCHELASTIC_TIMER_FILE\"; "
-      "exec " + testWorkerPath() + " timer after_garbage 300 60000 0 1";
+      "exec " +
+      testWorkerPath() + " timer after_garbage 300 60000 0 1";
   auto env = kTimersOn;
   env["TORCHELASTIC_TIMER_FILE"] = pipe;  // as torchrun: a name in ddprun's environment is used
   auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", "/bin/sh", "-c", script}, env, 90s);

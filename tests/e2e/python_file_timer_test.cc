@@ -76,9 +76,9 @@ TEST_CASE("a torch file timer released in time kills nothing", "[e2e][torch]") {
 
 TEST_CASE("with --no_python_faulthandler the timer's own signal kills and the report names the scope", "[e2e][torch]") {
   TempDir dir;
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python_faulthandler", writeScript(dir, 1.0),
-                "1"},
-               kEnv, 240s);
+  auto r =
+      run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python_faulthandler", writeScript(dir, 1.0), "1"},
+          kEnv, 240s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
@@ -86,5 +86,6 @@ TEST_CASE("with --no_python_faulthandler the timer's own signal kills and the re
   CHECK_THAT(r.err, !Catch::Contains("Fatal Python error"));
   CHECK_THAT(r.err, Catch::Contains("  rank      : 1 (local_rank: 1)"));
   CHECK_THAT(r.err, Catch::Contains("  exit      : killed by SIGKILL (9)"));
-  CHECK_THAT(r.err, Catch::Contains("  hung      : timer 'py_step' expired; ddprun took its stacks, then stopped it\n"));
+  CHECK_THAT(r.err,
+             Catch::Contains("  hung      : timer 'py_step' expired; ddprun took its stacks, then stopped it\n"));
 }

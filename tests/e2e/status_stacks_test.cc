@@ -14,9 +14,12 @@ TEST_CASE("status --stacks prints the native stacks of the running workers witho
                    testWorkerPath(), "wait", marks.path()});
   REQUIRE(job.waitForOutput("ready rank=", 30s, 2));
   // A worker can print before its agent records it: wait until both worker_start lines are there.
-  REQUIRE(eventually([&] { return run({"/bin/sh", "-c", "cat " + logs.path() + "/*/events.jsonl"}).out.find(
-                                         "\"rank\":1,\"local_rank\":1,\"pid\"") != std::string::npos; },
-                     10s));
+  REQUIRE(eventually(
+      [&] {
+        return run({"/bin/sh", "-c", "cat " + logs.path() + "/*/events.jsonl"})
+                   .out.find("\"rank\":1,\"local_rank\":1,\"pid\"") != std::string::npos;
+      },
+      10s));
   auto stacks = run({ddprunPath(), "status", "--stacks", "--log_dir=" + logs.path()}, {}, 60s);
   REQUIRE(stacks.finished);
   INFO(stacks.out << stacks.err);

@@ -32,8 +32,9 @@ TEST_CASE("a SIGSTOPped worker does not block shutdown and is reported with its 
   REQUIRE(ddprun.wait(30s));
   INFO(ddprun.err());
   CHECK(ddprun.exitCode() == 128 + SIGTERM);
-  CHECK_THAT(ddprun.err(), Catch::Contains("workers still running 1000 ms after SIGTERM; sending SIGKILL: rank 0 (pid " +
-                                           std::to_string(worker) + ") state T (stopped)"));
+  CHECK_THAT(ddprun.err(),
+             Catch::Contains("workers still running 1000 ms after SIGTERM; sending SIGKILL: rank 0 (pid " +
+                             std::to_string(worker) + ") state T (stopped)"));
   CHECK_FALSE(processAlive(worker));
 }
 

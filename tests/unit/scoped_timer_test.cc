@@ -51,7 +51,8 @@ double now() { return std::chrono::duration<double>(std::chrono::system_clock::n
 
 TEST_CASE("the C++ timer's request line is torch's and the agent reads it back", "[scoped_timer]") {
   const std::string line = ddprun::runtime::timerRequestLine(4242, "step \"7\"", 1700000000.5, 9);
-  CHECK(line == R"({"version": 1, "pid": 4242, "scope_id": "step \"7\"", "expiration_time": 1700000000.500000, "signal": 9})");
+  CHECK(line ==
+        R"({"version": 1, "pid": 4242, "scope_id": "step \"7\"", "expiration_time": 1700000000.500000, "signal": 9})");
   auto parsed = parseTimerRequest(line);
   REQUIRE(parsed.request);
   CHECK(parsed.request->pid == 4242);

@@ -38,7 +38,8 @@ TEST_CASE("eu-stack is preferred to gdb and either is found on PATH", "[stack_ca
 }
 
 TEST_CASE("each tool prints every thread's stack of the pid", "[stack_capture]") {
-  CHECK(stackToolCommand({"eu-stack", "/usr/bin/eu-stack"}, 42) == std::vector<std::string>{"/usr/bin/eu-stack", "-p", "42"});
+  CHECK(stackToolCommand({"eu-stack", "/usr/bin/eu-stack"}, 42) ==
+        std::vector<std::string>{"/usr/bin/eu-stack", "-p", "42"});
   CHECK(stackToolCommand({"gdb", "/usr/bin/gdb"}, 42) ==
         std::vector<std::string>{"/usr/bin/gdb", "-batch", "-nx", "-p", "42", "-ex", "thread apply all bt"});
 }
@@ -51,7 +52,9 @@ TEST_CASE("stacks.txt names the worker and the tool and the problem and holds th
   s.problem = "gdb exited with code 1";
   const std::string file = formatStacksFile(3, 1, s, "before stopping it: timer 'x' expired");
   CHECK_THAT(file, Catch::StartsWith("# native stacks of rank 3 (local rank 1, pid 77), taken "));
-  CHECK_THAT(file, Catch::Contains(" before stopping it: timer 'x' expired\n# by gdb\n# gdb exited with code 1\nThread 1\n#0 f()\n"));
+  CHECK_THAT(file,
+             Catch::Contains(
+                 " before stopping it: timer 'x' expired\n# by gdb\n# gdb exited with code 1\nThread 1\n#0 f()\n"));
   ProcessStacks none;
   none.pid = 5;
   none.problem = kNoStackToolNote;

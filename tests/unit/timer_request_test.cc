@@ -26,8 +26,8 @@ std::string errorOf(std::string_view line) {
 
 TEST_CASE("timer requests as torch's FileTimerClient writes them are read", "[timer_request]") {
   // json.dumps(FileTimerRequest.to_json()) of torch 1.13 and 2.x.
-  const TimerRequest set =
-      parsedOk(R"({"version": 1, "pid": 4242, "scope_id": "train_step", "expiration_time": 1700000000.25, "signal": 9})");
+  const TimerRequest set = parsedOk(
+      R"({"version": 1, "pid": 4242, "scope_id": "train_step", "expiration_time": 1700000000.25, "signal": 9})");
   CHECK(set.version == 1);
   CHECK(set.pid == 4242);
   CHECK(set.scope_id == "train_step");
@@ -42,13 +42,14 @@ TEST_CASE("timer requests as torch's FileTimerClient writes them are read", "[ti
 }
 
 TEST_CASE("timer requests in compact JSON with other keys and escapes and Python's Infinity", "[timer_request]") {
-  const TimerRequest compact = parsedOk(R"({"pid":7,"scope_id":"s","expiration_time":12,"signal":15,"extra":[1,{"a":null}]})");
+  const TimerRequest compact =
+      parsedOk(R"({"pid":7,"scope_id":"s","expiration_time":12,"signal":15,"extra":[1,{"a":null}]})");
   CHECK(compact.pid == 7);
   CHECK(compact.expiration_time == 12.0);
   CHECK(compact.signal == 15);
   // json.dumps escapes every non-ASCII character, pairs of surrogates above the BMP.
-  const TimerRequest escaped = parsedOk(
-      R"({"pid": 1, "scope_id": "\u00e9tape \"1\"\\\n\ud83d\ude80", "expiration_time": 1e3, "signal": -1})");
+  const TimerRequest escaped =
+      parsedOk(R"({"pid": 1, "scope_id": "\u00e9tape \"1\"\\\n\ud83d\ude80", "expiration_time": 1e3, "signal": -1})");
   CHECK(escaped.scope_id == "\xc3\xa9tape \"1\"\\\n\xf0\x9f\x9a\x80");
   CHECK(escaped.expiration_time == 1000.0);
   CHECK(escaped.signal == -1);
@@ -60,11 +61,14 @@ TEST_CASE("timer requests in compact JSON with other keys and escapes and Python
 TEST_CASE("malformed timer requests are refused with the reason", "[timer_request]") {
   CHECK_THAT(errorOf("hello"), Catch::StartsWith("not JSON at byte 0"));
   CHECK_THAT(errorOf(""), Catch::StartsWith("not JSON"));
-  CHECK_THAT(errorOf(R"({"pid": 1, "scope_id": "s", "expiration_time": 1, "signal": 9)"), Catch::StartsWith("not JSON"));
+  CHECK_THAT(errorOf(R"({"pid": 1, "scope_id": "s", "expiration_time": 1, "signal": 9)"),
+             Catch::StartsWith("not JSON"));
   CHECK_THAT(errorOf(R"({"pid": 1, "scope_id": "s", "expiration_time": 1, "signal": 9} x)"),
              Catch::Contains("text after the object"));
-  CHECK_THAT(errorOf(R"({"pid": 01, "scope_id": "s", "expiration_time": 1, "signal": 9})"), Catch::Contains("leading zero"));
-  CHECK_THAT(errorOf(R"({"pid": 1, "scope_id": "s\q", "expiration_time": 1, "signal": 9})"), Catch::Contains("bad escape"));
+  CHECK_THAT(errorOf(R"({"pid": 01, "scope_id": "s", "expiration_time": 1, "signal": 9})"),
+             Catch::Contains("leading zero"));
+  CHECK_THAT(errorOf(R"({"pid": 1, "scope_id": "s\q", "expiration_time": 1, "signal": 9})"),
+             Catch::Contains("bad escape"));
   CHECK(errorOf(R"({"scope_id": "s", "expiration_time": 1, "signal": 9})") == "no field 'pid'");
   CHECK(errorOf(R"({"pid": 1, "expiration_time": 1, "signal": 9})") == "no field 'scope_id'");
   CHECK(errorOf(R"({"pid": 1, "scope_id": "s", "signal": 9})") == "no field 'expiration_time'");
