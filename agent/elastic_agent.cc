@@ -37,7 +37,6 @@
 #include "agent/node_cooldown.h"
 #include "agent/numa_binding.h"
 #include "agent/orphan_guard.h"
-#include "agent/proc_stat.h"
 #include "agent/process_spawner.h"
 #include "agent/process_state.h"
 #include "agent/secret_file.h"
@@ -562,19 +561,13 @@ void ElasticAgent::Impl::startFileTimers() {
 // The running worker that `pid` is, or belongs to: a process of its process group, or one
 // below it that left the group.
 ElasticAgent::Impl::Worker* ElasticAgent::Impl::workerOwning(pid_t pid) {
-  for (Worker& w : workers_) {
-    if (w.running && w.pid == pid) return &w;
+  std::vector<pid_t> running;
+  for (const Worker& w : workers_) {
+    if (w.running) running.push_back(w.pid);
   }
-  std::optional<ProcStat> stat = readProcStat(pid);
-  if (!stat || stat->state == 'Z') return nullptr;
+  const pid_t owner = findOwningWorker(pid, running);
   for (Worker& w : workers_) {
-    if (w.running && stat->pgid == w.pid) return &w;
-  }
-  for (int depth = 0; stat && stat->ppid > 1 && depth < 64; ++depth) {
-    for (Worker& w : workers_) {
-      if (w.running && stat->ppid == w.pid) return &w;
-    }
-    stat = readProcStat(stat->ppid);
+    if (w.running && w.pid == owner) return &w;
   }
   return nullptr;
 }

@@ -55,6 +55,20 @@ void sendSignal(pid_t pid, int signal, int rank) {
 
 }  // namespace
 
+pid_t findOwningWorker(pid_t pid, const std::vector<pid_t>& workers) {
+  auto isWorker = [&](pid_t p) { return std::find(workers.begin(), workers.end(), p) != workers.end(); };
+  if (isWorker(pid)) return pid;
+  std::optional<ProcStat> stat = readProcStat(pid);
+  if (!stat || stat->state == 'Z') return -1;
+  if (isWorker(stat->pgid)) return stat->pgid;
+  // Bounded: a loop in what /proc says (pids reused while we read) must not hang the agent.
+  for (int depth = 0; stat && stat->ppid > 1 && depth < 64; ++depth) {
+    if (isWorker(stat->ppid)) return stat->ppid;
+    stat = readProcStat(stat->ppid);
+  }
+  return -1;
+}
+
 struct HungWorkerStopper::Pending {
   explicit Pending(boost::asio::io_context& io) : timer(io) {}
   boost::asio::steady_timer timer;

@@ -35,6 +35,11 @@ struct HungStop {
   bool aborted_first = false;     // SIGABRT was sent for Python's tracebacks
 };
 
+// The worker among `workers` (pids of processes that lead their own process groups) that
+// `pid` is, or belongs to: a process of its group, or one below it that left the group.
+// -1 when none (or `pid` is gone). Reads /proc; never throws.
+pid_t findOwningWorker(pid_t pid, const std::vector<pid_t>& workers);
+
 // How long a Python worker gets from SIGABRT (faulthandler prints and re-raises at once)
 // before the stopping signal follows.
 inline constexpr std::chrono::seconds kFaulthandlerGrace{3};

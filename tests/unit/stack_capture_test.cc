@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "agent/hung_worker_stop.h"
 #include "agent/process_state.h"
 #include "agent/stack_capture.h"
 #include "tests/support/test_process.h"
@@ -67,4 +68,13 @@ TEST_CASE("process states are named", "[process_state]") {
   CHECK(processStateName('R') == "running");
   CHECK(processStateName('?') == "state ?");
   CHECK(describeProcessState(::getpid()) == "R (running)");
+}
+
+TEST_CASE("a process is found under the worker it is or belongs to", "[hung_worker_stop]") {
+  CHECK(findOwningWorker(::getpid(), {1, ::getpid()}) == ::getpid());
+  // This process is in the group its group leader leads, and below its parent.
+  CHECK(findOwningWorker(::getpid(), {::getpgrp()}) == ::getpgrp());
+  CHECK(findOwningWorker(::getpid(), {::getppid()}) == ::getppid());
+  CHECK(findOwningWorker(::getpid(), {}) == -1);
+  CHECK(findOwningWorker(0x3fffffff, {::getpgrp()}) == -1);  // no such process
 }
