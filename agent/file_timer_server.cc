@@ -46,26 +46,26 @@ FileTimerServer::FileTimerServer(boost::asio::io_context& io, std::string path, 
   if (::mkfifo(path_.c_str(), 0600) != 0) throw SystemError("mkfifo(" + path_ + ")", errno);
   // Non-blocking, so that opening needs no writer; then a writer of our own, so that the
   // pipe does not read as closed (and wake us in a loop) whenever no client has it open.
-  const int read_fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (read_fd < 0) {
+  UniqueFd read_end(::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!read_end) {
     const int err = errno;
     ::unlink(path_.c_str());
     throw SystemError("open(" + path_ + ")", err);
   }
-  pipe_.assign(read_fd);
-  keep_open_fd_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-  if (keep_open_fd_ < 0) {
+  keep_open_.reset(::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!keep_open_) {
     const int err = errno;
     ::unlink(path_.c_str());
     throw SystemError("open(" + path_ + ", O_WRONLY)", err);
   }
+  pipe_.assign(read_end.release());
 }
 
 FileTimerServer::~FileTimerServer() {
   boost::system::error_code ignored;
   expiry_timer_.cancel();
   pipe_.close(ignored);
-  ::close(keep_open_fd_);
+  keep_open_.reset();
   ::unlink(path_.c_str());
 }
 

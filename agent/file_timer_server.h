@@ -16,6 +16,7 @@
 
 #include "agent/timer_request.h"
 #include "agent/timer_table.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::agent {
 
@@ -52,7 +53,7 @@ class FileTimerServer {
   std::string path_;
   ExpiryHandler on_expiry_;
   boost::asio::posix::stream_descriptor pipe_;
-  int keep_open_fd_ = -1;  // our own writer: the pipe never reads as closed between clients
+  UniqueFd keep_open_;  // our own writer: the pipe never reads as closed between clients
   boost::asio::system_timer expiry_timer_;
   std::array<char, 8192> buffer_{};
   TimerLineBuffer lines_;

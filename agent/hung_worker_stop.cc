@@ -13,26 +13,24 @@
 #include "agent/failure_report.h"
 #include "agent/proc_stat.h"
 #include "common/logging.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::agent {
 namespace {
 
 // Returns "" or strerror.
 std::string writeFile(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return std::strerror(errno);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) return std::strerror(errno);
   std::string_view rest = text;
   while (!rest.empty()) {
-    const ssize_t n = ::write(fd, rest.data(), rest.size());
+    const ssize_t n = ::write(fd.get(), rest.data(), rest.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return std::strerror(err);
-    }
+    if (n < 0) return std::strerror(errno);
     rest.remove_prefix(static_cast<size_t>(n));
   }
-  return ::close(fd) == 0 ? "" : std::strerror(errno);
+  const int err = fd.close();
+  return err == 0 ? "" : std::strerror(err);
 }
 
 // SIGABRT ends in a core dump after faulthandler's tracebacks. Nobody asked for that core

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "agent/failure_report.h"
+#include "common/unique_fd.h"
 
 extern char** environ;
 
@@ -50,7 +51,7 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 
 struct Running {
   pid_t tool_pid = -1;
-  int out_fd = -1;
+  UniqueFd out;  // the read end of its stdout and stderr
   bool exited = false;
   int status = 0;
 };
@@ -60,13 +61,15 @@ struct Running {
 std::string startTool(const StackTool& tool, pid_t pid, std::vector<std::string>& env, Running& running) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return fmt::format("pipe2: {}", std::strerror(errno));
+  UniqueFd read_end(fds[0]);
+  UniqueFd write_end(fds[1]);
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);
   posix_spawnattr_init(&attr);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDERR_FILENO);
   // The agent ignores SIGPIPE and may block signals; the tool gets the defaults.
   sigset_t all, none;
   sigfillset(&all);
@@ -82,13 +85,11 @@ std::string startTool(const StackTool& tool, pid_t pid, std::vector<std::string>
       ::posix_spawn(&running.tool_pid, tool.path.c_str(), &actions, &attr, argv_ptrs.data(), env_ptrs.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  ::close(fds[1]);
   if (err != 0) {
-    ::close(fds[0]);
     running.tool_pid = -1;
     return fmt::format("cannot run {}: {}", tool.path, std::strerror(err));
   }
-  running.out_fd = fds[0];
+  running.out = std::move(read_end);
   return "";
 }
 
@@ -156,8 +157,8 @@ std::vector<ProcessStacks> captureNativeStacks(const std::vector<pid_t>& pids, s
     std::vector<pollfd> polled;
     std::vector<size_t> owner;
     for (size_t i = 0; i < running.size(); ++i) {
-      if (running[i].out_fd < 0) continue;
-      polled.push_back(pollfd{running[i].out_fd, POLLIN, 0});
+      if (!running[i].out) continue;
+      polled.push_back(pollfd{running[i].out.get(), POLLIN, 0});
       owner.push_back(i);
     }
     if (polled.empty()) break;
@@ -168,14 +169,13 @@ std::vector<ProcessStacks> captureNativeStacks(const std::vector<pid_t>& pids, s
     for (size_t k = 0; k < polled.size(); ++k) {
       if (polled[k].revents == 0) continue;
       Running& r = running[owner[k]];
-      const ssize_t n = ::read(r.out_fd, buf, sizeof buf);
+      const ssize_t n = ::read(r.out.get(), buf, sizeof buf);
       if (n > 0) {
         std::string& text = result[owner[k]].text;
         // Past the cap the output is read and dropped, so that the tool never blocks on a full pipe.
         if (text.size() < kMaxOutput) text.append(buf, std::min(static_cast<size_t>(n), kMaxOutput - text.size()));
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        ::close(r.out_fd);
-        r.out_fd = -1;
+        r.out.reset();
       }
     }
   }
@@ -199,7 +199,7 @@ std::vector<ProcessStacks> captureNativeStacks(const std::vector<pid_t>& pids, s
       }
       ::usleep(10000);
     }
-    if (r.out_fd >= 0) ::close(r.out_fd);
+    r.out.reset();
     if (r.exited && result[i].problem.empty()) result[i].problem = exitProblem(tool->name, r.status);
   }
   return result;

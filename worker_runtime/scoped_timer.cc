@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/json_writer.h"
 #include "common/logging.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::runtime {
 namespace {
@@ -27,8 +28,8 @@ void send(const std::string& pipe, const std::string& scope, const std::string& 
                                   line.size() + 1, PIPE_BUF));
   }
   // Non-blocking: with no agent reading, open fails (ENXIO) instead of waiting forever.
-  const int fd = ::open(pipe.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
+  UniqueFd fd(::open(pipe.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
     const int err = errno;
     throw DdprunError(
         fmt::format("{}: cannot open: {}{}", what, std::strerror(err), err == ENXIO ? " (no agent reads it)" : ""));
@@ -36,10 +37,9 @@ void send(const std::string& pipe, const std::string& scope, const std::string& 
   const std::string data = line + "\n";
   ssize_t n;
   do {
-    n = ::write(fd, data.data(), data.size());
+    n = ::write(fd.get(), data.data(), data.size());
   } while (n < 0 && errno == EINTR);
   const int err = errno;
-  ::close(fd);
   if (n < 0) {
     throw DdprunError(fmt::format("{}: cannot write: {}{}", what, std::strerror(err),
                                   err == EAGAIN ? " (the pipe is full: the agent does not read it)" : ""));

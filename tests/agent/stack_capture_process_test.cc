@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/stack_capture.h"
+#include "common/unique_fd.h"
 #include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"
 
@@ -38,20 +39,21 @@ class Sleeper {
   Sleeper() {
     int fds[2];
     REQUIRE(::pipe(fds) == 0);
+    ddprun::UniqueFd read_end(fds[0]);
+    ddprun::UniqueFd write_end(fds[1]);
     pid_ = ::fork();
     if (pid_ == 0) {
       // Two threads: the capture must show both.
-      std::thread second(childThreadWaitsHere, fds[1]);
-      childWaitsHere(fds[1]);
+      std::thread second(childThreadWaitsHere, write_end.get());
+      childWaitsHere(write_end.get());
     }
-    ::close(fds[1]);
+    write_end.reset();
     char ready[2];
     for (size_t got = 0; got < 2;) {
-      const ssize_t n = ::read(fds[0], ready + got, 2 - got);
+      const ssize_t n = ::read(read_end.get(), ready + got, 2 - got);
       if (n <= 0) break;
       got += static_cast<size_t>(n);
     }
-    ::close(fds[0]);
   }
   ~Sleeper() {
     ::kill(pid_, SIGKILL);

@@ -11,6 +11,7 @@
 
 #include "agent/timer_request.h"
 #include "common/error.h"
+#include "common/unique_fd.h"
 #include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"
 #include "worker_runtime/scoped_timer.h"
@@ -27,21 +28,20 @@ class PipeReader {
  public:
   explicit PipeReader(const std::string& path) {
     REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
-    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    REQUIRE(fd_ >= 0);
+    fd_.reset(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    REQUIRE(fd_);
   }
-  ~PipeReader() { ::close(fd_); }
   std::vector<std::string> lines() {
     std::vector<std::string> out;
     char buf[8192];
-    for (ssize_t n; (n = ::read(fd_, buf, sizeof buf)) > 0;) {
+    for (ssize_t n; (n = ::read(fd_.get(), buf, sizeof buf)) > 0;) {
       for (auto& line : buffer_.feed(std::string_view(buf, static_cast<size_t>(n)))) out.push_back(line.text);
     }
     return out;
   }
 
  private:
-  int fd_ = -1;
+  ddprun::UniqueFd fd_;
   TimerLineBuffer buffer_;
 };
 
