@@ -552,7 +552,12 @@ void ElasticAgent::Impl::startFileTimers() {
   auto named = base_env_.find(env::kTimerFile);
   const std::string path =
       named != base_env_.end() && !named->second.empty() ? named->second : FileTimerServer::defaultPath();
-  timer_server_ = std::make_unique<FileTimerServer>(io_, path, [this](const TimerExpiry& e) { onTimerExpired(e); });
+  try {
+    timer_server_ = std::make_unique<FileTimerServer>(io_, path, [this](const TimerExpiry& e) { onTimerExpired(e); });
+  } catch (const SystemError& e) {
+    // A pipe name that cannot be made (no such directory, not writable) is the user's to fix.
+    throw UsageError(std::string("file timers (") + env::kEnableFileTimer + "=1): " + e.what());
+  }
   timer_server_->start();
   base_env_[env::kTimerFile] = path;
   log_->info("file timers on {}", path);

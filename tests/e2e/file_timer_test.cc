@@ -143,6 +143,17 @@ TEST_CASE("bad lines on the timer pipe are skipped with a warning and the pipe i
   CHECK_FALSE(fileExists(pipe));
 }
 
+TEST_CASE("a timer pipe that cannot be made is a usage error before any worker starts", "[e2e][timer]") {
+  auto env = kTimersOn;
+  env["TORCHELASTIC_TIMER_FILE"] = "/nonexistent-dir/timer";
+  auto r = run({ddprunPath(), "--standalone", "--no_python", "/bin/sh", "-c", "echo started"}, env, 60s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("file timers (TORCHELASTIC_ENABLE_FILE_TIMER=1): mkfifo(/nonexistent-dir/timer)"));
+  CHECK_THAT(r.out, !Catch::Contains("started"));
+}
+
 TEST_CASE("without eu-stack or gdb the report says so and the worker is still stopped", "[e2e][timer]") {
   TempDir empty;
   auto env = kTimersOn;
