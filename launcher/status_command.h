@@ -2,7 +2,8 @@
 // node with its state, group rank, ranks, restarts and last heartbeat, the current round
 // and the restarts used, as a short table or (--json) one JSON object for scripts. The
 // job is named by --rdzv_endpoint and --rdzv_id, or found through the events file an
-// agent wrote under --log_dir.
+// agent wrote under --log_dir. With --stacks (and --log_dir) it prints instead the native
+// stacks of that agent's running workers (launcher/worker_stacks.h).
 #pragma once
 
 #include <string>
