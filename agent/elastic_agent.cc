@@ -626,9 +626,6 @@ void ElasticAgent::Impl::stopHung(const std::vector<std::pair<Worker*, pid_t>>& 
   }
   for (size_t i = 0; i < targets.size(); ++i) {
     Worker& w = *targets[i].first;
-    if (!stops[i].stacks_file.empty()) {
-      log_->info("stacks of rank {} (pid {}) in {}", w.place.rank, targets[i].second, stops[i].stacks_file);
-    }
     w.hang_reason = reason;
     w.hang = std::move(stops[i]);
   }

@@ -103,6 +103,7 @@ std::vector<HungStop> HungWorkerStopper::stop(const std::vector<HungWorker>& wor
       r.stacks_file_error = writeFile(file, formatStacksFile(w.rank, w.local_rank, r.stacks, reason));
       if (r.stacks_file_error.empty()) {
         r.stacks_file = file;
+        logger("agent")->info("stacks of rank {} (pid {}) in {}", w.rank, w.pid, file);
       } else {
         logger("agent")->warn("cannot write {}: {}", file, r.stacks_file_error);
       }

@@ -43,25 +43,30 @@ TEST_CASE("a torch file timer that expires kills the worker with its Python trac
           "[e2e][torch]") {
   TempDir dir;
   const std::string logs = dir.path() + "/logs";
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--max_restarts=1", "--log_dir=" + logs,
+  // --tee: the workers' lines reach the console whole, never mixed with ddprun's own.
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--max_restarts=1", "--log_dir=" + logs, "--tee=3",
                 writeScript(dir, 1.0), "1"},
                kEnv, 240s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("rank 1 attempt 0 faulthandler=1"));
+  CHECK_THAT(r.out, Catch::Contains("[rank1]:rank 1 attempt 0 faulthandler=1"));
   CHECK_THAT(r.err, Catch::Contains("worker rank 1 (pid ") && Catch::Contains("timer 'py_step' expired"));
   // faulthandler's dump on SIGABRT: every thread, with the frame the worker hung in.
-  CHECK_THAT(r.err, Catch::Contains("Fatal Python error: Aborted"));
-  CHECK_THAT(r.err, Catch::Contains("in stuck_in_step"));
+  CHECK_THAT(r.err, Catch::Contains("[rank1]:Fatal Python error: Aborted"));
+  CHECK_THAT(r.err, Catch::Contains("[rank1]:") && Catch::Contains("line 9 in stuck_in_step"));
   CHECK_THAT(r.err, Catch::Contains("was killed by SIGABRT"));
   CHECK_THAT(r.err, Catch::Contains("restarting the worker group after rank 1 failed (restart 1 of 1)"));
   CHECK(countOf(r.out, "rank 1 released") == 1);
   bool stacks = false;
+  std::string stderr_log;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(logs)) {
-    stacks = stacks || entry.path().string().find("/attempt_0/1/stacks.txt") != std::string::npos;
+    const std::string path = entry.path().string();
+    stacks = stacks || path.find("/attempt_0/1/stacks.txt") != std::string::npos;
+    if (path.find("/attempt_0/1/stderr.log") != std::string::npos) stderr_log = readFile(path);
   }
   CHECK(stacks);
+  CHECK_THAT(stderr_log, Catch::Contains("Fatal Python error: Aborted") && Catch::Contains("in stuck_in_step"));
 }
 
 TEST_CASE("a torch file timer released in time kills nothing", "[e2e][torch]") {
