@@ -296,7 +296,7 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
     config.file_timer = true;
   }
   config.python_faulthandler = !f.no_python_faulthandler;
-    if (const char* events = std::getenv(env::kEventsFile); events && *events) {
+  if (const char* events = std::getenv(env::kEventsFile); events && *events) {
     agent::checkAppendable(events);
     config.events_file = events;
   }

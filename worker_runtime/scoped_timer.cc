@@ -5,12 +5,13 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "common/env_names.h"
+#include "common/env_reader.h"
 #include "common/error.h"
 #include "common/json_writer.h"
 #include "common/logging.h"
@@ -59,11 +60,11 @@ std::string timerRequestLine(int pid, std::string_view scope, double expiration_
 }
 
 ScopedTimer expires(std::chrono::duration<double> after, std::string_view scope, int signal) {
-  const char* pipe = std::getenv(env::kTimerFile);
-  if (pipe == nullptr || *pipe == '\0') return ScopedTimer();
+  const std::optional<std::string> pipe = env::optionalString(env::kTimerFile);
+  if (!pipe) return ScopedTimer();
   const std::string name(scope);
-  send(pipe, name, timerRequestLine(::getpid(), scope, wallSeconds() + after.count(), signal));
-  return ScopedTimer(pipe, name);
+  send(*pipe, name, timerRequestLine(::getpid(), scope, wallSeconds() + after.count(), signal));
+  return ScopedTimer(*pipe, name);
 }
 
 void ScopedTimer::release() {
