@@ -39,10 +39,15 @@ inline constexpr const char* kTimerFile = "TORCHELASTIC_TIMER_FILE";
 // Set to 1 for Python workers unless --no_python_faulthandler or already set: SIGABRT
 // then prints every thread's Python traceback before the worker dies.
 inline constexpr const char* kPythonFaultHandler = "PYTHONFAULTHANDLER";
+// The directory (on /dev/shm) where each worker keeps its process groups' flight recorder
+// rings (common/flight_ring.h), for the agent to read; the agent makes and removes it.
+inline constexpr const char* kFlightDir = "DDPRUN_FLIGHT_DIR";
 
 // Read by the workers (set by the user, not the agent).
 // 0: collectives of a group on one host go over TCP instead of shared memory.
 inline constexpr const char* kShm = "DDPRUN_SHM";
+// 0: process groups record nothing in their flight recorder (it is on by default).
+inline constexpr const char* kFlightRecorder = "DDPRUN_FLIGHT_RECORDER";
 // fashion_mnist's fault injection for the restart demo: crash at this step, on this rank.
 inline constexpr const char* kCrashAtStep = "DDPRUN_CRASH_AT_STEP";
 inline constexpr const char* kCrashRank = "DDPRUN_CRASH_RANK";

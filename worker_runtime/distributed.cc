@@ -26,6 +26,7 @@ namespace ddprun::dist {
 using runtime::CollectiveContext;
 using runtime::DType;
 using runtime::HostBackend;
+using runtime::HostBackendOptions;
 
 class ProcessGroup {
  public:
@@ -89,6 +90,13 @@ DType dtypeOf(const at::Tensor& t) {
                                     "int64, uint8 are)",
                                     c10::toString(t.scalar_type())));
   }
+}
+
+// What the flight recorder keeps of an operation on `t` (its data type and element count).
+FlightOpInfo flightInfo(FlightOp op, const at::Tensor& t, int root = -1) {
+  // runtime::DType and FlightDType share their codes.
+  static_assert(static_cast<int>(DType::kUInt8) == static_cast<int>(FlightDType::kUInt8));
+  return FlightOpInfo{op, static_cast<FlightDType>(dtypeOf(t)), static_cast<uint64_t>(t.numel()), root};
 }
 
 runtime::ReduceOp opOf(ReduceOp op) {
@@ -240,7 +248,10 @@ void init_process_group(const InitOptions& o) {
   s.next_group = 0;
   std::vector<int> all(size);
   for (int i = 0; i < size; ++i) all[i] = i;
-  auto backend = std::make_unique<HostBackend>(*s.store, s.prefix + "world/", rank, size, s.address, o.timeout);
+  HostBackendOptions backend_options;
+  backend_options.flight_rank = rank;
+  auto backend =
+      std::make_unique<HostBackend>(*s.store, s.prefix + "world/", rank, size, s.address, o.timeout, backend_options);
   s.world = std::make_shared<ProcessGroup>(all, rank, std::move(backend));
 }
 
@@ -287,9 +298,12 @@ Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout
     if (ranks[i] == me) group_rank = static_cast<int>(i);
   }
   if (group_rank < 0) return nullptr;
+  HostBackendOptions backend_options;
+  backend_options.flight_group = id;
+  backend_options.flight_rank = me;
   auto backend = std::make_unique<HostBackend>(*s.store, fmt::format("{}group/{}/", s.prefix, id), group_rank,
                                                static_cast<int>(ranks.size()), s.address,
-                                               timeout.count() > 0 ? timeout : s.timeout);
+                                               timeout.count() > 0 ? timeout : s.timeout, backend_options);
   return std::make_shared<ProcessGroup>(ranks, group_rank, std::move(backend));
 }
 
@@ -322,7 +336,7 @@ WorkPtr broadcast(at::Tensor& tensor, int src, const Group& group, bool async_op
   return finish(g.backend().enqueue([staged, root](CollectiveContext& ctx) mutable {
     runtime::broadcast(ctx, staged.data(), staged.bytes(), root);
     staged.finish();
-  }), async_op);
+  }, flightInfo(FlightOp::kBroadcast, staged.buf, root)), async_op);
 }
 
 WorkPtr all_reduce(at::Tensor& tensor, ReduceOp op, const Group& group, bool async_op) {
@@ -332,7 +346,7 @@ WorkPtr all_reduce(at::Tensor& tensor, ReduceOp op, const Group& group, bool asy
   return finish(g.backend().enqueue([staged, dtype, op](CollectiveContext& ctx) mutable {
     runtime::allReduce(ctx, staged.data(), staged.buf.numel(), dtype, opOf(op));
     staged.finish();
-  }), async_op);
+  }, flightInfo(FlightOp::kAllReduce, staged.buf)), async_op);
 }
 
 WorkPtr reduce(at::Tensor& tensor, int dst, ReduceOp op, const Group& group, bool async_op) {
@@ -343,7 +357,7 @@ WorkPtr reduce(at::Tensor& tensor, int dst, ReduceOp op, const Group& group, boo
   return finish(g.backend().enqueue([staged, dtype, op, root](CollectiveContext& ctx) mutable {
     runtime::reduce(ctx, staged.data(), staged.buf.numel(), dtype, opOf(op), root);
     staged.finish();
-  }), async_op);
+  }, flightInfo(FlightOp::kReduce, staged.buf, root)), async_op);
 }
 
 WorkPtr all_gather(std::vector<at::Tensor>& tensor_list, const at::Tensor& tensor, const Group& group,
@@ -356,7 +370,7 @@ WorkPtr all_gather(std::vector<at::Tensor>& tensor_list, const at::Tensor& tenso
   return finish(g.backend().enqueue([in, flat, outputs](CollectiveContext& ctx) mutable {
     runtime::allGather(ctx, in.data(), flat.data_ptr(), in.bytes());
     unflatten(flat, outputs);
-  }), async_op);
+  }, flightInfo(FlightOp::kAllGather, in.buf)), async_op);
 }
 
 WorkPtr gather(const at::Tensor& tensor, std::vector<at::Tensor>* gather_list, int dst, const Group& group,
@@ -372,7 +386,7 @@ WorkPtr gather(const at::Tensor& tensor, std::vector<at::Tensor>* gather_list, i
   return finish(g.backend().enqueue([in, flat, outputs, root](CollectiveContext& ctx) mutable {
     runtime::gather(ctx, in.data(), flat.defined() ? flat.data_ptr() : nullptr, in.bytes(), root);
     unflatten(flat, outputs);
-  }), async_op);
+  }, flightInfo(FlightOp::kGather, in.buf, root)), async_op);
 }
 
 WorkPtr scatter(at::Tensor& tensor, const std::vector<at::Tensor>* scatter_list, int src, const Group& group,
@@ -390,7 +404,7 @@ WorkPtr scatter(at::Tensor& tensor, const std::vector<at::Tensor>* scatter_list,
   return finish(g.backend().enqueue([out, flat, root](CollectiveContext& ctx) mutable {
     runtime::scatter(ctx, flat.defined() ? flat.data_ptr() : nullptr, out.data(), out.bytes(), root);
     out.finish();
-  }), async_op);
+  }, flightInfo(FlightOp::kScatter, out.buf, root)), async_op);
 }
 
 WorkPtr reduce_scatter(at::Tensor& output, const std::vector<at::Tensor>& input_list, ReduceOp op,
@@ -403,7 +417,7 @@ WorkPtr reduce_scatter(at::Tensor& output, const std::vector<at::Tensor>& input_
   return finish(g.backend().enqueue([out, flat, dtype, op](CollectiveContext& ctx) mutable {
     runtime::reduceScatter(ctx, flat.data_ptr(), out.data(), out.buf.numel(), dtype, opOf(op));
     out.finish();
-  }), async_op);
+  }, flightInfo(FlightOp::kReduceScatter, out.buf)), async_op);
 }
 
 WorkPtr all_to_all(std::vector<at::Tensor>& output_tensor_list, const std::vector<at::Tensor>& input_tensor_list,
@@ -418,6 +432,10 @@ WorkPtr all_to_all(std::vector<at::Tensor>& output_tensor_list, const std::vecto
     ins.push_back(stage(input_tensor_list[i], "all_to_all"));
     outs.push_back(stage(output_tensor_list[i], "all_to_all"));
   }
+  uint64_t sent = 0;
+  for (const auto& t : input_tensor_list) sent += static_cast<uint64_t>(t.numel());
+  const FlightOpInfo all_to_all_info{FlightOp::kAllToAll, static_cast<FlightDType>(dtypeOf(input_tensor_list[0])),
+                                     sent, -1};
   // Uneven sizes are allowed, as in torch: every pair exchanges its own block, all at once.
   return finish(g.backend().enqueue([ins, outs](CollectiveContext& ctx) mutable {
     std::vector<std::span<const uint8_t>> in_blocks;
@@ -426,12 +444,14 @@ WorkPtr all_to_all(std::vector<at::Tensor>& output_tensor_list, const std::vecto
     for (auto& o : outs) out_blocks.emplace_back(static_cast<uint8_t*>(o.data()), o.bytes());
     runtime::allToAllV(ctx, in_blocks, out_blocks);
     for (auto& o : outs) o.finish();
-  }), async_op);
+  }, all_to_all_info), async_op);
 }
 
 WorkPtr barrier(const Group& group, bool async_op) {
   ProcessGroup& g = resolve(group);
-  return finish(g.backend().enqueue([](CollectiveContext& ctx) { runtime::barrier(ctx); }), async_op);
+  return finish(g.backend().enqueue([](CollectiveContext& ctx) { runtime::barrier(ctx); },
+                                    FlightOpInfo{FlightOp::kBarrier, FlightDType::kNone, 0, -1}),
+                async_op);
 }
 
 }  // namespace ddprun::dist

@@ -18,6 +18,10 @@ HostBackend::HostBackend(rendezvous::Store& store, const std::string& prefix, in
                          const HostBackendOptions& options)
     : timeout_(timeout), options_(options), mesh_(store, prefix, rank, size, address, timeout), p2p_(mesh_) {
   if (options_.shared_memory != HostBackendOptions::SharedMemory::kOff) setUpSharedMemory(store, prefix);
+  if (options_.flight_recorder) {
+    recorder_ = FlightRecorder::fromEnvironment(options_.flight_rank >= 0 ? options_.flight_rank : rank,
+                                                options_.flight_group, rank, size);
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -73,11 +77,11 @@ HostBackend::~HostBackend() {
   thread_.join();
 }
 
-WorkPtr HostBackend::enqueue(std::function<void(CollectiveContext&)> collective) {
+WorkPtr HostBackend::enqueue(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info) {
   auto work = std::make_shared<Work>();
   {
     std::lock_guard lock(mutex_);
-    queue_.emplace_back(std::move(collective), work);
+    queue_.push_back(Queued{std::move(collective), work, recorder_.enqueue(info)});
   }
   wake_.notify_one();
   return work;
@@ -87,15 +91,25 @@ void HostBackend::run() {
   for (;;) {
     std::function<void(CollectiveContext&)> task;
     WorkPtr work;
+    uint64_t seq = 0;
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
-      task = std::move(queue_.front().first);
-      work = std::move(queue_.front().second);
+      task = std::move(queue_.front().collective);
+      work = std::move(queue_.front().work);
+      seq = queue_.front().seq;
       queue_.pop_front();
+      if (!broken_) recorder_.start(seq);
     }
+    // The ring's state is set before the Work completes: a waiter that goes on to the next
+    // operation never finds this one still "started".
+    auto record = [&](bool ok) {
+      std::lock_guard lock(mutex_);
+      recorder_.finish(seq, ok);
+    };
     if (broken_) {
+      record(false);
       work->complete(broken_);
       continue;
     }
@@ -103,9 +117,11 @@ void HostBackend::run() {
       Links& links = shm_links_ ? static_cast<Links&>(*shm_links_) : static_cast<Links&>(mesh_);
       CollectiveContext ctx{links, Clock::now() + timeout_, scratch_, shm_.get(), options_.collectives};
       task(ctx);
+      record(true);
       work->complete();
     } catch (...) {
       broken_ = std::current_exception();
+      record(false);
       work->complete(broken_);
     }
   }

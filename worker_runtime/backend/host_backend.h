@@ -13,9 +13,11 @@
 #include <mutex>
 #include <thread>
 
+#include "common/flight_ring.h"
 #include "rendezvous/store.h"
 #include "worker_runtime/collectives/algorithms.h"
 #include "worker_runtime/collectives/shm_all_reduce.h"
+#include "worker_runtime/flight_recorder.h"
 #include "worker_runtime/transport/p2p_engine.h"
 #include "worker_runtime/transport/shm_links.h"
 #include "worker_runtime/transport/tcp_mesh.h"
@@ -37,6 +39,13 @@ struct HostBackendOptions {
   size_t shm_slot_bytes = ShmAllReduce::kDefaultSlotBytes;
   // The capacity of each pairwise ring of the shared-memory links (positive). Default 512 KiB.
   size_t shm_ring_bytes = ShmLinks::kDefaultRingBytes;
+  // Whether the group keeps a flight recorder (flight_recorder.h; then DDPRUN_FLIGHT_RECORDER=0
+  // still turns it off). Default true. The bench turns it off to measure its cost.
+  bool flight_recorder = true;
+  // Which group the ring belongs to (0: the default group) and the global rank that owns it
+  // (-1: the group rank), for the ring's file name. Defaults 0 and -1.
+  int flight_group = 0;
+  int flight_rank = -1;
 };
 
 class HostBackend {
@@ -52,8 +61,11 @@ class HostBackend {
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // Queues a collective; it runs after every earlier one, with a deadline of `timeout`
-  // from when it starts. Returns at once. Thread-safe.
-  WorkPtr enqueue(std::function<void(CollectiveContext&)> collective);
+  // from when it starts. `info` says what it is, for the flight recorder. Returns at once.
+  // Thread-safe.
+  WorkPtr enqueue(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info = {});
+  // The group's flight recorder (off when the options or the environment say so).
+  const FlightRecorder& flightRecorder() const { return recorder_; }
   P2PEngine& p2p() { return p2p_; }
   // Whether collectives go through shared memory (every rank on this host, DDPRUN_SHM is
   // not 0 and options allow it): all_reduce with its own algorithm, the others over
@@ -72,7 +84,13 @@ class HostBackend {
   std::unique_ptr<ShmLinks> shm_links_;  // the other collectives, when every rank is local
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::pair<std::function<void(CollectiveContext&)>, WorkPtr>> queue_;
+  struct Queued {
+    std::function<void(CollectiveContext&)> collective;
+    WorkPtr work;
+    uint64_t seq;  // in the flight recorder
+  };
+  std::deque<Queued> queue_;
+  FlightRecorder recorder_;  // written under mutex_
   bool stopping_ = false;
   std::exception_ptr broken_;
   std::vector<uint8_t> scratch_;

@@ -1,0 +1,52 @@
+// The hang verdict: from where every rank of a process group stands in its flight
+// recorder (common/flight_ring.h), one line that says who is behind or who called
+// something else, e.g.
+//   hang: rank 5 is at all_reduce #1204 (started 312 s ago); ranks 0-4,6-7 wait in all_reduce #1205 — rank 5 is behind
+//   hang: rank 3 called broadcast where the others called all_reduce (#88)
+// Pure functions over plain data (no clock, no I/O), so that the agent can feed them its
+// local rings and the summaries other nodes' agents publish through the store.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/flight_ring.h"
+
+namespace ddprun::agent {
+
+// Where one rank stands in one group: enough to judge a hang, small enough for the store.
+struct RankPosition {
+  int rank = 0;   // global rank
+  int group = 0;  // 0: the default group
+  uint64_t last_completed_seq = 0;
+  FlightOp last_completed_op = FlightOp::kUnknown;
+  double last_completed_age_s = -1;  // seconds since it completed; -1: none completed
+  // The oldest operation not completed (enqueued, started or failed); none when idle.
+  std::optional<FlightRecord> pending;
+  double pending_age_s = 0;  // seconds since it started (or was enqueued, when not started)
+};
+
+// A rank's position from its ring read at `now_ns` (steady clock of the same host).
+RankPosition positionOf(const FlightRingSnapshot& ring, int64_t now_ns);
+
+// Whether the group is hung by --hang_timeout's rule: some rank has an operation pending
+// and no rank has completed one for at least `timeout_s` seconds (a rank that has never
+// completed one counts from when its oldest pending operation was enqueued). A slow job
+// that keeps completing operations is never hung.
+bool noProgressFor(const std::vector<RankPosition>& ranks, double timeout_s);
+
+// The verdict over the ranks of one group, or nullopt when nothing is pending anywhere
+// (no rank waits for another). "rank 0-4,6-7" lists ranks as ranges.
+std::optional<std::string> hangVerdict(const std::vector<RankPosition>& ranks);
+
+// "0-4,6-7".
+std::string rankRanges(std::vector<int> ranks);
+
+// One rank's position as one store value ("group seq op age | pending ..."), and back
+// (nullopt when malformed). Other nodes' agents publish these under a round-scoped key.
+std::string encodePosition(const RankPosition& p);
+std::optional<RankPosition> decodePosition(const std::string& text);
+
+}  // namespace ddprun::agent
