@@ -30,6 +30,8 @@
 #include "agent/failure_report.h"
 #include "agent/file_timer_server.h"
 #include "agent/filtered_log.h"
+#include "agent/flight_dir.h"
+#include "agent/hang_verdict.h"
 #include "agent/health_server.h"
 #include "agent/hung_worker_stop.h"
 #include "agent/line_forwarder.h"
@@ -197,6 +199,13 @@ class ElasticAgent::Impl {
   // Stops each (worker, pid) as hung with `signal` after capturing its stacks (and Python's
   // tracebacks), recording why and the stacks for the failure report.
   void stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal, const std::string& reason);
+  // The hang verdict (hang_verdict.h) over this node's flight recorder rings, logged once per
+  // attempt with what triggered it, before anyone is stopped. Returns it (empty: none).
+  std::string judgeHang(const std::string& trigger);
+  // --hang_timeout: when no local rank has completed an operation for that long while one
+  // is pending, judges the hang and stops every running worker as hung (stacks first).
+  void checkHangTimeout();
+  std::vector<RankPosition> localPositions() const;
   Clock::duration killWait() const { return std::max<Clock::duration>(config_.term_timeout, kMinKillWait); }
 
   // Operating the job: the state others see (status, health check) and the events file.
@@ -251,6 +260,8 @@ class ElasticAgent::Impl {
   int exit_code_ = -1;
   bool store_lost_ = false;    // no more status records: a publish could wait on a dead store
   std::unique_ptr<FileTimerServer> timer_server_;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
+  std::unique_ptr<FlightDir> flight_dir_;          // the workers' flight recorder rings
+  bool hang_judged_ = false;                       // this attempt's verdict was given
   HungWorkerStopper hung_stopper_{io_};
 };
 
@@ -501,7 +512,14 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::waitForWorkers() {
       running = running || w.running;
     }
     if (!running) return Outcome::kSucceeded;
-    runFor(std::chrono::hours(1));
+    if (config_.hang_timeout && !hang_judged_ && !stopping_) {
+      // Checked a few times per timeout, at most once a second: reading the rings is cheap.
+      runFor(std::clamp<Clock::duration>(*config_.hang_timeout / 4, std::chrono::milliseconds(50),
+                                         std::chrono::seconds(1)));
+      checkHangTimeout();
+    } else {
+      runFor(std::chrono::hours(1));
+    }
   }
 }
 
@@ -609,7 +627,50 @@ void ElasticAgent::Impl::onTimerExpired(const TimerExpiry& expiry) {
   log_->warn("worker rank {} (pid {}): timer '{}' expired; taking its stacks, then {}{}", w->place.rank, pid, scope,
              w->python_faulthandler ? "SIGABRT (Python tracebacks to its stderr) and " : "",
              signalName(expiry.signal));
+  judgeHang("timer '" + scope + "' of rank " + std::to_string(w->place.rank) + " expired");
   stopHung({{w, pid}}, expiry.signal, "timer '" + scope + "' expired");
+}
+
+std::vector<RankPosition> ElasticAgent::Impl::localPositions() const {
+  std::vector<RankPosition> positions;
+  if (!flight_dir_) return positions;
+  const int64_t now_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  // Only this attempt's workers: a ring left by a process of an earlier one is not theirs.
+  for (const FlightRingSnapshot& ring : flight_dir_->read()) {
+    for (const Worker& w : workers_) {
+      if (w.pid == ring.pid && w.place.rank == ring.rank) positions.push_back(positionOf(ring, now_ns));
+    }
+  }
+  return positions;
+}
+
+std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
+  if (hang_judged_) return {};
+  hang_judged_ = true;
+  const auto verdict = hangVerdict(localPositions());
+  if (!verdict) {
+    log_->warn("{}; the flight recorder shows no collective pending on this node", trigger);
+    return {};
+  }
+  log_->error("{}; {}", trigger, *verdict);
+  emit("hang_verdict", JsonObject().add("trigger", trigger).add("verdict", *verdict).add("attempt", attempt_));
+  return *verdict;
+}
+
+void ElasticAgent::Impl::checkHangTimeout() {
+  const double timeout_s = std::chrono::duration<double>(*config_.hang_timeout).count();
+  if (!noProgressFor(localPositions(), timeout_s)) return;
+  const std::string trigger = fmt::format("--hang_timeout: no rank on this node completed a collective for {:g} s "
+                                          "while one was pending",
+                                          timeout_s);
+  const std::string verdict = judgeHang(trigger);
+  std::vector<std::pair<Worker*, pid_t>> targets;
+  for (Worker& w : workers_) {
+    if (w.running) targets.emplace_back(&w, w.pid);
+  }
+  log_->warn("taking the stacks of {} worker(s), then SIGKILL", targets.size());
+  stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
 }
 
 void ElasticAgent::Impl::stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal,
@@ -778,6 +839,8 @@ void ElasticAgent::Impl::endAttempt() {
   // What the attempt's processes asked for ends with them.
   hung_stopper_.cancel();
   if (timer_server_) timer_server_->clearTimers();
+  if (flight_dir_) flight_dir_->clear();
+  hang_judged_ = false;
   clearProcessGroups();
   drainOutput();
   forwarders_.clear();
@@ -1054,6 +1117,13 @@ int ElasticAgent::Impl::run() {
   const std::string& node = rendezvous_->nodeName();
   base_env_ = currentEnvironment();
   startFileTimers();
+  flight_dir_ = std::make_unique<FlightDir>(config_.rendezvous.run_id);
+  if (flight_dir_->path().empty()) {
+    log_->warn("no flight recorder rings ({}); hang verdicts will have nothing to read", flight_dir_->problem());
+    base_env_.erase(env::kFlightDir);
+  } else {
+    base_env_[env::kFlightDir] = flight_dir_->path();
+  }
   auto prefix_env = base_env_.find(env::kLogLinePrefixTemplate);
   prefix_template_ = prefix_env != base_env_.end() ? prefix_env->second : kDefaultPrefixTemplate;
   const bool keep_logs = config_.redirects.anyStream() || config_.tee.anyStream();
@@ -1179,6 +1249,14 @@ int ElasticAgent::Impl::runRounds() {
     }
     // A local worker failed.
     std::vector<WorkerFailure> failures = collectFailures();
+    // A collective that timed out is a hang seen from inside: say where every rank stands
+    // before the others are stopped.
+    for (const WorkerFailure& f : failures) {
+      if (f.hang_reason.empty() && f.error && f.error->message.find("timed out") != std::string::npos) {
+        judgeHang(fmt::format("rank {} failed: a collective timed out", f.rank));
+        break;
+      }
+    }
     const bool final = rdzv->restart_count >= config_.max_restarts;
     const std::string mine = (final ? "final:" : "fail:") + node;
     const std::string standing = rendezvous_->endRound(mine);

@@ -59,6 +59,7 @@ struct RawFlags {
   std::string signals_to_handle;  // empty: TORCHELASTIC_SIGNALS_TO_HANDLE, else torchrun's list.
   std::string node_cooldown = "0";
   std::string node_cooldown_max = "300";
+  std::string hang_timeout;  // empty: off
   std::string health_check_port;
   std::string health_check_addr = "127.0.0.1";
   bool slurm = false;
@@ -291,6 +292,10 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
         parseInt(env::kHealthCheckPort, port, 0, 65535, "a port number 0-65535");
   }
   config.health_check_addr = f.health_check_addr;
+  if (!f.hang_timeout.empty()) {
+    config.hang_timeout = toMillis(parseSeconds("--hang_timeout", f.hang_timeout));
+    if (config.hang_timeout->count() <= 0) throw UsageError("--hang_timeout must be more than 0 seconds");
+  }
   // As torch's agent: only the exact value 1 turns the file timers on.
   if (const char* timer = std::getenv(env::kEnableFileTimer); timer && std::string_view(timer) == "1") {
     config.file_timer = true;
@@ -434,6 +439,9 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   addOption(app, "", "--numa_binding", f.numa_binding, "Bind each worker to the CPUs near its GPU (local rank = GPU index): node, socket, exclusive or core-complex.");
   addOption(app, "", "--local_addr", f.local_addr, "Address of this node for the rendezvous (default: its host name).");
   addOption(app, "", "--start_method", f.start_method, "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are native processes.");
+  addOption(app, "", "--hang_timeout", f.hang_timeout,
+            "Seconds without any local rank completing a collective while one is pending before ddprun calls the "
+            "job hung: it prints where every rank stands, takes stacks and restarts (default: off).");
   addOption(app, "", "--term_timeout", f.term_timeout, "Seconds between SIGTERM and SIGKILL when stopping workers.");
   addOption(app, "", "--shutdown_timeout", f.shutdown_timeout, "torchrun's name for --term_timeout (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30).");
   addOption(app, "", "--signals_to_handle", f.signals_to_handle, "Comma-separated signals that stop the job (default: TORCHELASTIC_SIGNALS_TO_HANDLE, else SIGTERM,SIGINT,SIGHUP,SIGQUIT); SIGUSR1/SIGUSR2 not listed are forwarded to the workers.");
