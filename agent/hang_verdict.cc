@@ -51,7 +51,8 @@ std::string describe(const std::vector<int>& ranks, const RankPosition& p, bool 
     return fmt::format("{} {} at {} ({} {:.0f} s ago)", who, ranks.size() == 1 ? "is" : "are", opAt(r.info.op, r.seq),
                        when, p.pending_age_s);
   }
-  return fmt::format("{} wait in {} ({} {:.0f} s ago)", who, opAt(r.info.op, r.seq), when, p.pending_age_s);
+  return fmt::format("{} {} in {} ({} {:.0f} s ago)", who, ranks.size() == 1 ? "waits" : "wait", opAt(r.info.op, r.seq),
+                     when, p.pending_age_s);
 }
 
 // Ranks inside the same operation that called different things: the few against the rest.
@@ -71,8 +72,14 @@ std::optional<std::string> mismatch(const std::vector<const RankPosition*>& at_s
     if (by.size() < 2) continue;
     // The largest set is "the others" (ties: the one holding the lowest rank).
     auto majority = by.begin();
+    auto lowest = [](const std::vector<const RankPosition*>& ps) {
+      int low = ps.front()->rank;
+      for (const auto* p : ps) low = std::min(low, p->rank);
+      return low;
+    };
     for (auto it = by.begin(); it != by.end(); ++it) {
-      if (it->second.size() > majority->second.size()) majority = it;
+      const size_t n = it->second.size(), m = majority->second.size();
+      if (n > m || (n == m && lowest(it->second) < lowest(majority->second))) majority = it;
     }
     const FlightOpInfo& want = majority->second.front()->pending->info;
     std::vector<std::string> parts;

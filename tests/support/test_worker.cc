@@ -17,9 +17,16 @@
 //                                holds it HOLD_MS (in sleepInTimedScope) while TORCHELASTIC_RESTART_COUNT <
 //                                ATTEMPTS, the others 10 ms; print "released rank=R" and exit 0
 //   stop-self                    print "ready pid=PID", then SIGSTOP itself (and pause if continued)
+//   collectives STEPS STEP_MS SLOW_RANK SLOW_AT SLOW_MS ATTEMPTS [broadcast]
+//                                STEPS all_reduces of 1024 float32 on a host backend (checked), each after
+//                                STEP_MS of "compute"; while TORCHELASTIC_RESTART_COUNT < ATTEMPTS rank
+//                                SLOW_RANK first sleeps SLOW_MS (in sleepBeforeCollective) before all_reduce
+//                                #SLOW_AT (0: before every one), or with `broadcast` calls broadcast from
+//                                rank 0 there instead; prints "step I rank=R", then "done rank=R"
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,8 +35,11 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/env_names.h"
+#include "rendezvous/tcp_store_client.h"
+#include "worker_runtime/backend/host_backend.h"
 #include "worker_runtime/env_contract.h"
 #include "worker_runtime/error_record.h"
 #include "worker_runtime/scoped_timer.h"
@@ -122,7 +132,50 @@ __attribute__((noinline)) void sleepInTimedScope(int ms) {
   asm volatile("");  // keeps the call from becoming a tail call, so this frame stays on the stack
 }
 
+__attribute__((noinline)) void sleepBeforeCollective(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  asm volatile("");
+}
+
 namespace {
+
+int modeCollectives(int steps, int step_ms, int slow_rank, int slow_at, int slow_ms, int attempts, bool broadcast,
+                    int attempt) {
+  using namespace ddprun::runtime;
+  const auto e = StoreEnv::fromEnvironment();
+  ddprun::rendezvous::StoreClientOptions options;
+  options.host = e.master_addr;
+  options.port = e.master_port;
+  options.timeout = std::chrono::seconds(60);
+  options.connect_timeout = std::chrono::seconds(60);
+  ddprun::rendezvous::TcpStoreClient store(options);
+  HostBackend backend(store, "test/collectives/" + std::to_string(attempt) + "/", e.rank, e.world_size,
+                      store.localAddress(), std::chrono::seconds(60));
+  std::vector<float> buf(1024);
+  const ddprun::FlightOpInfo all_reduce{ddprun::FlightOp::kAllReduce, ddprun::FlightDType::kFloat32, buf.size(), -1};
+  for (int step = 1; step <= steps; ++step) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+    std::fill(buf.begin(), buf.end(), 1.0f);
+    const bool slow = e.rank == slow_rank && attempt < attempts && (slow_at == 0 || step == slow_at);
+    if (slow && broadcast) {
+      backend.enqueue([&](CollectiveContext& ctx) { ddprun::runtime::broadcast(ctx, buf.data(), buf.size() * 4, 0); },
+                      {ddprun::FlightOp::kBroadcast, ddprun::FlightDType::kFloat32, buf.size(), 0})
+          ->wait();
+    } else {
+      if (slow) sleepBeforeCollective(slow_ms);
+      backend.enqueue([&](CollectiveContext& ctx) {
+        allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+      }, all_reduce)->wait();
+      if (buf[0] != static_cast<float>(e.world_size)) {
+        throw std::runtime_error("all_reduce #" + std::to_string(step) + " gave " + std::to_string(buf[0]));
+      }
+    }
+    std::printf("step %d rank=%d\n", step, e.rank);
+    std::fflush(stdout);
+  }
+  std::printf("done rank=%d\n", e.rank);
+  return 0;
+}
 
 int modeTimer(const std::string& scope, int after_ms, int hold_ms, int hang_rank, int hang_attempts, int attempt) {
   auto timer = ddprun::runtime::expires(std::chrono::milliseconds(after_ms), scope);
@@ -165,6 +218,11 @@ int main(int argc, char** argv) {
     if (mode == "lines") return modeLines(std::stoi(arg(2)));
     if (mode == "timer") {
       return modeTimer(arg(2), std::stoi(arg(3)), std::stoi(arg(4)), std::stoi(arg(5)), std::stoi(arg(6)), attempt);
+    }
+    if (mode == "collectives") {
+      return modeCollectives(std::stoi(arg(2)), std::stoi(arg(3)), std::stoi(arg(4)), std::stoi(arg(5)),
+                             std::stoi(arg(6)), std::stoi(arg(7)), argc > 8 && std::string(argv[8]) == "broadcast",
+                             attempt);
     }
     if (mode == "stop-self") {
       std::printf("ready pid=%d\n", static_cast<int>(::getpid()));

@@ -70,6 +70,22 @@ TEST_CASE("hang verdict: a different op at the same sequence number is named") {
   CHECK(*verdict == "hang: rank 3 called broadcast where the others called all_reduce (#88)");
 }
 
+TEST_CASE("hang verdict: between two ranks that disagree the higher rank is the odd one") {
+  std::vector<FlightRingSnapshot> rings{
+      ringOf(0, 2, kAllReduce, 5), ringOf(1, 2, FlightOpInfo{FlightOp::kBroadcast, FlightDType::kFloat32, 1024, 0}, 5)};
+  auto verdict = hangVerdict(positions(rings, 60));
+  REQUIRE(verdict);
+  CHECK(*verdict == "hang: rank 1 called broadcast where the others called all_reduce (#3)");
+}
+
+TEST_CASE("hang verdict: one rank waiting is said in the singular") {
+  std::vector<FlightRingSnapshot> rings{ringOf(0, 4, kAllReduce, 5), ringOf(1, 4, std::nullopt, 0)};
+  auto verdict = hangVerdict(positions(rings, 9));
+  REQUIRE(verdict);
+  CHECK(*verdict == "hang: rank 1 has not called #5 (last completed all_reduce #4, 8 s ago); rank 0 waits in "
+                    "all_reduce #5 (started 4 s ago) — rank 1 is behind");
+}
+
 TEST_CASE("hang verdict: a different size at the same sequence number is named") {
   std::vector<FlightRingSnapshot> rings;
   for (int r = 0; r < 3; ++r) {

@@ -1,0 +1,101 @@
+// The hang verdict through the real ddprun with C++ workers whose collectives run on the
+// host backend (test_worker's `collectives` mode): --hang_timeout names the rank that is
+// behind and the operation, takes the stacks, restarts the job; a slow job that keeps
+// completing collectives is never called hung; mismatched collectives are named; and
+// nothing is left in /dev/shm.
+#include <filesystem>
+
+#include <catch2/catch.hpp>
+
+#include "tests/e2e/ops_support.h"
+
+using namespace ddprun::testing;
+
+namespace {
+
+std::string findFile(const std::string& dir, const std::string& relative) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    const std::string path = entry.path().string();
+    if (path.size() >= relative.size() && path.compare(path.size() - relative.size(), relative.size(), relative) == 0) {
+      return path;
+    }
+  }
+  return "";
+}
+
+bool stackToolInstalled() { return !run({"/bin/sh", "-c", "command -v eu-stack || command -v gdb"}).out.empty(); }
+
+// This run's flight recorder directories left on /dev/shm (named after --rdzv_id).
+int flightDirsOf(const std::string& run_id) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    if (entry.path().filename().string().rfind("ddprun-flight-" + run_id + "-", 0) == 0) ++n;
+  }
+  return n;
+}
+
+std::vector<std::string> ddprunArgs(const std::string& run_id, int nproc, const std::string& hang_timeout,
+                                    const std::string& log_dir) {
+  return {ddprunPath(), "--nnodes=1", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(freePort()),
+          "--rdzv_id=" + run_id, "--nproc_per_node=" + std::to_string(nproc), "--max_restarts=1",
+          "--hang_timeout=" + hang_timeout, "--log_dir=" + log_dir, "--no_python", testWorkerPath(), "collectives"};
+}
+
+}  // namespace
+
+TEST_CASE("--hang_timeout names the rank that never called all_reduce #N, takes its stacks and restarts the job",
+          "[e2e][hang]") {
+  TempDir logs;
+  const std::string id = "hang-behind-" + std::to_string(::getpid());
+  auto argv = ddprunArgs(id, 2, "3", logs.path());
+  // Rank 1 sleeps 10 min before all_reduce #5 on attempt 0 only.
+  for (const char* a : {"8", "50", "1", "5", "600000", "1"}) argv.push_back(a);
+  auto r = run(argv, {}, 120s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("--hang_timeout: no rank on this node completed a collective for 3 s"));
+  CHECK_THAT(r.err, Catch::Contains("hang: rank 1 has not called #5 (last completed all_reduce #4, "));
+  CHECK_THAT(r.err, Catch::Contains("rank 0 waits in all_reduce #5 (started "));
+  CHECK_THAT(r.err, Catch::Contains("— rank 1 is behind"));
+  CHECK_THAT(r.err, Catch::Contains("restarting the worker group"));
+  CHECK(countOf(r.out, "done rank=") == 2);  // attempt 1 finished
+
+  const std::string stacks = findFile(logs.path(), "/attempt_0/1/stacks.txt");
+  REQUIRE(!stacks.empty());
+  const std::string text = readFile(stacks);
+  CHECK_THAT(text, Catch::Contains("hang: rank 1 has not called #5"));
+  if (stackToolInstalled()) CHECK_THAT(text, Catch::Contains("sleepBeforeCollective"));
+  CHECK(flightDirsOf(id) == 0);
+}
+
+TEST_CASE("--hang_timeout never fires on a slow job that keeps completing collectives", "[e2e][hang]") {
+  TempDir logs;
+  const std::string id = "hang-slow-" + std::to_string(::getpid());
+  auto argv = ddprunArgs(id, 2, "4", logs.path());
+  // Rank 1 takes 2 s before each of 4 all_reduces (rank 0 waits inside each for 2 s).
+  for (const char* a : {"4", "10", "1", "0", "2000", "1"}) argv.push_back(a);
+  auto r = run(argv, {}, 120s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, !Catch::Contains("hang:") && !Catch::Contains("--hang_timeout:"));
+  CHECK_THAT(r.err, !Catch::Contains("restarting"));
+  CHECK(countOf(r.out, "done rank=") == 2);
+  CHECK(flightDirsOf(id) == 0);
+}
+
+TEST_CASE("--hang_timeout names a rank that called broadcast where the others called all_reduce", "[e2e][hang]") {
+  TempDir logs;
+  const std::string id = "hang-mismatch-" + std::to_string(::getpid());
+  auto argv = ddprunArgs(id, 3, "3", logs.path());
+  for (const char* a : {"5", "10", "2", "3", "0", "1", "broadcast"}) argv.push_back(a);
+  auto r = run(argv, {}, 120s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("hang: rank 2 called broadcast where the others called all_reduce (#3)"));
+  CHECK(countOf(r.out, "done rank=") == 3);
+  CHECK(flightDirsOf(id) == 0);
+}
