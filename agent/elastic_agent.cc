@@ -15,6 +15,7 @@
 #include <future>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string_view>
 
 #include <boost/asio/io_context.hpp>
@@ -69,6 +70,11 @@ constexpr auto kEscapeScanInterval = std::chrono::milliseconds(500);
 // How long killed processes get to leave their cgroups at the end of an attempt.
 constexpr auto kCgroupRemoveTimeout = std::chrono::seconds(5);
 constexpr const char* kDefaultPrefixTemplate = "[rank${rank}]:";
+// How often an agent of a multi-node job looks for another node's hang summary request,
+// and how long the node judging a hang waits for the answers (more than one look apart).
+constexpr std::chrono::seconds kHangRequestPoll{2};
+constexpr std::chrono::seconds kHangSummaryWait{5};
+
 // A worker that SIGKILL has not ended after --term_timeout (at least this long) sleeps
 // uninterruptibly in the kernel: ddprun reports it and goes on without it.
 constexpr auto kMinKillWait = std::chrono::seconds(1);
@@ -206,6 +212,8 @@ class ElasticAgent::Impl {
   // is pending, judges the hang and stops every running worker as hung (stacks first).
   void checkHangTimeout();
   std::vector<RankPosition> localPositions() const;
+  // Another node judges a hang: publish where this node's ranks stand (once per round).
+  void answerHangRequest();
   Clock::duration killWait() const { return std::max<Clock::duration>(config_.term_timeout, kMinKillWait); }
 
   // Operating the job: the state others see (status, health check) and the events file.
@@ -262,6 +270,8 @@ class ElasticAgent::Impl {
   std::unique_ptr<FileTimerServer> timer_server_;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::unique_ptr<FlightDir> flight_dir_;          // the workers' flight recorder rings
   bool hang_judged_ = false;                       // this attempt's verdict was given
+  Clock::time_point next_hang_check_{};            // --hang_timeout's next look at the rings
+  Clock::time_point next_hang_request_check_{};    // the next look for another node's request
   HungWorkerStopper hung_stopper_{io_};
 };
 
@@ -512,13 +522,22 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::waitForWorkers() {
       running = running || w.running;
     }
     if (!running) return Outcome::kSucceeded;
-    if (config_.hang_timeout && !hang_judged_ && !stopping_) {
-      // Checked a few times per timeout, at most once a second: reading the rings is cheap.
-      runFor(std::clamp<Clock::duration>(*config_.hang_timeout / 4, std::chrono::milliseconds(50),
-                                         std::chrono::seconds(1)));
+    const bool watch_hang = config_.hang_timeout && !hang_judged_ && !stopping_;
+    const bool several_nodes = current_ && current_->group_world_size > 1;
+    Clock::time_point wake = Clock::now() + std::chrono::hours(1);
+    if (watch_hang) wake = std::min(wake, next_hang_check_);
+    if (several_nodes) wake = std::min(wake, next_hang_request_check_);
+    runFor(std::max<Clock::duration>(wake - Clock::now(), Clock::duration::zero()));
+    const auto now = Clock::now();
+    if (watch_hang && now >= next_hang_check_) {
+      // A few times per timeout, at most once a second: reading the rings is cheap.
+      next_hang_check_ = now + std::clamp<Clock::duration>(*config_.hang_timeout / 4, std::chrono::milliseconds(50),
+                                                           std::chrono::seconds(1));
       checkHangTimeout();
-    } else {
-      runFor(std::chrono::hours(1));
+    }
+    if (several_nodes && now >= next_hang_request_check_) {
+      next_hang_request_check_ = now + kHangRequestPoll;
+      answerHangRequest();
     }
   }
 }
@@ -645,10 +664,33 @@ std::vector<RankPosition> ElasticAgent::Impl::localPositions() const {
   return positions;
 }
 
+void ElasticAgent::Impl::answerHangRequest() {
+  if (!rendezvous_->hangSummaryRequested()) return;
+  std::string summary;
+  for (const RankPosition& p : localPositions()) summary += encodePosition(p) + "\n";
+  rendezvous_->publishHangSummary(summary);
+  log_->info("another node judges a hang; published where this node's ranks stand");
+}
+
 std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
   if (hang_judged_) return {};
   hang_judged_ = true;
-  const auto verdict = hangVerdict(localPositions());
+  std::vector<RankPosition> positions = localPositions();
+  if (current_ && current_->group_world_size > 1) {
+    size_t nodes = 0;
+    for (const std::string& answer : rendezvous_->gatherHangSummaries(kHangSummaryWait)) {
+      ++nodes;
+      std::istringstream lines(answer);
+      for (std::string line; std::getline(lines, line);) {
+        if (auto p = decodePosition(line)) positions.push_back(*p);
+      }
+    }
+    if (nodes + 1 < static_cast<size_t>(current_->group_world_size)) {
+      log_->warn("hang verdict without {} of {} nodes (no answer within {} s)", current_->group_world_size - 1 - nodes,
+                 current_->group_world_size, std::chrono::duration_cast<std::chrono::seconds>(kHangSummaryWait).count());
+    }
+  }
+  const auto verdict = hangVerdict(positions);
   if (!verdict) {
     log_->warn("{}; the flight recorder shows no collective pending on this node", trigger);
     return {};

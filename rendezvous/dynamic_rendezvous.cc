@@ -80,6 +80,9 @@ class DynamicRendezvous::Impl {
   void publishStatus(const AgentRecord& record);
   void sitOut();
   std::optional<std::string> jobEndedWhileAway();
+  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait);
+  bool hangSummaryRequested();
+  void publishHangSummary(const std::string& summary);
 
   std::string node_name_;
   std::string store_host_;
@@ -157,6 +160,7 @@ class DynamicRendezvous::Impl {
   bool registered_ = false;            // this node's name is in the job's agents list
   bool sat_out_ = false;               // left its last round for a cooldown and has not joined since
   int final_round_ = -1;               // the round whose end ended the job while this node sat out
+  int hang_answered_round_ = -1;       // the round whose hang summary request this node answered
 };
 
 DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node)
@@ -615,7 +619,73 @@ void DynamicRendezvous::markDone() { impl_->markDone(); }
 void DynamicRendezvous::stopWatching() { impl_->stopWatching(); }
 void DynamicRendezvous::finish() { impl_->finish(); }
 void DynamicRendezvous::interrupt() { impl_->interrupt(); }
+// Through the status connection too: it gives up quickly when the store is gone, and a
+// hang verdict must not wait on the rendezvous client.
+std::vector<std::string> DynamicRendezvous::Impl::gatherHangSummaries(std::chrono::milliseconds wait) {
+  std::vector<std::string> answers;
+  if (!in_round_ || participants_ < 2) return answers;
+  std::lock_guard lock(status_mutex_);
+  hang_answered_round_ = round_;  // this node answers for itself
+  std::vector<std::string> keys;
+  for (int g = 0; g < participants_; ++g) {
+    if (g != group_rank_) keys.push_back(key(round_, "hang/" + std::to_string(g)));
+  }
+  try {
+    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(statusClientOptions());
+    TcpStoreClient& store = *status_client_;
+    store.set(key(round_, "hang/request"), node_name_);
+    const auto deadline = Clock::now() + wait;
+    std::vector<bool> got(keys.size(), false);
+    for (;;) {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (!got[i] && store.check({keys[i]})) {
+          answers.push_back(store.get(keys[i]));
+          got[i] = true;
+        }
+      }
+      if (answers.size() == keys.size() || Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(100), deadline - Clock::now()));
+    }
+  } catch (const StoreError& e) {
+    status_client_.reset();
+    log_->warn("hang summaries of round {}: {}; judging with {} of {} other nodes", round_, e.what(), answers.size(),
+               keys.size());
+  }
+  return answers;
+}
+
+bool DynamicRendezvous::Impl::hangSummaryRequested() {
+  if (!in_round_ || participants_ < 2 || hang_answered_round_ == round_) return false;
+  std::lock_guard lock(status_mutex_);
+  try {
+    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(statusClientOptions());
+    return status_client_->check({key(round_, "hang/request")});
+  } catch (const StoreError& e) {
+    status_client_.reset();
+    log_->debug("cannot check for a hang summary request: {}", e.what());
+    return false;
+  }
+}
+
+void DynamicRendezvous::Impl::publishHangSummary(const std::string& summary) {
+  if (!in_round_) return;
+  std::lock_guard lock(status_mutex_);
+  hang_answered_round_ = round_;
+  try {
+    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(statusClientOptions());
+    status_client_->set(key(round_, "hang/" + std::to_string(group_rank_)), summary);
+  } catch (const StoreError& e) {
+    status_client_.reset();
+    log_->warn("cannot publish this node's hang summary: {}", e.what());
+  }
+}
+
 void DynamicRendezvous::publishStatus(const AgentRecord& record) { impl_->publishStatus(record); }
+std::vector<std::string> DynamicRendezvous::gatherHangSummaries(std::chrono::milliseconds wait) {
+  return impl_->gatherHangSummaries(wait);
+}
+bool DynamicRendezvous::hangSummaryRequested() { return impl_->hangSummaryRequested(); }
+void DynamicRendezvous::publishHangSummary(const std::string& summary) { impl_->publishHangSummary(summary); }
 void DynamicRendezvous::sitOut() { impl_->sitOut(); }
 std::optional<std::string> DynamicRendezvous::jobEndedWhileAway() { return impl_->jobEndedWhileAway(); }
 const std::string& DynamicRendezvous::nodeName() const { return impl_->node_name_; }

@@ -9,10 +9,12 @@
 // fresh workers' store (MASTER_ADDR/MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE=True).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "rendezvous/job_status.h"
 #include "rendezvous/rendezvous_config.h"
@@ -86,6 +88,18 @@ class DynamicRendezvous {
   // While sitting out: the reason the job ended ("done", "final:...", "abort:..."), or
   // nothing while it goes on. A few store round trips; throws StoreError.
   std::optional<std::string> jobEndedWhileAway();
+
+  // Hang verdicts across nodes, within the current round (PROTOCOL.md: `hang/`). The node
+  // that judges a hang asks every other node for a summary of where its ranks stand and
+  // waits up to `wait` for them; returns the answers that came (the other nodes' `hang/<g>`
+  // values). Blocks up to `wait` plus a store round trip; a store error ends the wait with
+  // what came. Never throws. Call from the agent's thread (as publishStatus).
+  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait);
+  // Whether another node asked for summaries in the current round and this node has not
+  // answered yet. One store round trip; false on a store error. Never throws.
+  bool hangSummaryRequested();
+  // This node's answer (agent/hang_verdict.h's encoded positions, one a line). Never throws.
+  void publishHangSummary(const std::string& summary);
 
   // This node's name in end reasons and logs: host:pid.
   const std::string& nodeName() const;
