@@ -103,6 +103,17 @@ void FlightRingWriter::write(FlightEntry* e, const FlightRecord& r) {
   store(e->version, v + 2, std::memory_order_release);
 }
 
+// A state change touches two words of a slot: only those are rewritten (the collective
+// thread pays this twice per operation).
+void FlightRingWriter::update(FlightEntry* e, const FlightRecord& r, uint64_t FlightEntry::*stamp, int64_t now_ns) {
+  const uint64_t v = load(e->version);
+  store(e->version, v + 1);
+  std::atomic_thread_fence(std::memory_order_release);
+  store(e->meta, packMeta(r));
+  store(e->*stamp, static_cast<uint64_t>(now_ns));
+  store(e->version, v + 2, std::memory_order_release);
+}
+
 uint64_t FlightRingWriter::enqueue(const FlightOpInfo& info, int64_t now_ns) {
   if (!header_) return 0;
   const uint64_t seq = ++last_seq_;
@@ -119,7 +130,7 @@ void FlightRingWriter::start(uint64_t seq, int64_t now_ns) {
   if (r.seq != seq) return;
   r.state = FlightState::kStarted;
   r.started_ns = now_ns;
-  write(slot(seq), r);
+  update(slot(seq), r, &FlightEntry::started_ns, now_ns);
 }
 
 void FlightRingWriter::finish(uint64_t seq, bool ok, int64_t now_ns) {
@@ -128,7 +139,7 @@ void FlightRingWriter::finish(uint64_t seq, bool ok, int64_t now_ns) {
   if (r.seq != seq) return;
   r.state = ok ? FlightState::kCompleted : FlightState::kFailed;
   r.ended_ns = now_ns;
-  write(slot(seq), r);
+  update(slot(seq), r, &FlightEntry::ended_ns, now_ns);
 }
 
 std::optional<FlightRingSnapshot> readFlightRing(const void* memory, size_t bytes) {

@@ -105,6 +105,7 @@ class FlightRingWriter {
  private:
   FlightEntry* slot(uint64_t seq) const;
   void write(FlightEntry* e, const FlightRecord& r);
+  void update(FlightEntry* e, const FlightRecord& r, uint64_t FlightEntry::*stamp, int64_t now_ns);
 
   FlightRingHeader* header_ = nullptr;
   FlightEntry* entries_ = nullptr;
