@@ -57,3 +57,14 @@ TEST_CASE("--no_python_faulthandler turns the faulthandler off", "[cli]") {
   ScopedEnv pet("PET_NO_PYTHON_FAULTHANDLER", "1");
   CHECK_FALSE(parseArgs({"--no_python", "true"}).config.python_faulthandler);
 }
+
+TEST_CASE("--hang_timeout is off unless given and takes positive seconds", "[cli]") {
+  CHECK_FALSE(parseArgs({"--no_python", "true"}).config.hang_timeout);
+  auto config = parseArgs({"--hang_timeout", "2.5", "--no_python", "true"}).config;
+  REQUIRE(config.hang_timeout);
+  CHECK(config.hang_timeout->count() == 2500);
+  CHECK(parseArgs({"--hang-timeout=600", "--no_python", "true"}).config.hang_timeout->count() == 600000);
+  CHECK_THROWS_WITH(parseArgs({"--hang_timeout", "0", "--no_python", "true"}),
+                    Catch::Contains("--hang_timeout must be more than 0 seconds"));
+  CHECK_THROWS_WITH(parseArgs({"--hang_timeout", "soon", "--no_python", "true"}), Catch::Contains("--hang_timeout"));
+}
