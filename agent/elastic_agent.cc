@@ -1291,11 +1291,21 @@ int ElasticAgent::Impl::runRounds() {
     }
     // A local worker failed.
     std::vector<WorkerFailure> failures = collectFailures();
-    // A collective that timed out is a hang seen from inside: say where every rank stands
-    // before the others are stopped.
+    // A collective that timed out is a hang seen from inside: say where every rank stands,
+    // then stop the others as hung (their stacks show where they were), before the round ends.
     for (const WorkerFailure& f : failures) {
       if (f.hang_reason.empty() && f.error && f.error->message.find("timed out") != std::string::npos) {
-        judgeHang(fmt::format("rank {} failed: a collective timed out", f.rank));
+        const std::string trigger = fmt::format("rank {} failed: a collective timed out", f.rank);
+        const std::string verdict = judgeHang(trigger);
+        std::vector<std::pair<Worker*, pid_t>> targets;
+        for (Worker& w : workers_) {
+          if (w.running) targets.emplace_back(&w, w.pid);
+        }
+        if (targets.empty()) break;
+        stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
+        const auto deadline = Clock::now() + killWait();
+        while (anyRunning() && Clock::now() < deadline) runFor(deadline - Clock::now());
+        failures = collectFailures();
         break;
       }
     }

@@ -129,3 +129,22 @@ TEST_CASE("a hang verdict on one node includes the ranks of the others, read thr
   CHECK(countOf(out, "done rank=") == 2);
   CHECK(flightDirsOf(id) == 0);
 }
+
+TEST_CASE("a collective that times out brings the hang verdict and the others are stopped as hung", "[e2e][hang]") {
+  TempDir logs;
+  // No --hang_timeout: rank 0's all_reduce #3 times out after 2 s while rank 1 sleeps before it.
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir=" + logs.path(),
+                "--no_python", testWorkerPath(), "collectives", "4", "10", "1", "3", "600000", "1", "sleep", "2000"},
+               {}, 120s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("rank 0 failed: a collective timed out; hang: rank 1 has not called #3 (last "
+                                    "completed all_reduce #2, "));
+  CHECK_THAT(r.err, Catch::Contains("rank 0 failed in all_reduce #3 — rank 1 is behind"));
+  // Rank 1, still running, was stopped as hung: its stacks show where it was.
+  CHECK_THAT(r.err, Catch::Contains("  hung      : hang: rank 1 has not called #3"));
+  const std::string stacks = findFile(logs.path(), "/attempt_0/1/stacks.txt");
+  REQUIRE(!stacks.empty());
+  if (stackToolInstalled()) CHECK_THAT(readFile(stacks), Catch::Contains("sleepBeforeCollective"));
+}

@@ -17,12 +17,13 @@
 //                                holds it HOLD_MS (in sleepInTimedScope) while TORCHELASTIC_RESTART_COUNT <
 //                                ATTEMPTS, the others 10 ms; print "released rank=R" and exit 0
 //   stop-self                    print "ready pid=PID", then SIGSTOP itself (and pause if continued)
-//   collectives STEPS STEP_MS SLOW_RANK SLOW_AT SLOW_MS ATTEMPTS [broadcast]
+//   collectives STEPS STEP_MS SLOW_RANK SLOW_AT SLOW_MS ATTEMPTS [sleep|broadcast [TIMEOUT_MS]]
 //                                STEPS all_reduces of 1024 float32 on a host backend (checked), each after
 //                                STEP_MS of "compute"; while TORCHELASTIC_RESTART_COUNT < ATTEMPTS rank
 //                                SLOW_RANK first sleeps SLOW_MS (in sleepBeforeCollective) before all_reduce
 //                                #SLOW_AT (0: before every one), or with `broadcast` calls broadcast from
-//                                rank 0 there instead; prints "step I rank=R", then "done rank=R"
+//                                rank 0 there instead; the group's timeout is TIMEOUT_MS (default 60000);
+//                                prints "step I rank=R", then "done rank=R"
 #include <signal.h>
 #include <unistd.h>
 
@@ -140,7 +141,7 @@ __attribute__((noinline)) void sleepBeforeCollective(int ms) {
 namespace {
 
 int modeCollectives(int steps, int step_ms, int slow_rank, int slow_at, int slow_ms, int attempts, bool broadcast,
-                    int attempt) {
+                    int timeout_ms, int attempt) {
   using namespace ddprun::runtime;
   const auto e = StoreEnv::fromEnvironment();
   ddprun::rendezvous::StoreClientOptions options;
@@ -150,7 +151,7 @@ int modeCollectives(int steps, int step_ms, int slow_rank, int slow_at, int slow
   options.connect_timeout = std::chrono::seconds(60);
   ddprun::rendezvous::TcpStoreClient store(options);
   HostBackend backend(store, "test/collectives/" + std::to_string(attempt) + "/", e.rank, e.world_size,
-                      store.localAddress(), std::chrono::seconds(60));
+                      store.localAddress(), std::chrono::milliseconds(timeout_ms));
   std::vector<float> buf(1024);
   const ddprun::FlightOpInfo all_reduce{ddprun::FlightOp::kAllReduce, ddprun::FlightDType::kFloat32, buf.size(), -1};
   for (int step = 1; step <= steps; ++step) {
@@ -222,7 +223,7 @@ int main(int argc, char** argv) {
     if (mode == "collectives") {
       return modeCollectives(std::stoi(arg(2)), std::stoi(arg(3)), std::stoi(arg(4)), std::stoi(arg(5)),
                              std::stoi(arg(6)), std::stoi(arg(7)), argc > 8 && std::string(argv[8]) == "broadcast",
-                             attempt);
+                             argc > 9 ? std::stoi(arg(9)) : 60000, attempt);
     }
     if (mode == "stop-self") {
       std::printf("ready pid=%d\n", static_cast<int>(::getpid()));
