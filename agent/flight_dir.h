@@ -14,7 +14,7 @@ namespace ddprun::agent {
 
 class FlightDir {
  public:
-  // Makes `parent`/ddprun-flight-<run_id>-<pid>. When it cannot (no /dev/shm), path() is
+  // Makes `parent`/ddprun_flight-<run_id>-<pid>. When it cannot (no /dev/shm), path() is
   // empty and `problem()` says why; the workers then record for nobody. Never throws.
   explicit FlightDir(const std::string& run_id, const std::string& parent = "/dev/shm");
   // Removes the directory and every ring in it.

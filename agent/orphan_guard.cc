@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <thread>
@@ -25,7 +26,10 @@ namespace {
 
 // One record on the pipe: this header, then path_len bytes of path. A record is one write of at most PIPE_BUF bytes, so
 // it arrives whole.
-enum RecordKind : int32_t { kWatchGroup = 1, kForgetGroup, kWatchCgroup, kForgetCgroup, kWatchProcess, kForgetProcess };
+enum RecordKind : int32_t {
+  kWatchGroup = 1, kForgetGroup, kWatchCgroup, kForgetCgroup, kWatchProcess, kForgetProcess, kWatchDirectory,
+  kForgetDirectory
+};
 struct RecordHeader {
   int32_t kind;
   int32_t pid;
@@ -61,6 +65,7 @@ bool readFull(int fd, void* data, size_t size) {
   std::set<int32_t> groups;
   std::set<std::string> cgroups;
   std::set<ProcessStamp> processes;
+  std::set<std::string> directories;
   for (;;) {
     RecordHeader header;
     if (!readFull(read_fd, &header, sizeof header)) break;  // EOF: the agent is gone (or closed the pipe).
@@ -86,6 +91,12 @@ bool readFull(int fd, void* data, size_t size) {
       case kForgetProcess:
         processes.erase(process);
         break;
+      case kWatchDirectory:
+        directories.insert(path);
+        break;
+      case kForgetDirectory:
+        directories.erase(path);
+        break;
       default:
         break;
     }
@@ -94,6 +105,10 @@ bool readFull(int fd, void* data, size_t size) {
   for (const std::string& dir : cgroups) killCgroup(dir);
   for (const ProcessStamp& process : processes) killStamped(process);
   for (int32_t pgid : groups) ::kill(-pgid, SIGKILL);
+  for (const std::string& dir : directories) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
   const auto deadline = std::chrono::steady_clock::now() + OrphanGuard::kCgroupRemoveTimeout;
   while (!cgroups.empty()) {
     std::erase_if(cgroups, [](const std::string& dir) { return removeCgroupTree(dir); });
@@ -155,6 +170,8 @@ void OrphanGuard::watchCgroup(const std::string& dir) { send(kWatchCgroup, 0, 0,
 void OrphanGuard::forgetCgroup(const std::string& dir) { send(kForgetCgroup, 0, 0, dir); }
 void OrphanGuard::watchProcess(const ProcessStamp& p) { send(kWatchProcess, p.pid, p.start_time, {}); }
 void OrphanGuard::forgetProcess(const ProcessStamp& p) { send(kForgetProcess, p.pid, p.start_time, {}); }
+void OrphanGuard::watchDirectory(const std::string& dir) { send(kWatchDirectory, 0, 0, dir); }
+void OrphanGuard::forgetDirectory(const std::string& dir) { send(kForgetDirectory, 0, 0, dir); }
 
 void OrphanGuard::send(int kind, pid_t pid, uint64_t start_time, const std::string& path) {
   if (path.size() > kMaxPath) {

@@ -3,6 +3,7 @@
 // behind and the operation, takes the stacks, restarts the job; a slow job that keeps
 // completing collectives is never called hung; mismatched collectives are named; and
 // nothing is left in /dev/shm.
+#include <csignal>
 #include <filesystem>
 #include <memory>
 
@@ -31,7 +32,7 @@ int flightDirsOf(const std::string& run_id) {
   int n = 0;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    if (entry.path().filename().string().rfind("ddprun-flight-" + run_id + "-", 0) == 0) ++n;
+    if (entry.path().filename().string().rfind("ddprun_flight-" + run_id + "-", 0) == 0) ++n;
   }
   return n;
 }
@@ -147,4 +148,17 @@ TEST_CASE("a collective that times out brings the hang verdict and the others ar
   const std::string stacks = findFile(logs.path(), "/attempt_0/1/stacks.txt");
   REQUIRE(!stacks.empty());
   if (stackToolInstalled()) CHECK_THAT(readFile(stacks), Catch::Contains("sleepBeforeCollective"));
+}
+
+TEST_CASE("a kill -9 of ddprun leaves no flight recorder directory on /dev/shm", "[e2e][hang]") {
+  const std::string id = "hang-kill9-" + std::to_string(::getpid());
+  auto argv = ddprunArgs(id, 2, "30", TempDir().path());
+  for (const char* a : {"1000", "50", "0", "0", "0", "0"}) argv.push_back(a);
+  TestProcess ddprun(argv);
+  REQUIRE(ddprun.waitForOutput("step 2 rank=", 60s));
+  CHECK(flightDirsOf(id) == 1);
+  ddprun.signal(SIGKILL);
+  REQUIRE(ddprun.wait(30s));
+  // The orphan guard removes it once it sees the agent gone.
+  CHECK(eventually([&] { return flightDirsOf(id) == 0; }, 10s));
 }

@@ -19,7 +19,7 @@ TEST_CASE("the flight directory holds the rings, is emptied between attempts and
     path = dir.path();
     REQUIRE(!path.empty());
     // The run id's unsafe characters do not reach the file system.
-    CHECK(path == parent.path() + "/ddprun-flight-job_1_x-" + std::to_string(::getpid()));
+    CHECK(path == parent.path() + "/ddprun_flight-job_1_x-" + std::to_string(::getpid()));
     CHECK((std::filesystem::status(path).permissions() & std::filesystem::perms::all) ==
           std::filesystem::perms::owner_all);
 
@@ -47,7 +47,7 @@ TEST_CASE("the flight directory holds the rings, is emptied between attempts and
 TEST_CASE("a flight directory that cannot be made says why and reads nothing") {
   FlightDir dir("job", "/nonexistent/parent");
   CHECK(dir.path().empty());
-  CHECK_THAT(dir.problem(), Catch::Contains("mkdir /nonexistent/parent/ddprun-flight-job-"));
+  CHECK_THAT(dir.problem(), Catch::Contains("mkdir /nonexistent/parent/ddprun_flight-job-"));
   CHECK(dir.read().empty());
   dir.clear();
 }
