@@ -95,12 +95,16 @@ std::string expandPrefix(std::string text, const std::string& role, int rank, in
 
 // What a round's end reason means, in the words of the events file.
 const char* causeOf(const std::string& reason) {
-  if (reason == "done") return "done";
-  if (reason.rfind("fail:", 0) == 0) return "worker_failure";
-  if (reason.rfind("final:", 0) == 0) return "worker_failure_final";
-  if (reason.rfind("abort:", 0) == 0) return "stopped";
-  if (reason.rfind("join:", 0) == 0) return "node_joined";
-  if (reason.rfind("evict:", 0) == 0) return "node_evicted";
+  const auto end = rendezvous::RoundEnd::parse(reason);
+  if (!end) return "other";
+  switch (end->kind) {
+    case rendezvous::RoundEnd::Kind::kDone: return "done";
+    case rendezvous::RoundEnd::Kind::kFail: return "worker_failure";
+    case rendezvous::RoundEnd::Kind::kFinal: return "worker_failure_final";
+    case rendezvous::RoundEnd::Kind::kAbort: return "stopped";
+    case rendezvous::RoundEnd::Kind::kJoin: return "node_joined";
+    case rendezvous::RoundEnd::Kind::kEvict: return "node_evicted";
+  }
   return "other";
 }
 
@@ -874,7 +878,8 @@ std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration
 }
 
 int ElasticAgent::Impl::jobEndedAway(const std::string& reason) {
-  const bool done = reason == "done";
+  const auto end = rendezvous::RoundEnd::parse(reason);
+  const bool done = end && end->kind == rendezvous::RoundEnd::Kind::kDone;
   if (done) {
     log_->info("the job finished successfully while this node sat out");
   } else {
@@ -964,7 +969,7 @@ int ElasticAgent::Impl::runRounds() {
       log_->error("cannot start workers: {}", e.what());
       stopWorkers(SIGKILL);
       endAttempt();
-      emitRoundEnd(rendezvous_->endRound("final:" + node), true);
+      emitRoundEnd(rendezvous_->endRound(rendezvous::RoundEnd::finalFailure(node)), true);
       return finishJob(kExitWorkersFailed);
     }
     attempt_start_ = Clock::now();
@@ -990,9 +995,9 @@ int ElasticAgent::Impl::runRounds() {
       setState("stopping");
       stopWorkers(stop_signal_);
       endAttempt();
-      const std::string mine = "abort:" + node + ":" + signalName(stop_signal_);
+      const auto mine = rendezvous::RoundEnd::abort(node, signalName(stop_signal_));
       const std::string standing = rendezvous_->endRound(mine);
-      emitRoundEnd(standing, standing == mine);
+      emitRoundEnd(standing, standing == mine.format());
       return finishJob(128 + stop_signal_);
     }
     if (outcome == Outcome::kStoreLost) {
@@ -1011,7 +1016,8 @@ int ElasticAgent::Impl::runRounds() {
       setState("stopping");
       stopWorkers(SIGTERM);
       endAttempt();
-      if (rendezvous::DynamicRendezvous::isFinal(reason)) {
+      const auto end = rendezvous::RoundEnd::parse(reason);
+      if (end && end->failsJob()) {
         log_->error("the job failed on another node ({}); stopping", reason);
         return finishJob(kExitWorkersFailed);
       }
@@ -1022,17 +1028,18 @@ int ElasticAgent::Impl::runRounds() {
     // A local worker failed.
     std::vector<WorkerFailure> failures = collectFailures();
     const bool final = rdzv->restart_count >= config_.max_restarts;
-    const std::string mine = (final ? "final:" : "fail:") + node;
+    const auto mine = final ? rendezvous::RoundEnd::finalFailure(node) : rendezvous::RoundEnd::failure(node);
     const std::string standing = rendezvous_->endRound(mine);
-    emitRoundEnd(standing, standing == mine);
+    emitRoundEnd(standing, standing == mine.format());
     setState("stopping");
     stopWorkers(SIGTERM);
     endAttempt();
     if (stop_signal_ != 0) return 128 + stop_signal_;
     // The round may already have ended for another reason (a node joined or failed first):
     // then that reason decides, and this failure does not count as a restart of its own.
-    const bool decided_here = standing == mine;
-    if (!decided_here && !rendezvous::DynamicRendezvous::isFinal(standing)) {
+    const bool decided_here = standing == mine.format();
+    const auto standing_end = rendezvous::RoundEnd::parse(standing);
+    if (!decided_here && !(standing_end && standing_end->failsJob())) {
       log_->warn("re-forming the job ({}); rank {} failed meanwhile", standing, failures.front().rank);
       continue;
     }

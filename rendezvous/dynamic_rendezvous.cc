@@ -72,7 +72,7 @@ class DynamicRendezvous::Impl {
 
   RendezvousResult nextRound();
   void watch(std::function<void(RoundEvent)> on_event);
-  std::string endRound(const std::string& reason);
+  std::string endRound(const RoundEnd& end);
   void markDone();
   void stopWatching();
   void finish();
@@ -106,7 +106,10 @@ class DynamicRendezvous::Impl {
   // Refreshes the heartbeat of this node's published record through `store` (the
   // watcher's own client); nothing before the first publishStatus().
   void refreshStatus(Store& store);
-  static bool jobOver(const std::string& reason) { return reason == "done" || DynamicRendezvous::isFinal(reason); }
+  static bool jobOver(const std::string& reason) {
+    const auto end = RoundEnd::parse(reason);
+    return end && end->endsJob();
+  }
   RendezvousError error(int round, const std::string& what) const {
     return RendezvousError(fmt::format("round {} of job '{}' (store {}:{}): {}", round, config_.run_id, store_host_,
                                        store_port_, what));
@@ -226,7 +229,8 @@ int DynamicRendezvous::Impl::restartCountFor(int round) {
     previous_count = std::stoi(client_->get(key(round - 1, "restarts")));
     previous_end = client_->get(key(round - 1, "end"));
   }
-  int count = previous_count + (DynamicRendezvous::isFailure(previous_end) ? 1 : 0);
+  const auto previous = RoundEnd::parse(previous_end);
+  int count = previous_count + (previous && previous->usesRestart() ? 1 : 0);
   client_->compareSet(key(round, "restarts"), "", std::to_string(count));
   return count;
 }
@@ -303,7 +307,7 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::ti
   seat.late = true;
   if (seat.participants < max_nodes) {
     log_->info("job is running with {} node(s); asking it to re-form to take this node in", seat.participants);
-    const std::string standing = client_->compareSet(key(round, "end"), "", "join:" + node_name_);
+    const std::string standing = client_->compareSet(key(round, "end"), "", RoundEnd::join(node_name_).format());
     if (sat_out_ && jobOver(standing)) {
       final_round_ = round;
       throw JobEndedError(standing);
@@ -466,7 +470,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
         if (misses >= settings_.keep_alive_max_attempt) {
           std::string name = decode(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
           log_->warn("node {} missed {} keep-alives; evicting it", name, misses);
-          store.compareSet(end, "", "evict:" + name);
+          store.compareSet(end, "", RoundEnd::evict(name).format());
         }
       }
     } catch (const StoreError& e) {
@@ -482,8 +486,9 @@ void DynamicRendezvous::Impl::stopWatching() {
   watcher_client_.reset();
 }
 
-std::string DynamicRendezvous::Impl::endRound(const std::string& reason) {
+std::string DynamicRendezvous::Impl::endRound(const RoundEnd& end) {
   stopWatching();
+  const std::string reason = end.format();
   std::string standing;
   try {
     standing = client_->compareSet(key(round_, "end"), "", reason);
@@ -602,7 +607,7 @@ std::optional<std::string> DynamicRendezvous::Impl::jobEndedWhileAway() {
 
 void DynamicRendezvous::Impl::markDone() {
   int64_t done = client_->add(key(round_, "done"), 1);
-  if (done >= participants_) client_->compareSet(key(round_, "end"), "", "done");
+  if (done >= participants_) client_->compareSet(key(round_, "end"), "", RoundEnd::done().format());
 }
 
 DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node)
@@ -610,7 +615,7 @@ DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node
 DynamicRendezvous::~DynamicRendezvous() = default;
 RendezvousResult DynamicRendezvous::nextRound() { return impl_->nextRound(); }
 void DynamicRendezvous::watch(std::function<void(RoundEvent)> on_event) { impl_->watch(std::move(on_event)); }
-std::string DynamicRendezvous::endRound(const std::string& reason) { return impl_->endRound(reason); }
+std::string DynamicRendezvous::endRound(const RoundEnd& end) { return impl_->endRound(end); }
 void DynamicRendezvous::markDone() { impl_->markDone(); }
 void DynamicRendezvous::stopWatching() { impl_->stopWatching(); }
 void DynamicRendezvous::finish() { impl_->finish(); }
