@@ -20,6 +20,8 @@
 
 namespace ddprun::rendezvous {
 
+class RendezvousEnv;
+
 // How a round ended, seen by a node that did not end it itself (or did: it is delivered
 // to everyone). kEnded: `reason` is the round's end as stored (RoundEnd::parse reads it);
 // kStoreLost: `reason` is the store error.
@@ -45,8 +47,11 @@ class JobEndedError : public RendezvousError {
 class DynamicRendezvous {
  public:
   // Validates the config, hosts the rendezvous store if this node should, and connects.
-  // Throws RendezvousError (unreachable store, bad endpoint) or UsageError.
+  // Throws RendezvousError (unreachable store, bad endpoint) or UsageError. Over TCP, on
+  // the steady clock (RendezvousEnv::real()).
   DynamicRendezvous(RendezvousConfig config, int nproc_per_node);
+  // The same in `env` (its stores, clock and node name), which must outlive this.
+  DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env);
   ~DynamicRendezvous();
   DynamicRendezvous(const DynamicRendezvous&) = delete;
   DynamicRendezvous& operator=(const DynamicRendezvous&) = delete;
