@@ -35,9 +35,11 @@
 #include "agent/numa_binding.h"
 #include "agent/orphan_guard.h"
 #include "agent/process_spawner.h"
+#include "agent/restart_policy.h"
 #include "agent/secret_file.h"
 #include "agent/worker_cgroups.h"
 #include "agent/worker_env.h"
+#include "common/clock.h"
 #include "common/console_writer.h"
 #include "common/env_names.h"
 #include "common/error.h"
@@ -126,7 +128,8 @@ class ElasticAgent::Impl {
         stop_signals_(io_),
         user_signals_(io_),
         escape_scan_(io_),
-        cooldown_(config_.node_cooldown, config_.node_cooldown_max) {
+        policy_(config_.max_restarts, NodeCooldown(config_.node_cooldown, config_.node_cooldown_max),
+                ddprun::Clock::real()) {
     const auto& stop = config_.stop_signals;
     for (int sig : stop) stop_signals_.add(sig);
     // The user signals are the operator's way to talk to the workers (a checkpoint request
@@ -223,14 +226,13 @@ class ElasticAgent::Impl {
   int attempt_ = 0;            // worker group starts on this node: names attempt_<k> log dirs
 
   rendezvous::RendezvousSettings settings_;
-  NodeCooldown cooldown_;
+  RestartPolicy policy_;
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<HealthServer> health_;
   std::string state_ = "starting";
   std::optional<rendezvous::RendezvousResult> current_;         // the round the workers run (ran) in
   std::optional<rendezvous::RendezvousResult> previous_round_;  // for scale and restart events
   std::string last_end_reason_;
-  Clock::time_point attempt_start_;
   int64_t cooldown_until_ms_ = 0;
   int exit_code_ = -1;
   bool store_lost_ = false;    // no more status records: a publish could wait on a dead store
@@ -746,7 +748,7 @@ rendezvous::AgentRecord ElasticAgent::Impl::statusRecord() const {
     r.rank_base = current_->rank_base;
     r.restarts = current_->restart_count;
   }
-  r.consecutive_failures = cooldown_.consecutiveFailures();
+  r.consecutive_failures = policy_.consecutiveFailures();
   r.cooldown_until_ms = cooldown_until_ms_;
   r.exit_code = exit_code_;
   return r;
@@ -776,7 +778,7 @@ void ElasticAgent::Impl::refreshHealth() {
   } else {
     body.addNull("round");
   }
-  body.add("max_restarts", config_.max_restarts).add("consecutive_failures", cooldown_.consecutiveFailures());
+  body.add("max_restarts", config_.max_restarts).add("consecutive_failures", policy_.consecutiveFailures());
   if (state_ == "cooldown") body.add("cooldown_until", isoTimeUtc(cooldown_until_ms_));
   if (exit_code_ >= 0) body.add("exit_code", exit_code_);
   std::vector<JsonObject> workers;
@@ -845,9 +847,9 @@ std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration
   cooldown_until_ms_ = rendezvous::wallClockMillis() + duration.count();
   const double seconds = std::chrono::duration<double>(duration).count();
   log_->warn("this node's workers failed {} times in a row; it sits out of the job for {:.1f} s", 
-             cooldown_.consecutiveFailures(), seconds);
+             policy_.consecutiveFailures(), seconds);
   emit("node_cooldown", JsonObject()
-                            .add("consecutive_failures", cooldown_.consecutiveFailures())
+                            .add("consecutive_failures", policy_.consecutiveFailures())
                             .add("seconds", seconds)
                             .add("until", isoTimeUtc(cooldown_until_ms_)));
   setState("cooldown");
@@ -873,7 +875,7 @@ std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration
   }
   cooldown_until_ms_ = 0;
   log_->info("cooldown over; this node rejoins the job");
-  emit("cooldown_end", JsonObject().add("consecutive_failures", cooldown_.consecutiveFailures()));
+  emit("cooldown_end", JsonObject().add("consecutive_failures", policy_.consecutiveFailures()));
   return std::nullopt;
 }
 
@@ -972,7 +974,7 @@ int ElasticAgent::Impl::runRounds() {
       emitRoundEnd(rendezvous_->endRound(rendezvous::RoundEnd::finalFailure(node)), true);
       return finishJob(kExitWorkersFailed);
     }
-    attempt_start_ = Clock::now();
+    policy_.attemptStarted();
     setState("running");
     watchRound(rdzv->round);
     Outcome outcome = waitForWorkers();
@@ -981,10 +983,9 @@ int ElasticAgent::Impl::runRounds() {
       setState("succeeded");
       afterSuccess();
       if (stop_signal_ == 0 && round_event_->kind == rendezvous::RoundEvent::Kind::kEnded &&
-          round_event_->reason == "done") {
+          policy_.afterRoundEnd(round_event_->reason, true).action == RestartPolicy::Action::kSucceed) {
         log_->info("all {} workers finished successfully", workers_.size());
-        cooldown_.onSuccess();
-        emitRoundEnd("done", false);
+        emitRoundEnd(round_event_->reason, false);
         return finishJob(kExitOk);
       }
       outcome = stop_signal_ != 0 ? Outcome::kStoppedBySignal
@@ -1016,8 +1017,7 @@ int ElasticAgent::Impl::runRounds() {
       setState("stopping");
       stopWorkers(SIGTERM);
       endAttempt();
-      const auto end = rendezvous::RoundEnd::parse(reason);
-      if (end && end->failsJob()) {
+      if (policy_.afterRoundEnd(reason, false).action == RestartPolicy::Action::kFail) {
         log_->error("the job failed on another node ({}); stopping", reason);
         return finishJob(kExitWorkersFailed);
       }
@@ -1027,29 +1027,23 @@ int ElasticAgent::Impl::runRounds() {
     }
     // A local worker failed.
     std::vector<WorkerFailure> failures = collectFailures();
-    const bool final = rdzv->restart_count >= config_.max_restarts;
-    const auto mine = final ? rendezvous::RoundEnd::finalFailure(node) : rendezvous::RoundEnd::failure(node);
+    const rendezvous::RoundEnd mine = policy_.endForFailure(node, rdzv->restart_count);
     const std::string standing = rendezvous_->endRound(mine);
     emitRoundEnd(standing, standing == mine.format());
     setState("stopping");
     stopWorkers(SIGTERM);
     endAttempt();
     if (stop_signal_ != 0) return 128 + stop_signal_;
-    // The round may already have ended for another reason (a node joined or failed first):
-    // then that reason decides, and this failure does not count as a restart of its own.
-    const bool decided_here = standing == mine.format();
-    const auto standing_end = rendezvous::RoundEnd::parse(standing);
-    if (!decided_here && !(standing_end && standing_end->failsJob())) {
+    const RestartPolicy::Decision decision = policy_.afterFailure(mine, standing);
+    if (decision.action == RestartPolicy::Action::kReform) {
       log_->warn("re-forming the job ({}); rank {} failed meanwhile", standing, failures.front().rank);
       continue;
     }
-    const auto pause =
-        cooldown_.onFailure(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - attempt_start_));
-    if (decided_here && !final) {
+    if (decision.action == RestartPolicy::Action::kRestart) {
       log_->warn("restarting the worker group after rank {} failed (restart {} of {})", failures.front().rank,
                  rdzv->restart_count + 1, config_.max_restarts);
-      if (pause.count() > 0) {
-        if (auto code = sitOut(pause)) return *code;
+      if (decision.sit_out.count() > 0) {
+        if (auto code = sitOut(decision.sit_out)) return *code;
       }
       continue;
     }
