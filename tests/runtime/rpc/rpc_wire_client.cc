@@ -1,4 +1,4 @@
-#include "tests/rpc/rpc_wire_client.h"
+#include "tests/runtime/rpc/rpc_wire_client.h"
 
 #include <cerrno>
 #include <cstddef>

@@ -25,7 +25,7 @@
 #include "common/unique_fd.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
-#include "tests/rpc/rpc_wire_client.h"
+#include "tests/runtime/rpc/rpc_wire_client.h"
 #include "worker_runtime/rpc/auth.h"
 #include "tests/support/fuzz_run.h"
 #include "tests/support/test_process.h"
