@@ -42,9 +42,11 @@
 #include "agent/orphan_guard.h"
 #include "agent/process_spawner.h"
 #include "agent/process_state.h"
+#include "agent/restart_policy.h"
 #include "agent/secret_file.h"
 #include "agent/worker_cgroups.h"
 #include "agent/worker_env.h"
+#include "common/clock.h"
 #include "common/console_writer.h"
 #include "common/env_names.h"
 #include "common/error.h"
@@ -110,12 +112,16 @@ std::string expandPrefix(std::string text, const std::string& role, int rank, in
 
 // What a round's end reason means, in the words of the events file.
 const char* causeOf(const std::string& reason) {
-  if (reason == "done") return "done";
-  if (reason.rfind("fail:", 0) == 0) return "worker_failure";
-  if (reason.rfind("final:", 0) == 0) return "worker_failure_final";
-  if (reason.rfind("abort:", 0) == 0) return "stopped";
-  if (reason.rfind("join:", 0) == 0) return "node_joined";
-  if (reason.rfind("evict:", 0) == 0) return "node_evicted";
+  const auto end = rendezvous::RoundEnd::parse(reason);
+  if (!end) return "other";
+  switch (end->kind) {
+    case rendezvous::RoundEnd::Kind::kDone: return "done";
+    case rendezvous::RoundEnd::Kind::kFail: return "worker_failure";
+    case rendezvous::RoundEnd::Kind::kFinal: return "worker_failure_final";
+    case rendezvous::RoundEnd::Kind::kAbort: return "stopped";
+    case rendezvous::RoundEnd::Kind::kJoin: return "node_joined";
+    case rendezvous::RoundEnd::Kind::kEvict: return "node_evicted";
+  }
   return "other";
 }
 
@@ -137,7 +143,8 @@ class ElasticAgent::Impl {
         stop_signals_(io_),
         user_signals_(io_),
         escape_scan_(io_),
-        cooldown_(config_.node_cooldown, config_.node_cooldown_max) {
+        policy_(config_.max_restarts, NodeCooldown(config_.node_cooldown, config_.node_cooldown_max),
+                ddprun::Clock::real()) {
     const auto& stop = config_.stop_signals;
     for (int sig : stop) stop_signals_.add(sig);
     // The user signals are the operator's way to talk to the workers (a checkpoint request
@@ -256,14 +263,13 @@ class ElasticAgent::Impl {
   int attempt_ = 0;            // worker group starts on this node: names attempt_<k> log dirs
 
   rendezvous::RendezvousSettings settings_;
-  NodeCooldown cooldown_;
+  RestartPolicy policy_;
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<HealthServer> health_;
   std::string state_ = "starting";
   std::optional<rendezvous::RendezvousResult> current_;         // the round the workers run (ran) in
   std::optional<rendezvous::RendezvousResult> previous_round_;  // for scale and restart events
   std::string last_end_reason_;
-  Clock::time_point attempt_start_;
   int64_t cooldown_until_ms_ = 0;
   int exit_code_ = -1;
   bool store_lost_ = false;    // no more status records: a publish could wait on a dead store
@@ -1010,7 +1016,7 @@ rendezvous::AgentRecord ElasticAgent::Impl::statusRecord() const {
     r.rank_base = current_->rank_base;
     r.restarts = current_->restart_count;
   }
-  r.consecutive_failures = cooldown_.consecutiveFailures();
+  r.consecutive_failures = policy_.consecutiveFailures();
   r.cooldown_until_ms = cooldown_until_ms_;
   r.exit_code = exit_code_;
   return r;
@@ -1040,7 +1046,7 @@ void ElasticAgent::Impl::refreshHealth() {
   } else {
     body.addNull("round");
   }
-  body.add("max_restarts", config_.max_restarts).add("consecutive_failures", cooldown_.consecutiveFailures());
+  body.add("max_restarts", config_.max_restarts).add("consecutive_failures", policy_.consecutiveFailures());
   if (state_ == "cooldown") body.add("cooldown_until", isoTimeUtc(cooldown_until_ms_));
   if (exit_code_ >= 0) body.add("exit_code", exit_code_);
   std::vector<JsonObject> workers;
@@ -1109,9 +1115,9 @@ std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration
   cooldown_until_ms_ = rendezvous::wallClockMillis() + duration.count();
   const double seconds = std::chrono::duration<double>(duration).count();
   log_->warn("this node's workers failed {} times in a row; it sits out of the job for {:.1f} s", 
-             cooldown_.consecutiveFailures(), seconds);
+             policy_.consecutiveFailures(), seconds);
   emit("node_cooldown", JsonObject()
-                            .add("consecutive_failures", cooldown_.consecutiveFailures())
+                            .add("consecutive_failures", policy_.consecutiveFailures())
                             .add("seconds", seconds)
                             .add("until", isoTimeUtc(cooldown_until_ms_)));
   setState("cooldown");
@@ -1137,12 +1143,13 @@ std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration
   }
   cooldown_until_ms_ = 0;
   log_->info("cooldown over; this node rejoins the job");
-  emit("cooldown_end", JsonObject().add("consecutive_failures", cooldown_.consecutiveFailures()));
+  emit("cooldown_end", JsonObject().add("consecutive_failures", policy_.consecutiveFailures()));
   return std::nullopt;
 }
 
 int ElasticAgent::Impl::jobEndedAway(const std::string& reason) {
-  const bool done = reason == "done";
+  const auto end = rendezvous::RoundEnd::parse(reason);
+  const bool done = end && end->kind == rendezvous::RoundEnd::Kind::kDone;
   if (done) {
     log_->info("the job finished successfully while this node sat out");
   } else {
@@ -1242,10 +1249,10 @@ int ElasticAgent::Impl::runRounds() {
       log_->error("cannot start workers: {}", e.what());
       stopWorkers(SIGKILL);
       endAttempt();
-      emitRoundEnd(rendezvous_->endRound("final:" + node), true);
+      emitRoundEnd(rendezvous_->endRound(rendezvous::RoundEnd::finalFailure(node)), true);
       return finishJob(kExitWorkersFailed);
     }
-    attempt_start_ = Clock::now();
+    policy_.attemptStarted();
     setState("running");
     watchRound(rdzv->round);
     Outcome outcome = waitForWorkers();
@@ -1254,10 +1261,9 @@ int ElasticAgent::Impl::runRounds() {
       setState("succeeded");
       afterSuccess();
       if (stop_signal_ == 0 && round_event_->kind == rendezvous::RoundEvent::Kind::kEnded &&
-          round_event_->reason == "done") {
+          policy_.afterRoundEnd(round_event_->reason, true).action == RestartPolicy::Action::kSucceed) {
         log_->info("all {} workers finished successfully", workers_.size());
-        cooldown_.onSuccess();
-        emitRoundEnd("done", false);
+        emitRoundEnd(round_event_->reason, false);
         return finishJob(kExitOk);
       }
       outcome = stop_signal_ != 0 ? Outcome::kStoppedBySignal
@@ -1268,9 +1274,9 @@ int ElasticAgent::Impl::runRounds() {
       setState("stopping");
       stopWorkers(stop_signal_);
       endAttempt();
-      const std::string mine = "abort:" + node + ":" + signalName(stop_signal_);
+      const auto mine = rendezvous::RoundEnd::abort(node, signalName(stop_signal_));
       const std::string standing = rendezvous_->endRound(mine);
-      emitRoundEnd(standing, standing == mine);
+      emitRoundEnd(standing, standing == mine.format());
       return finishJob(128 + stop_signal_);
     }
     if (outcome == Outcome::kStoreLost) {
@@ -1289,7 +1295,7 @@ int ElasticAgent::Impl::runRounds() {
       setState("stopping");
       stopWorkers(SIGTERM);
       endAttempt();
-      if (rendezvous::DynamicRendezvous::isFinal(reason)) {
+      if (policy_.afterRoundEnd(reason, false).action == RestartPolicy::Action::kFail) {
         log_->error("the job failed on another node ({}); stopping", reason);
         return finishJob(kExitWorkersFailed);
       }
@@ -1317,28 +1323,23 @@ int ElasticAgent::Impl::runRounds() {
         break;
       }
     }
-    const bool final = rdzv->restart_count >= config_.max_restarts;
-    const std::string mine = (final ? "final:" : "fail:") + node;
+    const rendezvous::RoundEnd mine = policy_.endForFailure(node, rdzv->restart_count);
     const std::string standing = rendezvous_->endRound(mine);
-    emitRoundEnd(standing, standing == mine);
+    emitRoundEnd(standing, standing == mine.format());
     setState("stopping");
     stopWorkers(SIGTERM);
     endAttempt();
     if (stop_signal_ != 0) return 128 + stop_signal_;
-    // The round may already have ended for another reason (a node joined or failed first):
-    // then that reason decides, and this failure does not count as a restart of its own.
-    const bool decided_here = standing == mine;
-    if (!decided_here && !rendezvous::DynamicRendezvous::isFinal(standing)) {
+    const RestartPolicy::Decision decision = policy_.afterFailure(mine, standing);
+    if (decision.action == RestartPolicy::Action::kReform) {
       log_->warn("re-forming the job ({}); rank {} failed meanwhile", standing, failures.front().rank);
       continue;
     }
-    const auto pause =
-        cooldown_.onFailure(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - attempt_start_));
-    if (decided_here && !final) {
+    if (decision.action == RestartPolicy::Action::kRestart) {
       log_->warn("restarting the worker group after rank {} failed (restart {} of {})", failures.front().rank,
                  rdzv->restart_count + 1, config_.max_restarts);
-      if (pause.count() > 0) {
-        if (auto code = sitOut(pause)) return *code;
+      if (decision.sit_out.count() > 0) {
+        if (auto code = sitOut(decision.sit_out)) return *code;
       }
       continue;
     }

@@ -51,6 +51,9 @@ inline constexpr const char* kFlightRecorder = "DDPRUN_FLIGHT_RECORDER";
 // fashion_mnist's fault injection for the restart demo: crash at this step, on this rank.
 inline constexpr const char* kCrashAtStep = "DDPRUN_CRASH_AT_STEP";
 inline constexpr const char* kCrashRank = "DDPRUN_CRASH_RANK";
+// The terminal's type; "dumb" (Emacs shells, some CI logs) takes no cursor movement, so the
+// trainers' progress bar prints plain lines there.
+inline constexpr const char* kTerm = "TERM";
 
 // Read by the agent.
 inline constexpr const char* kLogLinePrefixTemplate = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";

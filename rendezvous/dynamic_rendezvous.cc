@@ -1,7 +1,6 @@
 #include "rendezvous/dynamic_rendezvous.h"
 
 #include <arpa/inet.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
@@ -13,15 +12,13 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "rendezvous/local_addresses.h"
+#include "rendezvous/rendezvous_env.h"
 #include "rendezvous/sha256.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/tcp_store_client.h"
 #include "rendezvous/token_auth.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr int kStaticDefaultPort = 29500;
@@ -30,17 +27,6 @@ constexpr int kC10dDefaultPort = 29400;
 bool isIpLiteral(const std::string& host) {
   in6_addr buf{};
   return ::inet_pton(AF_INET, host.c_str(), &buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), &buf) == 1;
-}
-
-milliseconds remaining(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-  return left.count() > 0 ? left : milliseconds(1);
-}
-
-std::string hostName() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
 }
 
 // One participant's entry in a round: "<node name>|<address>|<nproc>".
@@ -67,12 +53,12 @@ NodeEntry decode(const std::string& text) {
 
 class DynamicRendezvous::Impl {
  public:
-  Impl(RendezvousConfig config, int nproc_per_node);
+  Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env);
   ~Impl() { stopWatching(); }
 
   RendezvousResult nextRound();
   void watch(std::function<void(RoundEvent)> on_event);
-  std::string endRound(const std::string& reason);
+  std::string endRound(const RoundEnd& end);
   void markDone();
   void stopWatching();
   void finish();
@@ -87,9 +73,15 @@ class DynamicRendezvous::Impl {
   std::string node_name_;
   std::string store_host_;
   int store_port_ = 0;
-  std::unique_ptr<StoreServer> host_server_;
+  std::unique_ptr<HostedStore> host_server_;
 
  private:
+  // Time left until `deadline` on the env's clock; at least 1 ms, so that a wait that
+  // starts at the deadline still asks the store once.
+  milliseconds remaining(Clock::TimePoint deadline) const {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - clock_.now());
+    return left.count() > 0 ? left : milliseconds(1);
+  }
   std::string key(int round, const std::string& name) const {
     return prefix_ + "r" + std::to_string(round) + "/" + name;
   }
@@ -101,15 +93,18 @@ class DynamicRendezvous::Impl {
     int rank_base = 0;      // RANK of this node's local rank 0
     int world_size = 0;     // all workers of the round
   };
-  Seat join(int round, Clock::time_point deadline);
-  Seat joinStatic(int round, Clock::time_point deadline);
+  Seat join(int round, Clock::TimePoint deadline);
+  Seat joinStatic(int round, Clock::TimePoint deadline);
   int restartCountFor(int round);
   void publishWorkerStore(int round);
   std::string rpcSecret(int round, int participants) const;
   // Refreshes the heartbeat of this node's published record through `store` (the
   // watcher's own client); nothing before the first publishStatus().
   void refreshStatus(Store& store);
-  static bool jobOver(const std::string& reason) { return reason == "done" || DynamicRendezvous::isFinal(reason); }
+  static bool jobOver(const std::string& reason) {
+    const auto end = RoundEnd::parse(reason);
+    return end && end->endsJob();
+  }
   RendezvousError error(int round, const std::string& what) const {
     return RendezvousError(fmt::format("round {} of job '{}' (store {}:{}): {}", round, config_.run_id, store_host_,
                                        store_port_, what));
@@ -131,6 +126,8 @@ class DynamicRendezvous::Impl {
     return o;
   }
 
+  RendezvousEnv& env_;
+  Clock& clock_;
   RendezvousConfig config_;
   RendezvousSettings settings_;
   int nproc_;
@@ -138,8 +135,8 @@ class DynamicRendezvous::Impl {
   std::string prefix_;
   std::string advertise_address_;
   std::shared_ptr<spdlog::logger> log_;
-  std::unique_ptr<TcpStoreClient> client_;
-  std::unique_ptr<StoreServer> worker_store_;
+  std::unique_ptr<StoreClient> client_;
+  std::unique_ptr<HostedStore> worker_store_;
 
   // The current round, as this node took part in it.
   bool in_round_ = false;
@@ -151,26 +148,28 @@ class DynamicRendezvous::Impl {
   std::string end_reason_;  // of round_, once known
 
   std::thread watcher_;
-  std::unique_ptr<TcpStoreClient> watcher_client_;
+  std::unique_ptr<StoreClient> watcher_client_;
   std::atomic<bool> stop_watching_{false};
 
   std::mutex status_mutex_;
   std::optional<AgentRecord> status_;  // the record last published, for the watcher's refreshes
-  std::unique_ptr<TcpStoreClient> status_client_;
+  std::unique_ptr<StoreClient> status_client_;
   bool registered_ = false;            // this node's name is in the job's agents list
   bool sat_out_ = false;               // left its last round for a cooldown and has not joined since
   int final_round_ = -1;               // the round whose end ended the job while this node sat out
   int hang_answered_round_ = -1;       // the round whose hang summary request this node answered
 };
 
-DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node)
-    : config_(std::move(config)),
+DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env)
+    : env_(env),
+      clock_(env.clock()),
+      config_(std::move(config)),
       settings_(parseRendezvousSettings(config_.conf)),
       nproc_(nproc_per_node),
       log_(logger("rendezvous")) {
   token_ = loadToken(settings_.token_file);
   prefix_ = "rdzv/" + config_.run_id + "/";
-  node_name_ = fmt::format("{}:{}", hostName(), ::getpid());
+  node_name_ = env_.nodeName();
   bool should_host = false;
   bool host_explicit = false;
   std::string bind_host = "0.0.0.0";
@@ -198,7 +197,7 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node)
       options.host = bind_host;
       options.port = store_port_;
       options.token = token_;
-      host_server_ = std::make_unique<StoreServer>(options);
+      host_server_ = env_.host(options);
       store_port_ = host_server_->port();
       if (store_host_ == "0.0.0.0") store_host_ = "127.0.0.1";
       log_->debug("hosting the rendezvous store on {}:{}", bind_host, store_port_);
@@ -209,7 +208,7 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node)
     }
   }
   try {
-    client_ = std::make_unique<TcpStoreClient>(clientOptions(settings_.join_timeout));
+    client_ = env_.connect(clientOptions(settings_.join_timeout));
   } catch (const StoreError& e) {
     throw RendezvousError(e.what());
   }
@@ -230,14 +229,15 @@ int DynamicRendezvous::Impl::restartCountFor(int round) {
     previous_count = std::stoi(client_->get(key(round - 1, "restarts")));
     previous_end = client_->get(key(round - 1, "end"));
   }
-  int count = previous_count + (DynamicRendezvous::isFailure(previous_end) ? 1 : 0);
+  const auto previous = RoundEnd::parse(previous_end);
+  int count = previous_count + (previous && previous->usesRestart() ? 1 : 0);
   client_->compareSet(key(round, "restarts"), "", std::to_string(count));
   return count;
 }
 
 // Static: the node's place is its --node_rank; the round closes when all N are there.
 // N is small in practice, so every node reads every entry to sum the local world sizes.
-DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::joinStatic(int round, Clock::time_point deadline) {
+DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::joinStatic(int round, Clock::TimePoint deadline) {
   const int n = config_.max_nodes;
   Seat seat;
   seat.index = config_.node_rank + 1;
@@ -265,7 +265,7 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::joinStatic(int round, Clo
 // Dynamic: one ADD gives both the arrival order and the prefix sum of local world sizes
 // (the counter holds count << 32 | workers), so joining costs O(1) store operations per
 // node however large the job: no node ever reads the whole membership.
-DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::time_point deadline) {
+DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::TimePoint deadline) {
   if (config_.backend == "static" && !config_.standalone) return joinStatic(round, deadline);
   constexpr int64_t kOneNode = int64_t{1} << 32;
   auto nodesOf = [](int64_t ticket) { return static_cast<int>(ticket >> 32); };
@@ -307,7 +307,7 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::ti
   seat.late = true;
   if (seat.participants < max_nodes) {
     log_->info("job is running with {} node(s); asking it to re-form to take this node in", seat.participants);
-    const std::string standing = client_->compareSet(key(round, "end"), "", "join:" + node_name_);
+    const std::string standing = client_->compareSet(key(round, "end"), "", RoundEnd::join(node_name_).format());
     if (sat_out_ && jobOver(standing)) {
       final_round_ = round;
       throw JobEndedError(standing);
@@ -333,7 +333,7 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::ti
 RendezvousResult DynamicRendezvous::Impl::nextRound() {
   stopWatching();
   worker_store_.reset();
-  const auto deadline = Clock::now() + settings_.join_timeout;
+  const auto deadline = clock_.now() + settings_.join_timeout;
   int round = 0;
   try {
     if (sat_out_) {
@@ -418,7 +418,7 @@ void DynamicRendezvous::Impl::publishWorkerStore(int round) {
   }
   StoreServerOptions options;
   options.host = isIpLiteral(advertise_address_) ? advertise_address_ : "0.0.0.0";
-  worker_store_ = std::make_unique<StoreServer>(options);
+  worker_store_ = env_.host(options);
   client_->set(key(round, "master"), advertise_address_ + ":" + std::to_string(worker_store_->port()));
 }
 
@@ -429,7 +429,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
     // The watcher's operations are the keep-alives, which torch bounds by heartbeat_timeout.
     StoreClientOptions options = clientOptions(settings_.read_timeout);
     options.timeout = settings_.heartbeat_timeout.value_or(settings_.read_timeout);
-    watcher_client_ = std::make_unique<TcpStoreClient>(options);
+    watcher_client_ = env_.connect(options);
   } catch (const StoreError& e) {
     on_event(RoundEvent{RoundEvent::Kind::kStoreLost, round_, e.what()});
     return;
@@ -438,7 +438,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
   const int n = participants_;
   const int me = group_rank_;
   watcher_ = std::thread([this, on_event = std::move(on_event), round, n, me] {
-    TcpStoreClient& store = *watcher_client_;
+    StoreClient& store = *watcher_client_;
     const std::string end = key(round, "end");
     const std::string my_beat = key(round, "hb/" + std::to_string(me));
     const int successor = (me + 1) % n;
@@ -470,7 +470,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
         if (misses >= settings_.keep_alive_max_attempt) {
           std::string name = decode(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
           log_->warn("node {} missed {} keep-alives; evicting it", name, misses);
-          store.compareSet(end, "", "evict:" + name);
+          store.compareSet(end, "", RoundEnd::evict(name).format());
         }
       }
     } catch (const StoreError& e) {
@@ -486,8 +486,9 @@ void DynamicRendezvous::Impl::stopWatching() {
   watcher_client_.reset();
 }
 
-std::string DynamicRendezvous::Impl::endRound(const std::string& reason) {
+std::string DynamicRendezvous::Impl::endRound(const RoundEnd& end) {
   stopWatching();
+  const std::string reason = end.format();
   std::string standing;
   try {
     standing = client_->compareSet(key(round_, "end"), "", reason);
@@ -502,7 +503,7 @@ std::string DynamicRendezvous::Impl::endRound(const std::string& reason) {
 
 void DynamicRendezvous::Impl::finish() {
   stopWatching();
-  const auto deadline = Clock::now() + settings_.close_timeout;
+  const auto deadline = clock_.now() + settings_.close_timeout;
   const bool job_ended = in_round_ || final_round_ >= 0;
   try {
     if (sat_out_) {
@@ -523,9 +524,9 @@ void DynamicRendezvous::Impl::finish() {
     // Nodes sitting out a cooldown look for the job's end once per keep-alive interval;
     // the host gives them two to learn it (a node killed while away costs no more).
     if (host_server_ && job_ended) {
-      const auto away_deadline = std::min(deadline, Clock::now() + 2 * settings_.keep_alive_interval);
-      while (client_->add(prefix_ + "away", 0) > 0 && Clock::now() < away_deadline) {
-        std::this_thread::sleep_for(milliseconds(20));
+      const auto away_deadline = std::min(deadline, clock_.now() + 2 * settings_.keep_alive_interval);
+      while (client_->add(prefix_ + "away", 0) > 0 && clock_.now() < away_deadline) {
+        clock_.sleepFor(milliseconds(20));
       }
     }
   } catch (const StoreError& e) {
@@ -553,7 +554,7 @@ void DynamicRendezvous::Impl::publishStatus(const AgentRecord& record) {
   try {
     // Its own connection, which gives up quickly: status must never hold up the job, and
     // the main client may be blocked in a rendezvous wait.
-    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(statusClientOptions());
+    if (!status_client_) status_client_ = env_.connect(statusClientOptions());
     // The record first: a reader that finds the name in the list can GET it at once.
     status_client_->set(prefix_ + agentRecordKey(node_name_), encodeAgentRecord(r));
     if (!registered_) {
@@ -587,8 +588,8 @@ void DynamicRendezvous::Impl::sitOut() {
 std::optional<std::string> DynamicRendezvous::Impl::jobEndedWhileAway() {
   std::lock_guard lock(status_mutex_);
   try {
-    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(statusClientOptions());
-    TcpStoreClient& store = *status_client_;
+    if (!status_client_) status_client_ = env_.connect(statusClientOptions());
+    StoreClient& store = *status_client_;
     const std::string round_key = prefix_ + "round";
     if (!store.check({round_key})) return std::nullopt;
     const int latest = std::stoi(store.get(round_key));
@@ -606,15 +607,17 @@ std::optional<std::string> DynamicRendezvous::Impl::jobEndedWhileAway() {
 
 void DynamicRendezvous::Impl::markDone() {
   int64_t done = client_->add(key(round_, "done"), 1);
-  if (done >= participants_) client_->compareSet(key(round_, "end"), "", "done");
+  if (done >= participants_) client_->compareSet(key(round_, "end"), "", RoundEnd::done().format());
 }
 
 DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node)
-    : impl_(std::make_unique<Impl>(std::move(config), nproc_per_node)) {}
+    : DynamicRendezvous(std::move(config), nproc_per_node, RendezvousEnv::real()) {}
+DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env)
+    : impl_(std::make_unique<Impl>(std::move(config), nproc_per_node, env)) {}
 DynamicRendezvous::~DynamicRendezvous() = default;
 RendezvousResult DynamicRendezvous::nextRound() { return impl_->nextRound(); }
 void DynamicRendezvous::watch(std::function<void(RoundEvent)> on_event) { impl_->watch(std::move(on_event)); }
-std::string DynamicRendezvous::endRound(const std::string& reason) { return impl_->endRound(reason); }
+std::string DynamicRendezvous::endRound(const RoundEnd& end) { return impl_->endRound(end); }
 void DynamicRendezvous::markDone() { impl_->markDone(); }
 void DynamicRendezvous::stopWatching() { impl_->stopWatching(); }
 void DynamicRendezvous::finish() { impl_->finish(); }
@@ -631,10 +634,10 @@ std::vector<std::string> DynamicRendezvous::Impl::gatherHangSummaries(std::chron
     if (g != group_rank_) keys.push_back(key(round_, "hang/" + std::to_string(g)));
   }
   try {
-    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(statusClientOptions());
-    TcpStoreClient& store = *status_client_;
+    if (!status_client_) status_client_ = env_.connect(statusClientOptions());
+    auto& store = *status_client_;
     store.set(key(round_, "hang/request"), node_name_);
-    const auto deadline = Clock::now() + wait;
+    const auto deadline = clock_.now() + wait;
     std::vector<bool> got(keys.size(), false);
     for (;;) {
       for (size_t i = 0; i < keys.size(); ++i) {
@@ -643,8 +646,8 @@ std::vector<std::string> DynamicRendezvous::Impl::gatherHangSummaries(std::chron
           got[i] = true;
         }
       }
-      if (answers.size() == keys.size() || Clock::now() >= deadline) break;
-      std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(100), deadline - Clock::now()));
+      if (answers.size() == keys.size() || clock_.now() >= deadline) break;
+      clock_.sleepFor(std::min<Clock::Duration>(milliseconds(100), deadline - clock_.now()));
     }
   } catch (const StoreError& e) {
     status_client_.reset();
@@ -658,7 +661,7 @@ bool DynamicRendezvous::Impl::hangSummaryRequested() {
   if (!in_round_ || participants_ < 2 || hang_answered_round_ == round_) return false;
   std::lock_guard lock(status_mutex_);
   try {
-    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(statusClientOptions());
+    if (!status_client_) status_client_ = env_.connect(statusClientOptions());
     return status_client_->check({key(round_, "hang/request")});
   } catch (const StoreError& e) {
     status_client_.reset();
@@ -672,7 +675,7 @@ void DynamicRendezvous::Impl::publishHangSummary(const std::string& summary) {
   std::lock_guard lock(status_mutex_);
   hang_answered_round_ = round_;
   try {
-    if (!status_client_) status_client_ = std::make_unique<TcpStoreClient>(statusClientOptions());
+    if (!status_client_) status_client_ = env_.connect(statusClientOptions());
     status_client_->set(key(round_, "hang/" + std::to_string(group_rank_)), summary);
   } catch (const StoreError& e) {
     status_client_.reset();

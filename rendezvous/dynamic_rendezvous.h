@@ -18,12 +18,15 @@
 
 #include "rendezvous/job_status.h"
 #include "rendezvous/rendezvous_config.h"
+#include "rendezvous/round_end.h"
 
 namespace ddprun::rendezvous {
 
+class RendezvousEnv;
+
 // How a round ended, seen by a node that did not end it itself (or did: it is delivered
-// to everyone). Reasons are "done", "fail:<node>", "final:<node>", "abort:<node>:<signal>",
-// "join:<node>", "evict:<node>".
+// to everyone). kEnded: `reason` is the round's end as stored (RoundEnd::parse reads it);
+// kStoreLost: `reason` is the store error.
 struct RoundEvent {
   enum class Kind { kEnded, kStoreLost };
   Kind kind = Kind::kEnded;
@@ -46,8 +49,11 @@ class JobEndedError : public RendezvousError {
 class DynamicRendezvous {
  public:
   // Validates the config, hosts the rendezvous store if this node should, and connects.
-  // Throws RendezvousError (unreachable store, bad endpoint) or UsageError.
+  // Throws RendezvousError (unreachable store, bad endpoint) or UsageError. Over TCP, on
+  // the steady clock (RendezvousEnv::real()).
   DynamicRendezvous(RendezvousConfig config, int nproc_per_node);
+  // The same in `env` (its stores, clock and node name), which must outlive this.
+  DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env);
   ~DynamicRendezvous();
   DynamicRendezvous(const DynamicRendezvous&) = delete;
   DynamicRendezvous& operator=(const DynamicRendezvous&) = delete;
@@ -59,9 +65,10 @@ class DynamicRendezvous {
   // Starts watching the current round: keep-alives for this node, eviction of a silent
   // peer, and the round's end. `on_event` runs once, on the watcher's thread.
   void watch(std::function<void(RoundEvent)> on_event);
-  // Ends the current round with `reason` unless another node ended it first; returns the
-  // reason that stands. Stops the watcher first.
-  std::string endRound(const std::string& reason);
+  // Ends the current round with `end` unless another node ended it first; returns the
+  // reason that stands, as stored (`end`'s text when the store cannot be reached). Stops
+  // the watcher first.
+  std::string endRound(const RoundEnd& end);
   // This node's workers all succeeded; the last node to say so ends the round with "done".
   void markDone();
   // Stops the watcher thread (idempotent).
@@ -106,11 +113,6 @@ class DynamicRendezvous {
   // "host:port" of the rendezvous store.
   std::string storeAddress() const;
   bool hostsStore() const;
-
-  static bool isFailure(const std::string& reason) { return reason.rfind("fail:", 0) == 0; }
-  static bool isFinal(const std::string& reason) {
-    return reason.rfind("final:", 0) == 0 || reason.rfind("abort:", 0) == 0;
-  }
 
  private:
   class Impl;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "rendezvous/round_end.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -122,8 +123,9 @@ JobStatus readJobStatus(Store& store, const std::string& run_id) {
       // The round is forming: its count is the previous one's, plus one if that ended in a failure.
       const std::string p = "r" + std::to_string(status.round - 1) + "/";
       if (auto previous = maybeGet(p + "restarts")) {
-        auto end = maybeGet(p + "end");
-        status.restarts = static_cast<int>(toInt(*previous, *previous)) + (end && end->rfind("fail:", 0) == 0 ? 1 : 0);
+        const auto text = maybeGet(p + "end");
+        const auto end = text ? RoundEnd::parse(*text) : std::nullopt;
+        status.restarts = static_cast<int>(toInt(*previous, *previous)) + (end && end->usesRestart() ? 1 : 0);
       }
     }
     if (auto end = maybeGet(r + "end")) {

@@ -10,7 +10,7 @@
 #include <memory>
 #include <mutex>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store_client.h"
 
 namespace ddprun::rendezvous {
 
@@ -22,7 +22,7 @@ struct StoreClientOptions {
   std::string token;                                 // empty: no handshake.
 };
 
-class TcpStoreClient final : public Store {
+class TcpStoreClient final : public StoreClient {
  public:
   // Connects (retrying while the server is not up yet), validates and authenticates.
   // Throws StoreError.
@@ -49,10 +49,10 @@ class TcpStoreClient final : public Store {
   // Round trip with a nonce; returns the nonce echoed.
   uint32_t ping(uint32_t nonce);
   // This end's local address (the interface that reaches the server).
-  std::string localAddress() const;
+  std::string localAddress() const override;
   std::string serverName() const;
   // Makes a blocked call (another thread's) fail at once with StoreError; later calls fail too.
-  void interrupt();
+  void interrupt() override;
 
  private:
   class Connection;

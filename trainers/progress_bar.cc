@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
+#include <cstdio>
+
+#include "common/env_names.h"
+#include "common/env_reader.h"
 
 namespace ddprun::trainers {
 namespace {
@@ -28,8 +30,7 @@ ProgressBar::ProgressBar(ProgressBarOptions options)
 }
 
 bool ProgressBar::isTerminal(int fd) {
-  const char* term = std::getenv("TERM");
-  return ::isatty(fd) == 1 && !(term != nullptr && std::strcmp(term, "dumb") == 0);
+  return ::isatty(fd) == 1 && env::raw(env::kTerm) != "dumb";
 }
 
 std::string ProgressBar::render(int64_t step, double loss) const {

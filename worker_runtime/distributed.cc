@@ -4,11 +4,12 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <climits>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -192,6 +193,18 @@ void connectStore(GlobalState& s, const std::string& host, int port, bool host_i
   s.store = std::make_unique<rendezvous::TcpStoreClient>(options);
 }
 
+// The port of a tcp://host:port init method, a whole number in 1..65535. atoi made "abc"
+// port 0 (rank 0 served an ephemeral port nobody knew) and wrapped 99999 to 34463 (the
+// others dialled it for the whole group timeout).
+int initMethodPort(const std::string& method, std::string_view text) {
+  int port = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+  if (ec != std::errc() || end != text.data() + text.size() || port < 1 || port > 65535) {
+    throw UsageError(fmt::format("init_process_group({}): port '{}' is not a whole number in 1..65535", method, text));
+  }
+  return port;
+}
+
 }  // namespace
 
 void init_process_group(const InitOptions& o) {
@@ -216,7 +229,8 @@ void init_process_group(const InitOptions& o) {
     std::string hostport = method.substr(6);
     auto colon = hostport.rfind(':');
     if (colon == std::string::npos) throw DdprunError("init_process_group: expected tcp://host:port, got " + method);
-    connectStore(s, hostport.substr(0, colon), std::atoi(hostport.c_str() + colon + 1), rank == 0, o.timeout);
+    connectStore(s, hostport.substr(0, colon), initMethodPort(method, std::string_view(hostport).substr(colon + 1)),
+                 rank == 0, o.timeout);
   } else if (method.rfind("file://", 0) == 0) {
     if (rank < 0 || size < 1) throw DdprunError("init_process_group(file://): rank and world_size are required");
     if (rank >= size) throw DdprunError(fmt::format("init_process_group: rank {} of {}", rank, size));

@@ -1,13 +1,14 @@
-// init_process_group(env://) in a real worker process (ddprun_collectives_worker, started
-// directly, no ddprun) with a malformed environment: the worker must exit non-zero at once
-// with one line on stderr naming the variable and its value. Before, RANK=abc ran as rank 0
-// and MASTER_PORT=99999 wrapped to 34463 (both then hosted the store and waited for peers),
-// and RANK=-1, RANK=WORLD_SIZE or an unknown MASTER_ADDR retried connecting for the whole
-// group timeout. The workers get a 10-minute group timeout, so a worker still waiting
-// when the test's bound passes is the defect.
+// init_process_group in a real worker process (ddprun_collectives_worker, started directly,
+// no ddprun) with a malformed environment or init method: the worker must exit non-zero at
+// once with one line on stderr naming the variable (or the URL) and its value. Before,
+// RANK=abc ran as rank 0 and MASTER_PORT=99999 wrapped to 34463 (both then hosted the store
+// and waited for peers), and RANK=-1, RANK=WORLD_SIZE or an unknown MASTER_ADDR retried
+// connecting for the whole group timeout. The workers get a 10-minute group timeout, so a
+// worker still waiting when the test's bound passes is the defect.
 #include <chrono>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -22,7 +23,8 @@ struct BadEnv {
   std::string message;
 };
 
-void requireFailsAtOnce(const BadEnv& bad) {
+// `bad` applied to a good environment; `init` extra arguments of the worker (--init ...).
+void requireFailsAtOnce(const BadEnv& bad, const std::vector<std::string>& init = {"--init", "env://"}) {
   std::map<std::string, std::string> env = {{"RANK", "0"},
                                             {"WORLD_SIZE", "2"},
                                             {"MASTER_ADDR", "127.0.0.1"},
@@ -33,7 +35,9 @@ void requireFailsAtOnce(const BadEnv& bad) {
                                             {"DDPRUN_SHM", ""},
                                             {"OMP_NUM_THREADS", "1"}};
   for (const auto& [name, value] : bad.changes) env[name] = value;
-  TestProcess worker({binDir() + "/ddprun_collectives_worker", "--init", "env://", "--timeout-s", "600"}, env);
+  std::vector<std::string> argv = {binDir() + "/ddprun_collectives_worker", "--timeout-s", "600"};
+  argv.insert(argv.end(), init.begin(), init.end());
+  TestProcess worker(argv, env);
   const bool exited = worker.wait(60s);
   INFO("stdout:\n" << worker.out());
   INFO("stderr:\n" << worker.err());
@@ -70,4 +74,13 @@ TEST_CASE("init_process_group: an unknown MASTER_ADDR fails at once", "[e2e][env
 TEST_CASE("init_process_group: a DDPRUN_SHM that is not a boolean fails naming it", "[e2e][env]") {
   // World size 1: the group forms at once, and the setting is read as the backend starts.
   requireFailsAtOnce({{{"WORLD_SIZE", "1"}, {"DDPRUN_SHM", "maybe"}}, "DDPRUN_SHM=maybe: not a boolean"});
+}
+
+// Before, atoi read the port of tcp://host:port: 99999 wrapped to 34463, which rank 1
+// dialled for the whole group timeout, and "abc" became 0, an ephemeral port rank 0 served.
+TEST_CASE("init_process_group: a tcp:// port that is not 1 to 65535 fails at once naming the URL", "[e2e][env]") {
+  requireFailsAtOnce({{}, "init_process_group(tcp://127.0.0.1:99999): port '99999' is not a whole number in 1..65535"},
+                     {"--init", "tcp://127.0.0.1:99999", "--rank", "1", "--world-size", "2"});
+  requireFailsAtOnce({{}, "init_process_group(tcp://127.0.0.1:abc): port 'abc' is not a whole number in 1..65535"},
+                     {"--init", "tcp://127.0.0.1:abc", "--rank", "0", "--world-size", "2"});
 }

@@ -1,6 +1,9 @@
 // The trainers' building blocks without processes: the IDX reader on the real
 // Fashion-MNIST files and on broken ones, the data partitioner's slices and per-epoch
-// orders, and the progress bar's two output modes.
+// orders, and the progress bar's two output modes and when it picks which.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -8,6 +11,8 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/unique_fd.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"
 #include "trainers/fashion_mnist_data.h"
 #include "trainers/progress_bar.h"
@@ -187,4 +192,30 @@ TEST_CASE("the progress bar prints lines without a terminal and redraws in place
   CHECK(countOf(tty, "step 100/100") == 1);
   CHECK(countOf(tty, "\rhalfway\x1b[K\n") == 1);  // the bar cleared, the line, the bar again
   CHECK(tty.back() == '\n');                      // finish() ends the bar's line
+}
+
+TEST_CASE("the progress bar redraws only on a terminal whose TERM is not dumb", "[progress]") {
+  // A pseudo-terminal's follower end is a terminal, as an interactive shell's stdout is.
+  const ddprun::UniqueFd leader(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  REQUIRE(leader.valid());
+  REQUIRE(::grantpt(leader.get()) == 0);
+  REQUIRE(::unlockpt(leader.get()) == 0);
+  const ddprun::UniqueFd tty(::open(::ptsname(leader.get()), O_RDWR | O_NOCTTY | O_CLOEXEC));
+  REQUIRE(tty.valid());
+  int pipe_fds[2];
+  REQUIRE(::pipe2(pipe_fds, O_CLOEXEC) == 0);
+  const ddprun::UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  {
+    ScopedEnv term("TERM", "xterm-256color");
+    CHECK(ProgressBar::isTerminal(tty.get()));
+    CHECK_FALSE(ProgressBar::isTerminal(write_end.get()));
+  }
+  {
+    ScopedEnv term("TERM", std::nullopt);
+    CHECK(ProgressBar::isTerminal(tty.get()));
+  }
+  {
+    ScopedEnv term("TERM", "dumb");
+    CHECK_FALSE(ProgressBar::isTerminal(tty.get()));
+  }
 }

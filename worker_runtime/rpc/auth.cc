@@ -1,18 +1,19 @@
 #include "worker_runtime/rpc/auth.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <span>
+#include <utility>
 
 #include "common/env_names.h"
+#include "common/env_reader.h"
+#include "common/socket_io.h"
 #include "rendezvous/sha256.h"
 #include "worker_runtime/rpc/rpc.h"
 
@@ -28,46 +29,27 @@ std::string mac(const std::string& secret, const char* label, int caller, int ca
   return std::string(reinterpret_cast<const char*>(d.data()), d.size());
 }
 
-// Waits for `events` on fd until the deadline; throws RpcTimeout after it.
-void waitFor(int fd, short events, Clock::time_point deadline, const std::string& who) {
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) throw RpcTimeout(fmt::format("rpc: authenticating with {} timed out", who));
-    pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
-    if (rc > 0 || (rc < 0 && errno != EINTR)) return;
+// A socket_io failure in the handshake's words. A peer that closes mid-handshake is taken
+// for one that refused this worker's proof: that is what a worker of another job does.
+[[noreturn]] void rethrowHandshake(const SocketError& e, const std::string& who) {
+  if (e.timedOut()) throw RpcTimeout(fmt::format("rpc: authenticating with {} timed out", who));
+  if (e.peerClosed()) throw PeerError(fmt::format("rpc: {} refused the connection (a different job secret?)", who));
+  throw PeerError(fmt::format("rpc: authenticating with {}: {}", who, std::strerror(e.code())));
+}
+
+void sendFrame(int fd, const void* data, size_t size, Clock::time_point deadline, const std::string& who) {
+  try {
+    sendAll(fd, std::span(static_cast<const std::byte*>(data), size), deadline);
+  } catch (const SocketError& e) {
+    rethrowHandshake(e, who);
   }
 }
 
-void sendAll(int fd, const void* data, size_t size, Clock::time_point deadline, const std::string& who) {
-  const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
-    if (n > 0) {
-      p += n;
-      size -= static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      waitFor(fd, POLLOUT, deadline, who);
-    } else {
-      throw PeerError(fmt::format("rpc: authenticating with {}: {}", who, std::strerror(errno)));
-    }
-  }
-}
-
-void recvAll(int fd, void* data, size_t size, Clock::time_point deadline, const std::string& who) {
-  auto* p = static_cast<char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::recv(fd, p, size, 0);
-    if (n > 0) {
-      p += n;
-      size -= static_cast<size_t>(n);
-    } else if (n == 0) {
-      throw PeerError(fmt::format("rpc: {} refused the connection (a different job secret?)", who));
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      waitFor(fd, POLLIN, deadline, who);
-    } else {
-      throw PeerError(fmt::format("rpc: authenticating with {}: {}", who, std::strerror(errno)));
-    }
+void recvFrame(int fd, void* data, size_t size, Clock::time_point deadline, const std::string& who) {
+  try {
+    recvAll(fd, std::span(static_cast<std::byte*>(data), size), deadline);
+  } catch (const SocketError& e) {
+    rethrowHandshake(e, who);
   }
 }
 
@@ -107,7 +89,8 @@ std::string clientProof(const std::string& secret, int caller, int callee, const
 bool proofsEqual(const std::string& a, const std::string& b) { return rendezvous::constantTimeEqual(a, b); }
 
 std::optional<std::string> secretFromEnvironment() {
-  if (const char* path = std::getenv(env::kRpcSecretFile); path && *path) {
+  if (const auto file = env::optionalString(env::kRpcSecretFile)) {
+    const char* path = file->c_str();
     struct stat st {};
     if (::stat(path, &st) != 0) {
       throw DdprunError(fmt::format("rpc: {}={}: {}", env::kRpcSecretFile, path, std::strerror(errno)));
@@ -123,7 +106,7 @@ std::optional<std::string> secretFromEnvironment() {
     if (secret.empty()) throw DdprunError(fmt::format("rpc: {}={} is empty", env::kRpcSecretFile, path));
     return secret;
   }
-  if (const char* secret = std::getenv(env::kRpcSecret); secret && *secret) return trimmed(secret);
+  if (auto secret = env::optionalString(env::kRpcSecret)) return trimmed(std::move(*secret));
   return std::nullopt;
 }
 
@@ -134,9 +117,9 @@ void clientHandshake(int fd, const std::string& secret, int caller, int callee, 
   hello.dst = callee;
   const std::string cn = randomNonce();
   std::memcpy(hello.nonce, cn.data(), kNonceBytes);
-  sendAll(fd, &hello, sizeof hello, deadline, who);
+  sendFrame(fd, &hello, sizeof hello, deadline, who);
   ServerHello answer;
-  recvAll(fd, &answer, sizeof answer, deadline, who);
+  recvFrame(fd, &answer, sizeof answer, deadline, who);
   const std::string sn = bytes(answer.nonce, kNonceBytes);
   if (answer.magic != kHelloMagic || answer.src != callee ||
       !proofsEqual(bytes(answer.proof, kProofBytes), serverProof(secret, caller, callee, cn, sn))) {
@@ -145,9 +128,9 @@ void clientHandshake(int fd, const std::string& secret, int caller, int callee, 
   ClientProof proof;
   const std::string mine = clientProof(secret, caller, callee, cn, sn);
   std::memcpy(proof.proof, mine.data(), kProofBytes);
-  sendAll(fd, &proof, sizeof proof, deadline, who);
+  sendFrame(fd, &proof, sizeof proof, deadline, who);
   uint8_t verdict = 0;
-  recvAll(fd, &verdict, 1, deadline, who);
+  recvFrame(fd, &verdict, 1, deadline, who);
   if (verdict != kAccepted) throw PeerError(fmt::format("rpc: {} refused this worker's proof", who));
 }
 

@@ -1,17 +1,15 @@
 #include "worker_runtime/rpc/rpc_agent.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 #include "common/env_names.h"
+#include "common/socket_io.h"
 #include "worker_runtime/rpc/auth.h"
 #include "worker_runtime/rpc/connection.h"
 #include "worker_runtime/rpc/function_registry.h"
@@ -282,24 +280,15 @@ std::shared_ptr<Connection> RpcAgent::connectionTo(int rank) {
   socket.open(tcp::v4());
   // Connect with a deadline (a peer on a vanished host must not hang us).
   const int fd = socket.native_handle();
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(p.port));
   sa.sin_addr.s_addr = htonl(address.to_v4().to_uint());
-  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  if (rc != 0 && errno == EINPROGRESS) {
-    pollfd pfd{fd, POLLOUT, 0};
-    rc = ::poll(&pfd, 1, static_cast<int>(options_.rpc_timeout.count()));
-    if (rc == 0) throw PeerError(fmt::format("rpc: connecting to {} timed out", describe(rank)));
-    int err = 0;
-    socklen_t len = sizeof err;
-    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) {
-      throw PeerError(fmt::format("rpc: cannot connect to {}: {}", describe(rank), std::strerror(err)));
-    }
-  } else if (rc != 0) {
-    throw PeerError(fmt::format("rpc: cannot connect to {}: {}", describe(rank), std::strerror(errno)));
+  try {
+    connectWithin(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa, Clock::now() + options_.rpc_timeout);
+  } catch (const SocketError& e) {
+    if (e.timedOut()) throw PeerError(fmt::format("rpc: connecting to {} timed out", describe(rank)));
+    throw PeerError(fmt::format("rpc: cannot connect to {}: {}", describe(rank), std::strerror(e.code())));
   }
   auth::clientHandshake(
       fd, secret_, rank_, rank,

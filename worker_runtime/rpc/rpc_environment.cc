@@ -3,10 +3,11 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <cstdlib>
+#include <climits>
 #include <string_view>
 
 #include "common/env_names.h"
+#include "common/env_reader.h"
 #include "common/error.h"
 
 namespace ddprun::rpc::detail {
@@ -16,14 +17,16 @@ RpcEnvironment RpcEnvironment::fromEnvironment(const std::string& store_host, in
   out.store_host = store_host;
   out.store_port = store_port;
   if (out.store_host.empty()) {
-    const char* addr = std::getenv(env::kMasterAddr);
-    const char* port = std::getenv(env::kMasterPort);
-    if (!addr || !port) throw DdprunError("init_rpc: MASTER_ADDR and MASTER_PORT must be set (start with ddprun)");
-    out.store_host = addr;
-    out.store_port = std::atoi(port);
+    auto addr = env::optionalString(env::kMasterAddr);
+    if (!addr || !env::optionalString(env::kMasterPort)) {
+      throw DdprunError("init_rpc: MASTER_ADDR and MASTER_PORT must be set (start with ddprun)");
+    }
+    out.store_host = std::move(*addr);
+    // Checked as a port: atoi made "abc" port 0 and wrapped 70000 to 4464, a store elsewhere.
+    out.store_port = env::requireInteger<int>(env::kMasterPort, 1, 65535);
   }
-  const char* attempt = std::getenv(env::kRestartCount);
-  out.restart_count = attempt ? attempt : "0";
+  // A malformed round fails here, as in init_process_group, instead of becoming part of the keys.
+  out.restart_count = env::integerOr<int>(env::kRestartCount, 0, 0, INT_MAX);
   return out;
 }
 

@@ -16,11 +16,13 @@ namespace ddprun::rpc::detail {
 struct RpcEnvironment {
   std::string store_host;
   int store_port = 0;
-  // The round's store keys start with "ddprun/rpc/<restart_count>/"; "0" when unset.
-  std::string restart_count;
+  // The round's store keys start with "ddprun/rpc/<restart_count>/"; 0 when unset.
+  int restart_count = 0;
 
   // The store given (RpcBackendOptions::store_host and store_port) when it names a host,
-  // else MASTER_ADDR and MASTER_PORT. Throws DdprunError when neither names one.
+  // else MASTER_ADDR and MASTER_PORT. Throws DdprunError when neither names one, and
+  // UsageError naming the variable and its value when MASTER_PORT is not a port (1..65535)
+  // or TORCHELASTIC_RESTART_COUNT is not a count (0 or more).
   static RpcEnvironment fromEnvironment(const std::string& store_host, int store_port);
 };
 

@@ -20,6 +20,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/unique_fd.h"
 #include "rendezvous/in_memory_store.h"
 #include "tests/support/scoped_env.h"
 
@@ -144,13 +145,13 @@ TEST_CASE("shm segment: mmap failing on one rank makes every rank fail and unmap
   // A pipe opens but cannot be mapped (ENODEV): the failure comes from mmap itself.
   int pipe_fds[2];
   REQUIRE(::pipe2(pipe_fds, O_CLOEXEC) == 0);
+  const ddprun::UniqueFd write_end(pipe_fds[1]);  // unused; closed whatever the outcome
   const std::string run_id = "shmmap" + std::to_string(::getpid());
   ddprun::testing::ScopedEnv run("TORCHELASTIC_RUN_ID", run_id);
   auto outcomes = makeOnRanks(3, [&](int rank) -> ShmOpenFn {
     if (rank != 2) return {};
     return [&](const char*, int, mode_t) { return pipe_fds[0]; };  // ShmSegment closes it
   });
-  ::close(pipe_fds[1]);
   requireAllFailedAlike(outcomes, "rank 2: mmap of 65536 bytes: ");
   CHECK(leftovers(run_id).empty());
 }

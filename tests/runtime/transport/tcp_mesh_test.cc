@@ -98,10 +98,11 @@ TEST_CASE("a TCP exchange that gets nothing fails at its deadline naming the pee
 }
 
 // ---- setup and failure cases over a pair of ranks ----
-using namespace ddprun;
+using ddprun::UniqueFd;
+using ddprun::connectTcp;
 using namespace ddprun::runtime;
 using namespace std::chrono_literals;
-using rendezvous::InMemoryStore;
+using ddprun::rendezvous::InMemoryStore;
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include "launcher/cli.h"
 #include "rendezvous/rendezvous_config.h"
 #include "tests/support/scoped_env.h"
-#include "tests/unit/parse_args.h"
+#include "tests/launcher/parse_args.h"
 #include "tests/support/test_process.h"
 
 using ddprun::UsageError;

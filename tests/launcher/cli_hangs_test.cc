@@ -9,7 +9,7 @@
 #include "launcher/program_resolver.h"
 #include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"
-#include "tests/unit/parse_args.h"
+#include "tests/launcher/parse_args.h"
 
 using ddprun::testing::parseArgs;
 using ddprun::testing::ScopedEnv;
@@ -50,7 +50,7 @@ TEST_CASE("workers are Python when ddprun runs the interpreter or the program is
   CHECK_FALSE(parseArgs({"--no_python", lookalike}).config.python_workers);
 }
 
-TEST_CASE("--no_python_faulthandler turns the faulthandler off", "[cli]") {
+TEST_CASE("the flag --no_python_faulthandler turns the faulthandler off", "[cli]") {
   CHECK(parseArgs({"--no_python", "true"}).config.python_faulthandler);
   CHECK_FALSE(parseArgs({"--no_python_faulthandler", "--no_python", "true"}).config.python_faulthandler);
   CHECK_FALSE(parseArgs({"--no-python-faulthandler", "--no_python", "true"}).config.python_faulthandler);

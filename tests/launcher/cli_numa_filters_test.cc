@@ -9,7 +9,7 @@
 #include "launcher/cli.h"
 #include "tests/support/fake_topology.h"
 #include "tests/support/scoped_env.h"
-#include "tests/unit/parse_args.h"
+#include "tests/launcher/parse_args.h"
 
 using ddprun::UsageError;
 using ddprun::launcher::ParsedCommandLine;

@@ -11,7 +11,7 @@
 #include "rendezvous/rendezvous_config.h"
 #include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"
-#include "tests/unit/parse_args.h"
+#include "tests/launcher/parse_args.h"
 
 using ddprun::UsageError;
 using ddprun::launcher::ParsedCommandLine;

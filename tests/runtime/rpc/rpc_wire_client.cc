@@ -1,32 +1,21 @@
-#include "tests/rpc/rpc_wire_client.h"
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
+#include "tests/runtime/rpc/rpc_wire_client.h"
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 
+#include "common/socket_io.h"
 #include "worker_runtime/rpc/auth.h"
 
 namespace ddprun::testing::rpcwire {
 namespace {
 
-void recvAll(int fd, void* data, size_t size) {
-  auto* p = static_cast<char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::recv(fd, p, size, 0);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      throw std::runtime_error(n == 0 ? "connection closed by the peer" : std::string("recv: ") + std::strerror(errno));
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
+SocketClock::time_point within(std::chrono::milliseconds wait) { return SocketClock::now() + wait; }
+
+void recvInto(int fd, void* data, size_t size, SocketClock::time_point deadline) {
+  recvAll(fd, std::span(static_cast<std::byte*>(data), size), deadline);
 }
 
 std::string bytes(const uint8_t* p, size_t n) { return std::string(reinterpret_cast<const char*>(p), n); }
@@ -47,69 +36,53 @@ std::string frame(rpc::wire::Kind kind, int32_t src, uint64_t id, const std::str
   return pod(h) + meta + tensor_bytes;
 }
 
-int connectTo(const std::string& host, int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error("socket failed");
-  timeval tv{20, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, host.c_str(), &sa.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw std::runtime_error("connect to " + host + ":" + std::to_string(port) + ": " + std::strerror(err));
+UniqueFd connectTo(const std::string& host, int port) {
+  try {
+    return connectTcp(host, std::to_string(port), within(kWait));
+  } catch (const SocketError& e) {
+    throw std::runtime_error("connect to " + host + ":" + std::to_string(port) + ": " + e.what());
   }
-  return fd;
 }
 
-void sendAll(int fd, const std::string& data) {
-  size_t off = 0;
-  while (off < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      throw std::runtime_error(std::string("send: ") + std::strerror(errno));
+void sendAll(int fd, const std::string& data) { ddprun::sendAll(fd, data, within(kWait)); }
+
+bool closedByPeer(int fd, std::chrono::milliseconds wait) {
+  const auto deadline = within(wait);
+  std::byte buf[4096];
+  try {
+    for (;;) {
+      if (recvSome(fd, buf) > 0) continue;                 // whatever the peer still sends (a handshake answer)
+      if (!waitReady(fd, POLLIN, deadline)) return false;  // still open at the deadline
     }
-    off += static_cast<size_t>(n);
-  }
-}
-
-bool closedByPeer(int fd) {
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n == 0) return true;
-    if (n > 0) continue;  // whatever the peer still sends (a handshake answer)
-    if (errno == EINTR) continue;
-    return errno == ECONNRESET;  // EAGAIN: the receive timeout passed with the connection open
+  } catch (const SocketError& e) {
+    return e.peerClosed() || e.code() == ECONNRESET;
   }
 }
 
 void handshake(int fd, const std::string& secret, int caller, int callee) {
+  const auto deadline = within(kWait);
   rpc::auth::ClientHello hello;
   hello.src = caller;
   hello.dst = callee;
   const std::string cn = rpc::auth::randomNonce();
   std::memcpy(hello.nonce, cn.data(), cn.size());
-  sendAll(fd, pod(hello));
+  ddprun::sendAll(fd, pod(hello), deadline);
   rpc::auth::ServerHello answer;
-  recvAll(fd, &answer, sizeof answer);
+  recvInto(fd, &answer, sizeof answer, deadline);
   const std::string sn = bytes(answer.nonce, rpc::auth::kNonceBytes);
   if (bytes(answer.proof, rpc::auth::kProofBytes) != rpc::auth::serverProof(secret, caller, callee, cn, sn)) {
     throw std::runtime_error("the worker's proof is wrong");
   }
-  sendAll(fd, rpc::auth::clientProof(secret, caller, callee, cn, sn));
+  ddprun::sendAll(fd, rpc::auth::clientProof(secret, caller, callee, cn, sn), deadline);
   uint8_t verdict = 0;
-  recvAll(fd, &verdict, 1);
+  recvInto(fd, &verdict, 1, deadline);
   if (verdict != rpc::auth::kAccepted) throw std::runtime_error("handshake refused");
 }
 
-int serveHandshake(int fd, const std::string& secret, int callee) {
+int serveHandshake(int fd, const std::string& secret, int callee, std::chrono::milliseconds wait) {
+  const auto deadline = within(wait);
   rpc::auth::ClientHello hello;
-  recvAll(fd, &hello, sizeof hello);
+  recvInto(fd, &hello, sizeof hello, deadline);
   if (hello.magic != rpc::auth::kHelloMagic || hello.dst != callee) throw std::runtime_error("bad client hello");
   const std::string cn = bytes(hello.nonce, rpc::auth::kNonceBytes);
   const std::string sn = rpc::auth::randomNonce();
@@ -118,24 +91,25 @@ int serveHandshake(int fd, const std::string& secret, int callee) {
   std::memcpy(answer.nonce, sn.data(), sn.size());
   const std::string proof = rpc::auth::serverProof(secret, hello.src, callee, cn, sn);
   std::memcpy(answer.proof, proof.data(), proof.size());
-  sendAll(fd, pod(answer));
+  ddprun::sendAll(fd, pod(answer), deadline);
   rpc::auth::ClientProof client;
-  recvAll(fd, &client, sizeof client);
+  recvInto(fd, &client, sizeof client, deadline);
   if (bytes(client.proof, rpc::auth::kProofBytes) != rpc::auth::clientProof(secret, hello.src, callee, cn, sn)) {
     throw std::runtime_error("the caller's proof is wrong");
   }
-  sendAll(fd, std::string(1, static_cast<char>(rpc::auth::kAccepted)));
+  ddprun::sendAll(fd, std::string(1, static_cast<char>(rpc::auth::kAccepted)), deadline);
   return hello.src;
 }
 
 Message readMessage(int fd) {
+  const auto deadline = within(kWait);
   Message m;
-  recvAll(fd, &m.header, sizeof m.header);
+  recvInto(fd, &m.header, sizeof m.header, deadline);
   if (m.header.magic != rpc::wire::kMagic) throw std::runtime_error("bad magic in a reply");
   std::string meta(m.header.meta_bytes, '\0');
-  recvAll(fd, meta.data(), meta.size());
+  recvInto(fd, meta.data(), meta.size(), deadline);
   std::string tensors(m.header.tensor_bytes, '\0');
-  recvAll(fd, tensors.data(), tensors.size());
+  recvInto(fd, tensors.data(), tensors.size(), deadline);
   uint32_t count = 0;
   std::memcpy(&count, meta.data(), sizeof count);
   if (count != 0) throw std::runtime_error("a reply with tensors");

@@ -1,15 +1,18 @@
 // Where an RPC worker finds its store and its peers: the store from the options or
-// MASTER_ADDR/MASTER_PORT, the round from TORCHELASTIC_RESTART_COUNT, and the address
-// entries workers publish, whose port must be a real one.
+// MASTER_ADDR/MASTER_PORT, the round from TORCHELASTIC_RESTART_COUNT (both checked, a bad
+// value named in one line), and the address entries workers publish, whose port must be a
+// real one.
 #include "worker_runtime/rpc/rpc_environment.h"
 
 #include <catch2/catch.hpp>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "tests/support/scoped_env.h"
 
 using ddprun::DdprunError;
+using ddprun::UsageError;
 using ddprun::rpc::detail::PeerAddress;
 using ddprun::rpc::detail::RpcEnvironment;
 using ddprun::testing::ScopedEnv;
@@ -59,7 +62,7 @@ TEST_CASE("the store comes from the options before MASTER_ADDR and MASTER_PORT",
   auto env = RpcEnvironment::fromEnvironment("127.0.0.1", 4000);
   CHECK(env.store_host == "127.0.0.1");
   CHECK(env.store_port == 4000);
-  CHECK(env.restart_count == "2");
+  CHECK(env.restart_count == 2);
 
   env = RpcEnvironment::fromEnvironment("", 0);
   CHECK(env.store_host == "10.1.1.1");
@@ -71,9 +74,47 @@ TEST_CASE("without a store in the options MASTER_ADDR and MASTER_PORT are requir
   ScopedEnv port("MASTER_PORT", std::nullopt);
   CHECK_THROWS_WITH(RpcEnvironment::fromEnvironment("", 0),
                     "init_rpc: MASTER_ADDR and MASTER_PORT must be set (start with ddprun)");
+  // Empty counts as unset (it was port 0 before).
+  ScopedEnv empty_port("MASTER_PORT", "");
+  CHECK_THROWS_WITH(RpcEnvironment::fromEnvironment("", 0),
+                    "init_rpc: MASTER_ADDR and MASTER_PORT must be set (start with ddprun)");
+}
+
+// Before, MASTER_PORT went through atoi: "abc" became port 0 and 70000 wrapped to 4464,
+// so the worker waited out init_timeout on a store that is not there, or met another.
+TEST_CASE("a MASTER_PORT that is not a port is refused naming it", "[rpc][unit]") {
+  ScopedEnv addr("MASTER_ADDR", "10.1.1.1");
+  const std::pair<const char*, const char*> cases[] = {
+      {"abc", "MASTER_PORT=abc: not an integer"},
+      {"29500x", "MASTER_PORT=29500x: not an integer"},
+      {"70000", "MASTER_PORT=70000: out of range 1..65535"},
+      {"0", "MASTER_PORT=0: out of range 1..65535"},
+  };
+  for (const auto& [value, message] : cases) {
+    ScopedEnv port("MASTER_PORT", value);
+    CHECK_THROWS_MATCHES(RpcEnvironment::fromEnvironment("", 0), UsageError, Catch::Message(message));
+  }
+}
+
+TEST_CASE("with a store in the options MASTER_PORT is not read", "[rpc][unit]") {
+  ScopedEnv port("MASTER_PORT", "abc");
+  CHECK(RpcEnvironment::fromEnvironment("127.0.0.1", 4000).store_port == 4000);
+}
+
+// Before, the raw text went into the store keys ("ddprun/rpc/abc/").
+TEST_CASE("a TORCHELASTIC_RESTART_COUNT that is not a count is refused naming it", "[rpc][unit]") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"abc", "TORCHELASTIC_RESTART_COUNT=abc: not an integer"},
+      {"1.5", "TORCHELASTIC_RESTART_COUNT=1.5: not an integer"},
+      {"-1", "TORCHELASTIC_RESTART_COUNT=-1: out of range 0..2147483647"},
+  };
+  for (const auto& [value, message] : cases) {
+    ScopedEnv round("TORCHELASTIC_RESTART_COUNT", value);
+    CHECK_THROWS_MATCHES(RpcEnvironment::fromEnvironment("127.0.0.1", 4000), UsageError, Catch::Message(message));
+  }
 }
 
 TEST_CASE("the round is 0 without TORCHELASTIC_RESTART_COUNT", "[rpc][unit]") {
   ScopedEnv round("TORCHELASTIC_RESTART_COUNT", std::nullopt);
-  CHECK(RpcEnvironment::fromEnvironment("127.0.0.1", 0).restart_count == "0");
+  CHECK(RpcEnvironment::fromEnvironment("127.0.0.1", 0).restart_count == 0);
 }

@@ -1,4 +1,4 @@
-// The worker that tests/rpc/rpc_hostile_test.cc probes: rank 0 of a job of two, whose
+// The worker that tests/runtime/rpc/rpc_hostile_test.cc probes: rank 0 of a job of two, whose
 // rank 1 is the test itself speaking the wire protocol by hand. It serves until killed.
 //   rpc_probe_target <rpc_timeout_ms>
 // Functions: echo (returns its first argument), mark / marks (count calls), call_peer (calls
