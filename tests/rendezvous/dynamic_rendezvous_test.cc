@@ -7,6 +7,7 @@
 #include "rendezvous/dynamic_rendezvous.h"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <condition_variable>
 #include <future>
 #include <memory>
@@ -520,4 +521,41 @@ TEST_CASE("state machine: a node sitting out learns that the job ended and does 
   CHECK(job.get("away") == "0");
   job.clock.advance(20ms);
   host_leaves.get();
+}
+
+TEST_CASE("state machine: a node judging a hang gathers the other nodes' summaries through the round's keys",
+          "[rdzv]") {
+  Job job(3, 3);
+  Node& a = job.add("a:1");
+  Node& b = job.add("b:2");
+  Node& c = job.add("c:3");
+  form(job, {&a, &b, &c});
+  CHECK_FALSE(b.rdzv().hangSummaryRequested());
+  Call<std::vector<std::string>> gathered(
+      a.rdzv(), std::async(std::launch::async, [&] { return a.rdzv().gatherHangSummaries(5s); }));
+  // a has asked and found no answer yet: it waits on the clock between looks.
+  REQUIRE(job.clock.awaitSleepers(1));
+  CHECK(job.get("r0/hang/request") == "a:1");
+  CHECK_FALSE(a.rdzv().hangSummaryRequested());  // the asking node does not answer itself
+  REQUIRE(b.rdzv().hangSummaryRequested());
+  b.rdzv().publishHangSummary("v1 2 0 4 2 3.000\n");
+  CHECK_FALSE(b.rdzv().hangSummaryRequested());  // once per round
+  REQUIRE(c.rdzv().hangSummaryRequested());
+  c.rdzv().publishHangSummary("v1 4 0 5 2 1.000\n");
+  job.clock.advance(100ms);
+  auto answers = gathered.get();
+  std::sort(answers.begin(), answers.end());
+  CHECK(answers == std::vector<std::string>{"v1 2 0 4 2 3.000\n", "v1 4 0 5 2 1.000\n"});
+}
+
+TEST_CASE("state machine: a hang verdict waits a bounded time for nodes that do not answer", "[rdzv]") {
+  Job job(2, 2);
+  Node& a = job.add("a:1");
+  Node& b = job.add("b:2");
+  form(job, {&a, &b});
+  Call<std::vector<std::string>> gathered(
+      a.rdzv(), std::async(std::launch::async, [&] { return a.rdzv().gatherHangSummaries(1s); }));
+  // b never answers: a gives up after its wait, with nothing.
+  for (int i = 0; i < 10; ++i) job.advance(1, 100ms);
+  CHECK(gathered.get().empty());
 }
