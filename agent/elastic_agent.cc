@@ -699,7 +699,8 @@ std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
     }
     if (nodes + 1 < static_cast<size_t>(current_->group_world_size)) {
       log_->warn("hang verdict without {} of {} nodes (no answer within {} s)", current_->group_world_size - 1 - nodes,
-                 current_->group_world_size, std::chrono::duration_cast<std::chrono::seconds>(kHangSummaryWait).count());
+                 current_->group_world_size,
+                 std::chrono::duration_cast<std::chrono::seconds>(kHangSummaryWait).count());
     }
   }
   const auto verdict = hangVerdict(positions);
@@ -715,9 +716,8 @@ std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
 void ElasticAgent::Impl::checkHangTimeout() {
   const double timeout_s = std::chrono::duration<double>(*config_.hang_timeout).count();
   if (!noProgressFor(localPositions(), timeout_s)) return;
-  const std::string trigger = fmt::format("--hang_timeout: no rank on this node completed a collective for {:g} s "
-                                          "while one was pending",
-                                          timeout_s);
+  const std::string trigger = fmt::format(
+      "--hang_timeout: no rank on this node completed a collective for {:g} s while one was pending", timeout_s);
   const std::string verdict = judgeHang(trigger);
   std::vector<std::pair<Worker*, pid_t>> targets;
   for (Worker& w : workers_) {

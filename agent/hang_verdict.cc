@@ -27,9 +27,7 @@ std::string ranksWord(const std::vector<int>& ranks) {
 
 std::string opAt(FlightOp op, uint64_t seq) { return fmt::format("{} #{}", flightOpName(op), seq); }
 
-std::string sizeOf(const FlightOpInfo& info) {
-  return fmt::format("{} {}", info.count, flightDTypeName(info.dtype));
-}
+std::string sizeOf(const FlightOpInfo& info) { return fmt::format("{} {}", info.count, flightDTypeName(info.dtype)); }
 
 // What one set of ranks at the same position is doing.
 std::string describe(const std::vector<int>& ranks, const RankPosition& p, bool behind) {
@@ -37,8 +35,8 @@ std::string describe(const std::vector<int>& ranks, const RankPosition& p, bool 
   if (!p.pending) {
     std::string last = p.last_completed_seq == 0
                            ? std::string("none completed")
-                           : fmt::format("last completed {}, {:.0f} s ago", opAt(p.last_completed_op, p.last_completed_seq),
-                                         p.last_completed_age_s);
+                           : fmt::format("last completed {}, {:.0f} s ago",
+                                         opAt(p.last_completed_op, p.last_completed_seq), p.last_completed_age_s);
     return fmt::format("{} {} not called #{} ({})", who, ranks.size() == 1 ? "has" : "have", p.last_completed_seq + 1,
                        last);
   }
@@ -225,9 +223,9 @@ std::string encodePosition(const RankPosition& p) {
                                 static_cast<int>(p.last_completed_op), p.last_completed_age_s);
   if (p.pending) {
     const FlightRecord& r = *p.pending;
-    out += fmt::format(" {} {} {} {} {} {} {} {:.3f}", r.seq, static_cast<int>(r.info.op),
-                       static_cast<int>(r.info.dtype), r.info.count, r.info.root, static_cast<int>(r.state),
-                       r.started_ns != 0 ? 1 : 0, p.pending_age_s);
+    out +=
+        fmt::format(" {} {} {} {} {} {} {} {:.3f}", r.seq, static_cast<int>(r.info.op), static_cast<int>(r.info.dtype),
+                    r.info.count, r.info.root, static_cast<int>(r.state), r.started_ns != 0 ? 1 : 0, p.pending_age_s);
   }
   return out;
 }

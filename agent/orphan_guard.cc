@@ -27,7 +27,13 @@ namespace {
 // One record on the pipe: this header, then path_len bytes of path. A record is one write of at most PIPE_BUF bytes, so
 // it arrives whole.
 enum RecordKind : int32_t {
-  kWatchGroup = 1, kForgetGroup, kWatchCgroup, kForgetCgroup, kWatchProcess, kForgetProcess, kWatchDirectory,
+  kWatchGroup = 1,
+  kForgetGroup,
+  kWatchCgroup,
+  kForgetCgroup,
+  kWatchProcess,
+  kForgetProcess,
+  kWatchDirectory,
   kForgetDirectory
 };
 struct RecordHeader {

@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
                   recording.usesSharedMemory() ? "shared memory" : "TCP", e.world_size, rounds, iters);
       std::printf("%10s %10s %8s %10s %9s %12s %12s %6s %9s\n", "size(B)", "count", "type", "op", "time(us)",
                   "algbw(GB/s)", "busbw(GB/s)", "wrong", "recorder");
-      for (auto [name, t, wrong] : {std::tuple{"on", median(t_on), wrong_on}, std::tuple{"off", median(t_off), wrong_off}}) {
+      for (auto [name, t, wrong] :
+           {std::tuple{"on", median(t_on), wrong_on}, std::tuple{"off", median(t_off), wrong_off}}) {
         std::printf("%10.0f %10zu %8s %10s %9.2f %12.4f %12.4f %6d %9s\n", bytes, buf.size(), "float", "sum", t * 1e6,
                     bytes / t / 1e9, bytes / t / 1e9 * 2 * (n - 1) / n, wrong, name);
       }
@@ -113,9 +114,10 @@ int main(int argc, char** argv) {
       std::vector<double> ratios;
       for (size_t r = 0; r < t_on.size(); ++r) ratios.push_back(t_on[r] / t_off[r]);
       const double on_s = median(t_on), off_s = median(t_off);
-      std::printf("flight_recorder bytes=%.0f on_us=%.3f off_us=%.3f ratio=%.4f recorder_ns_per_op=%.1f "
-                  "recorder_share=%.4f\n",
-                  bytes, on_s * 1e6, off_s * 1e6, median(ratios), ns_per_op, ns_per_op * 1e-9 / off_s);
+      std::printf(
+          "flight_recorder bytes=%.0f on_us=%.3f off_us=%.3f ratio=%.4f recorder_ns_per_op=%.1f "
+          "recorder_share=%.4f\n",
+          bytes, on_s * 1e6, off_s * 1e6, median(ratios), ns_per_op, ns_per_op * 1e-9 / off_s);
       std::fflush(stdout);
     }
     return wrong_on + wrong_off == 0 ? 0 : 1;

@@ -72,8 +72,7 @@ std::string_view flightStateName(FlightState state) {
   return "enqueued";
 }
 
-FlightRingWriter::FlightRingWriter(void* memory, uint32_t capacity, int rank, int group, int group_rank,
-                                   int group_size)
+FlightRingWriter::FlightRingWriter(void* memory, uint32_t capacity, int rank, int group, int group_rank, int group_size)
     : header_(static_cast<FlightRingHeader*>(memory)),
       entries_(reinterpret_cast<FlightEntry*>(static_cast<char*>(memory) + sizeof(FlightRingHeader))),
       capacity_(capacity),
@@ -81,7 +80,8 @@ FlightRingWriter::FlightRingWriter(void* memory, uint32_t capacity, int rank, in
   store(header_->version_capacity, uint64_t{kFlightRingVersion} << 32 | capacity);
   store(header_->rank, static_cast<uint64_t>(rank));
   store(header_->group, static_cast<uint64_t>(group));
-  store(header_->group_rank_size, uint64_t{static_cast<uint32_t>(group_rank)} << 32 | static_cast<uint32_t>(group_size));
+  store(header_->group_rank_size,
+        uint64_t{static_cast<uint32_t>(group_rank)} << 32 | static_cast<uint32_t>(group_size));
   store(header_->pid, static_cast<uint64_t>(::getpid()));
   store(header_->last_seq, 0);
   // The magic last: a reader that sees it sees a complete header.
@@ -157,7 +157,8 @@ std::optional<FlightRingSnapshot> readFlightRing(const void* memory, size_t byte
   s.group_size = static_cast<int>(static_cast<uint32_t>(grs));
   s.pid = static_cast<int>(load(h->pid));
   s.last_seq = load(h->last_seq, std::memory_order_acquire);
-  const auto* entries = reinterpret_cast<const FlightEntry*>(static_cast<const char*>(memory) + sizeof(FlightRingHeader));
+  const auto* entries =
+      reinterpret_cast<const FlightEntry*>(static_cast<const char*>(memory) + sizeof(FlightRingHeader));
   const uint64_t first = s.last_seq > capacity ? s.last_seq - capacity + 1 : 1;
   for (uint64_t seq = first; seq <= s.last_seq; ++seq) {
     const FlightEntry& e = entries[(seq - 1) % capacity];

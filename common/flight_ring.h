@@ -29,7 +29,16 @@ inline constexpr uint32_t kFlightRingVersion = 1;
 inline constexpr uint32_t kFlightRingDefaultCapacity = 256;
 
 enum class FlightOp : uint8_t {
-  kUnknown, kBroadcast, kAllReduce, kReduce, kAllGather, kGather, kScatter, kReduceScatter, kAllToAll, kBarrier
+  kUnknown,
+  kBroadcast,
+  kAllReduce,
+  kReduce,
+  kAllGather,
+  kGather,
+  kScatter,
+  kReduceScatter,
+  kAllToAll,
+  kBarrier
 };
 // Codes of runtime::DType plus one for operations without a data type (barrier, byte moves).
 enum class FlightDType : uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kNone = 255 };

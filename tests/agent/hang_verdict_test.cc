@@ -15,8 +15,12 @@ FlightRingSnapshot ringOf(int rank, uint64_t completed, std::optional<FlightOpIn
   s.rank = rank;
   s.group_size = 8;
   for (uint64_t seq = 1; seq <= completed; ++seq) {
-    s.records.push_back({seq, {FlightOp::kAllReduce, FlightDType::kFloat32, 1024, -1}, FlightState::kCompleted, 0,
-                         completed_at_s * kSecond, completed_at_s * kSecond});
+    s.records.push_back({seq,
+                         {FlightOp::kAllReduce, FlightDType::kFloat32, 1024, -1},
+                         FlightState::kCompleted,
+                         0,
+                         completed_at_s * kSecond,
+                         completed_at_s * kSecond});
   }
   if (pending) {
     s.records.push_back({completed + 1, *pending, FlightState::kStarted, started_s * kSecond, started_s * kSecond, 0});
@@ -61,9 +65,8 @@ TEST_CASE("hang verdict: a rank that has not called the operation the others wai
 TEST_CASE("hang verdict: a different op at the same sequence number is named") {
   std::vector<FlightRingSnapshot> rings;
   for (int r = 0; r < 4; ++r) {
-    rings.push_back(ringOf(r, 87, r == 3 ? FlightOpInfo{FlightOp::kBroadcast, FlightDType::kFloat32, 1024, 0}
-                                         : kAllReduce,
-                           5));
+    rings.push_back(
+        ringOf(r, 87, r == 3 ? FlightOpInfo{FlightOp::kBroadcast, FlightDType::kFloat32, 1024, 0} : kAllReduce, 5));
   }
   auto verdict = hangVerdict(positions(rings, 60));
   REQUIRE(verdict);
@@ -82,8 +85,9 @@ TEST_CASE("hang verdict: one rank waiting is said in the singular") {
   std::vector<FlightRingSnapshot> rings{ringOf(0, 4, kAllReduce, 5), ringOf(1, 4, std::nullopt, 0)};
   auto verdict = hangVerdict(positions(rings, 9));
   REQUIRE(verdict);
-  CHECK(*verdict == "hang: rank 1 has not called #5 (last completed all_reduce #4, 8 s ago); rank 0 waits in "
-                    "all_reduce #5 (started 4 s ago) — rank 1 is behind");
+  CHECK(*verdict ==
+        "hang: rank 1 has not called #5 (last completed all_reduce #4, 8 s ago); rank 0 waits in "
+        "all_reduce #5 (started 4 s ago) — rank 1 is behind");
 }
 
 TEST_CASE("hang verdict: a different size at the same sequence number is named") {

@@ -137,9 +137,8 @@ TEST_CASE("flight ring: a reader racing the writer sees only whole records") {
     for (const auto& r : s->records) {
       ++seen;
       const auto i = static_cast<int64_t>(r.seq);
-      if (r.info.count != r.seq * 3 || r.enqueued_ns != i * 5 ||
-          (r.started_ns != 0 && r.started_ns != i * 7) || (r.ended_ns != 0 && r.ended_ns != i * 11) ||
-          (r.state == FlightState::kCompleted && r.ended_ns == 0)) {
+      if (r.info.count != r.seq * 3 || r.enqueued_ns != i * 5 || (r.started_ns != 0 && r.started_ns != i * 7) ||
+          (r.ended_ns != 0 && r.ended_ns != i * 11) || (r.state == FlightState::kCompleted && r.ended_ns == 0)) {
         ++bad;
       }
     }

@@ -39,9 +39,12 @@ int flightDirsOf(const std::string& run_id) {
 
 std::vector<std::string> ddprunArgs(const std::string& run_id, int nproc, const std::string& hang_timeout,
                                     const std::string& log_dir) {
-  return {ddprunPath(), "--nnodes=1", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(freePort()),
-          "--rdzv_id=" + run_id, "--nproc_per_node=" + std::to_string(nproc), "--max_restarts=1",
-          "--hang_timeout=" + hang_timeout, "--log_dir=" + log_dir, "--no_python", testWorkerPath(), "collectives"};
+  return {ddprunPath(),           "--nnodes=1",
+          "--rdzv_backend=c10d",  "--rdzv_endpoint=127.0.0.1:" + std::to_string(freePort()),
+          "--rdzv_id=" + run_id,  "--nproc_per_node=" + std::to_string(nproc),
+          "--max_restarts=1",     "--hang_timeout=" + hang_timeout,
+          "--log_dir=" + log_dir, "--no_python",
+          testWorkerPath(),       "collectives"};
 }
 
 }  // namespace
@@ -134,8 +137,8 @@ TEST_CASE("a hang verdict on one node includes the ranks of the others, read thr
 TEST_CASE("a collective that times out brings the hang verdict and the others are stopped as hung", "[e2e][hang]") {
   TempDir logs;
   // No --hang_timeout: rank 0's all_reduce #3 times out after 2 s while rank 1 sleeps before it.
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir=" + logs.path(),
-                "--no_python", testWorkerPath(), "collectives", "4", "10", "1", "3", "600000", "1", "sleep", "2000"},
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir=" + logs.path(), "--no_python",
+                testWorkerPath(), "collectives", "4", "10", "1", "3", "600000", "1", "sleep", "2000"},
                {}, 120s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);

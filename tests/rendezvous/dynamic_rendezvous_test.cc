@@ -6,8 +6,8 @@
 // FaultInjectingStore.
 #include "rendezvous/dynamic_rendezvous.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <condition_variable>
 #include <future>
 #include <memory>

@@ -8,8 +8,8 @@
 
 #include <filesystem>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "common/error.h"
 #include "tests/runtime/support/thread_ranks.h"
