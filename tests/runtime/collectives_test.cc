@@ -442,3 +442,22 @@ TEST_CASE("the ring_allreduce trainer matches all_reduce with 3 workers", "[e2e]
   CHECK(r.exit_code == 0);
   CHECK(countOf(r.out, "ring allreduce [6, 12, 18, 24, 30, 36, ...] == dist::all_reduce") == 3);
 }
+
+TEST_CASE("ddprun::dist labels each collective in the flight recorder with its op and dtype", "[e2e][collectives]") {
+  auto r = runWorkers(2, {"--ops", "broadcast,all_reduce,all_gather,barrier", "--dtypes", "int64", "--reduce-ops",
+                          "SUM", "--sizes", "7", "--async", "never", "--flight-summary"});
+  requireAllOk(r, 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string prefix = "flight rank " + std::to_string(rank) + ": ";
+    const auto at = r.out.find(prefix);
+    REQUIRE(at != std::string::npos);
+    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    INFO(line);
+    CHECK_THAT(line, Catch::Contains(" broadcast int64 x"));
+    CHECK_THAT(line, Catch::Contains(" all_reduce int64 x"));
+    CHECK_THAT(line, Catch::Contains(" all_gather int64 x"));
+    CHECK_THAT(line, Catch::Contains(" barrier bytes x"));
+    CHECK_THAT(line, !Catch::Contains("operation"));  // nothing unlabelled
+    CHECK_THAT(line, Catch::EndsWith(" pending=0"));
+  }
+}

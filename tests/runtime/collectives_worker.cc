@@ -27,6 +27,9 @@
 //   --self-test-corrupt OP   rank 0 adds 1 to the middle element of OP's first non-empty
 //                       result before checking it: the check itself must catch that
 //   --verbose           print each op's time on the team's first rank
+//   --flight-summary    at the end, read this rank's flight recorder ring of the default group
+//                       (in DDPRUN_FLIGHT_DIR) and print one line: "flight rank R: OP DTYPE xN, ...
+//                       pending=K", the labels ddprun::dist gave the operations it recorded
 //
 // Exit codes: 0 every check passed; 1 a mismatch (one line: MISMATCH op=... reduce=...
 // dtype=... size=... rank=... index=... got=... expected=...) or another error; 3 a
@@ -35,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +55,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "common/flight_ring.h"
 #include "worker_runtime/distributed.h"
 #include "worker_runtime/error_record.h"
 
@@ -120,6 +125,7 @@ struct Options {
   int linger_ms = 0;
   std::string corrupt_op;  // self-test: rank 0 sees one element of this op's first result off by one
   bool verbose = false;
+  bool flight_summary = false;
 };
 
 std::vector<std::string> splitList(const std::string& text) {
@@ -140,6 +146,10 @@ Options parse(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--verbose") {
       o.verbose = true;
+      continue;
+    }
+    if (flag == "--flight-summary") {
+      o.flight_summary = true;
       continue;
     }
     if (i + 1 >= argc) throw UsageError("flag " + flag + " needs a value");
@@ -874,6 +884,32 @@ std::vector<Team> makeTeams(const Options& o, int rank, int world) {
   return teams;
 }
 
+// The labels of the operations in this rank's ring, counted in order of first appearance.
+void printFlightSummary(int rank) {
+  const char* dir = std::getenv("DDPRUN_FLIGHT_DIR");
+  if (!dir) throw UsageError("--flight-summary needs DDPRUN_FLIGHT_DIR (run under ddprun)");
+  std::string error;
+  auto ring = ddprun::readFlightRingFile(std::string(dir) + "/" + ddprun::flightRingFileName(rank, 0), &error);
+  if (!ring) throw std::runtime_error(error);
+  std::vector<std::pair<std::string, int>> counts;
+  int pending = 0;
+  for (const auto& r : ring->records) {
+    const std::string label =
+        fmt::format("{} {}", ddprun::flightOpName(r.info.op), ddprun::flightDTypeName(r.info.dtype));
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == label; });
+    if (it == counts.end()) {
+      counts.emplace_back(label, 1);
+    } else {
+      ++it->second;
+    }
+    if (r.state != ddprun::FlightState::kCompleted) ++pending;
+  }
+  std::string line = fmt::format("flight rank {}:", rank);
+  for (const auto& [label, n] : counts) line += fmt::format(" {} x{},", label, n);
+  std::printf("%s pending=%d\n", line.c_str(), pending);
+  std::fflush(stdout);
+}
+
 int runMatrix(const Options& o) {
   const auto start = std::chrono::steady_clock::now();
   initGroup(o);
@@ -896,6 +932,7 @@ int runMatrix(const Options& o) {
     }
   }
   dist::barrier();
+  if (o.flight_summary) printFlightSummary(rank);
   dist::destroy_process_group();
   std::printf("rank %d of %d: collectives ok, %lld checks in %.2f s\n", rank, world,
               static_cast<long long>(check.checks()),
