@@ -11,7 +11,7 @@
 
 namespace ddprun::agent {
 
-TEST_CASE("the flight directory holds the rings, is emptied between attempts and removed with the agent") {
+TEST_CASE("the flight directory holds the rings and is emptied between attempts and removed with the agent") {
   testing::TempDir parent;
   std::string path;
   {

@@ -49,7 +49,7 @@ std::vector<std::string> ddprunArgs(const std::string& run_id, int nproc, const 
 
 }  // namespace
 
-TEST_CASE("--hang_timeout names the rank that never called all_reduce #N, takes its stacks and restarts the job",
+TEST_CASE("hang_timeout names the rank that never called all_reduce #N and takes its stacks and restarts the job",
           "[e2e][hang]") {
   TempDir logs;
   const std::string id = "hang-behind-" + std::to_string(::getpid());
@@ -75,7 +75,7 @@ TEST_CASE("--hang_timeout names the rank that never called all_reduce #N, takes 
   CHECK(flightDirsOf(id) == 0);
 }
 
-TEST_CASE("--hang_timeout never fires on a slow job that keeps completing collectives", "[e2e][hang]") {
+TEST_CASE("hang_timeout never fires on a slow job that keeps completing collectives", "[e2e][hang]") {
   TempDir logs;
   const std::string id = "hang-slow-" + std::to_string(::getpid());
   auto argv = ddprunArgs(id, 2, "4", logs.path());
@@ -91,7 +91,7 @@ TEST_CASE("--hang_timeout never fires on a slow job that keeps completing collec
   CHECK(flightDirsOf(id) == 0);
 }
 
-TEST_CASE("--hang_timeout names a rank that called broadcast where the others called all_reduce", "[e2e][hang]") {
+TEST_CASE("hang_timeout names a rank that called broadcast where the others called all_reduce", "[e2e][hang]") {
   TempDir logs;
   const std::string id = "hang-mismatch-" + std::to_string(::getpid());
   auto argv = ddprunArgs(id, 3, "3", logs.path());
@@ -105,7 +105,7 @@ TEST_CASE("--hang_timeout names a rank that called broadcast where the others ca
   CHECK(flightDirsOf(id) == 0);
 }
 
-TEST_CASE("a hang verdict on one node includes the ranks of the others, read through the store", "[e2e][hang]") {
+TEST_CASE("a hang verdict on one node includes the ranks of the others read through the store", "[e2e][hang]") {
   const std::string id = "hang-nodes-" + std::to_string(::getpid());
   const int port = freePort();
   std::vector<std::unique_ptr<TestProcess>> agents;

@@ -58,7 +58,7 @@ TEST_CASE("the flag --no_python_faulthandler turns the faulthandler off", "[cli]
   CHECK_FALSE(parseArgs({"--no_python", "true"}).config.python_faulthandler);
 }
 
-TEST_CASE("--hang_timeout is off unless given and takes positive seconds", "[cli]") {
+TEST_CASE("hang_timeout is off unless given and takes positive seconds", "[cli]") {
   CHECK_FALSE(parseArgs({"--no_python", "true"}).config.hang_timeout);
   auto config = parseArgs({"--hang_timeout", "2.5", "--no_python", "true"}).config;
   REQUIRE(config.hang_timeout);
