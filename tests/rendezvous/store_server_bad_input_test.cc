@@ -14,6 +14,7 @@
 
 #include "tests/rendezvous/store_test_util.h"
 #include "tests/support/fuzz_run.h"
+#include "tests/support/sanitizers.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::rendezvous;
@@ -439,8 +440,9 @@ TEST_CASE("bad input: a fuzz loop of random and damaged frames", "[bad-input][fu
   std::printf("store fuzz: %d connections of random and damaged frames\n", i);
   f.expectOnlyClientLeft();
   f.expectServes("the fuzz loop");
-  // Every frame's connection is gone and nothing it asked for stays allocated.
-  CHECK(rssKb() - rss_before < 64 * 1024);
+  // Every frame's connection is gone and nothing it asked for stays allocated (not measurable
+  // where the sanitizers' quarantine keeps freed memory resident).
+  if (!ddprun::testing::kSanitizedHeap) CHECK(rssKb() - rss_before < 64 * 1024);
 }
 
 TEST_CASE("bad input: torch 1.13 frames on a raw socket get torch 1.13 answers", "[bad-input][legacy]") {
@@ -613,10 +615,11 @@ TEST_CASE("bad input: replies queued for all clients stay within max_total_pendi
   CHECK(peak <= options.max_total_pending_reply_bytes);
   CHECK(f.server.pendingReplyBytes() <= options.max_total_pending_reply_bytes);
   // The server lives in this process; twelve hogs at 16-20 MiB each would show here (string
-  // growth can hold up to twice the bytes counted, hence the margin).
+  // growth can hold up to twice the bytes counted, hence the margin). Not under a sanitizer:
+  // its quarantine keeps the closed hogs' freed replies resident.
   const long grown_mb = (rssKb() - rss_before) / 1024;
   INFO("the server's memory grew by " << grown_mb << " MiB");
-  CHECK(grown_mb < 160);
+  if (!ddprun::testing::kSanitizedHeap) CHECK(grown_mb < 160);
   hogs.clear();
   f.expectOnlyClientLeft();
   f.expectServes("twelve clients that never read large replies");
