@@ -25,7 +25,10 @@ else()
       "(the compiler has one runtime or the other); use two build trees (presets asan and tsan)")
   endif()
   add_compile_options(-fsanitize=${DDPRUN_SANITIZE} -fno-omit-frame-pointer)
-  add_link_options(-fsanitize=${DDPRUN_SANITIZE})
+  # Debian's GCC links with --as-needed, but not under -fsanitize (it keeps the sanitizer's
+  # runtime with --no-as-needed of its own): without it here, ddprun would load libraries it
+  # does not use, such as Boost.Filesystem, and fail its library test.
+  add_link_options(-fsanitize=${DDPRUN_SANITIZE} LINKER:--as-needed)
   if("undefined" IN_LIST ddprun_sanitizers)
     # Undefined behaviour stops the process like the other sanitizers' findings do, so a test
     # that hits it fails instead of printing a line and passing. Without the vptr check: its
