@@ -20,19 +20,19 @@ struct AgentConfig {
   std::vector<std::string> entrypoint;
   // Short name of what runs, for the failure report title ("train.py", "-m pkg.mod").
   std::string entry_name;
-  int nproc_per_node = 1;                 // --nproc_per_node, resolved to a count.
+  int nproc_per_node = 1;  // --nproc_per_node, resolved to a count.
   // --virtual_local_rank: each worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming its one device.
   bool virtual_local_rank = false;
-  std::string role = "default";           // --role; ROLE_NAME.
-  int max_restarts = 0;                   // --max_restarts.
+  std::string role = "default";                      // --role; ROLE_NAME.
+  int max_restarts = 0;                              // --max_restarts.
   std::chrono::milliseconds monitor_interval{5000};  // --monitor_interval; only reported.
   std::chrono::milliseconds term_timeout{30000};     // --term_timeout: SIGTERM -> SIGKILL grace.
   // --signals_to_handle: signals that stop the job (forwarded, then SIGKILL after term_timeout).
   // SIGUSR1/SIGUSR2 not listed here are forwarded to the workers and the job goes on.
   std::vector<int> stop_signals{SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-  std::optional<std::string> log_dir;     // --log_dir; unset: a temporary directory.
-  StdSpec redirects;                      // -r/--redirects; default none.
-  StdSpec tee;                            // -t/--tee; default none.
+  std::optional<std::string> log_dir;               // --log_dir; unset: a temporary directory.
+  StdSpec redirects;                                // -r/--redirects; default none.
+  StdSpec tee;                                      // -t/--tee; default none.
   std::optional<std::set<int>> local_ranks_filter;  // --local_ranks_filter; unset: all.
   // --duplicate_stdout_filters / --duplicate_stderr_filters: teed lines containing any of
   // these also go to attempt_<k>/filtered_std{out,err}.log; empty (default): no such file.
@@ -45,9 +45,9 @@ struct AgentConfig {
   // job (doubling with each further failure, up to node_cooldown_max); 0: never (torchrun).
   std::chrono::milliseconds node_cooldown{0};
   std::chrono::milliseconds node_cooldown_max{300000};  // --node_cooldown_max.
-  std::optional<int> health_check_port;   // --health_check_port; unset: no endpoint.
-  std::string health_check_addr = "127.0.0.1";  // --health_check_addr: where it listens (loopback unless told).
-  std::optional<std::string> events_file;  // DDPRUN_EVENTS_FILE; unset: events only in --log_dir.
+  std::optional<int> health_check_port;                 // --health_check_port; unset: no endpoint.
+  std::string health_check_addr = "127.0.0.1";          // --health_check_addr: where it listens (loopback unless told).
+  std::optional<std::string> events_file;               // DDPRUN_EVENTS_FILE; unset: events only in --log_dir.
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's file timers on a named pipe (default off).
   bool file_timer = false;
   // --hang_timeout: no local rank has completed a collective (flight recorder) for this long

@@ -89,9 +89,7 @@ CpuTopology::CpuTopology(std::string root) : root_(root == "/" ? "" : std::move(
   while (!root_.empty() && root_.back() == '/') root_.pop_back();
 }
 
-CpuTopology CpuTopology::fromEnvironment() {
-  return CpuTopology(env::stringOr(env::kTopologyRoot, ""));
-}
+CpuTopology CpuTopology::fromEnvironment() { return CpuTopology(env::stringOr(env::kTopologyRoot, "")); }
 
 std::string CpuTopology::path(const std::string& relative) const { return root_ + "/" + relative; }
 

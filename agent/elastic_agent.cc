@@ -9,20 +9,20 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <chrono>
 #include <future>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <string_view>
 
+#include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <fmt/format.h>
 
 #include "agent/adopted_children.h"
 #include "agent/error_file.h"
@@ -168,11 +168,11 @@ class ElasticAgent::Impl {
     std::chrono::system_clock::time_point exit_time;
     std::string error_file;
     std::shared_ptr<StreamRecord> stderr_record;  // when stderr goes through the agent
-    std::string dir;                  // its log directory in this attempt
-    bool python_faulthandler = false;  // a Python worker with PYTHONFAULTHANDLER: SIGABRT before a hang kill
-    std::string hang_reason;          // set when ddprun stopped it as hung ("timer 'step' expired")
-    std::optional<HungStop> hang;     // its stacks, then
-    bool abandoned = false;           // survived SIGKILL (uninterruptible sleep); no longer waited for
+    std::string dir;                              // its log directory in this attempt
+    bool python_faulthandler = false;             // a Python worker with PYTHONFAULTHANDLER: SIGABRT before a hang kill
+    std::string hang_reason;                      // set when ddprun stopped it as hung ("timer 'step' expired")
+    std::optional<HungStop> hang;                 // its stacks, then
+    bool abandoned = false;                       // survived SIGKILL (uninterruptible sleep); no longer waited for
     bool failed() const { return !running && !stopped_by_agent && (signal != 0 || exit_code != 0); }
   };
   enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
@@ -255,12 +255,12 @@ class ElasticAgent::Impl {
   std::vector<std::unique_ptr<LineForwarder>> forwarders_;
   std::shared_ptr<FilteredLog> filtered_stdout_;  // this attempt's, with --duplicate_stdout_filters
   std::shared_ptr<FilteredLog> filtered_stderr_;
-  int stop_signal_ = 0;        // the first of config_.stop_signals received.
-  bool stopping_ = false;      // workers were told to stop; a second signal means kill.
+  int stop_signal_ = 0;    // the first of config_.stop_signals received.
+  bool stopping_ = false;  // workers were told to stop; a second signal means kill.
   std::unique_ptr<rendezvous::DynamicRendezvous> rendezvous_;
   int round_ = -1;
   std::optional<rendezvous::RoundEvent> round_event_;  // of round_, from the watcher thread
-  int attempt_ = 0;            // worker group starts on this node: names attempt_<k> log dirs
+  int attempt_ = 0;                                    // worker group starts on this node: names attempt_<k> log dirs
 
   rendezvous::RendezvousSettings settings_;
   RestartPolicy policy_;
@@ -272,7 +272,7 @@ class ElasticAgent::Impl {
   std::string last_end_reason_;
   int64_t cooldown_until_ms_ = 0;
   int exit_code_ = -1;
-  bool store_lost_ = false;    // no more status records: a publish could wait on a dead store
+  bool store_lost_ = false;                        // no more status records: a publish could wait on a dead store
   std::unique_ptr<FileTimerServer> timer_server_;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::unique_ptr<FlightDir> flight_dir_;          // the workers' flight recorder rings
   bool hang_judged_ = false;                       // this attempt's verdict was given
@@ -453,10 +453,10 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
                  std::move(file), console};
     return p;
   };
-  StreamPlan out = plan(includesStdout(redirected), includesStdout(teed), LogLayout::stdoutFile(dir),
-                        ConsoleStream::kStdout);
-  StreamPlan err = plan(includesStderr(redirected), includesStderr(teed), LogLayout::stderrFile(dir),
-                        ConsoleStream::kStderr);
+  StreamPlan out =
+      plan(includesStdout(redirected), includesStdout(teed), LogLayout::stdoutFile(dir), ConsoleStream::kStdout);
+  StreamPlan err =
+      plan(includesStderr(redirected), includesStderr(teed), LogLayout::stderrFile(dir), ConsoleStream::kStderr);
   // A log file is written by the agent, never by the worker itself: a full --log_dir must
   // not fail the worker's writes (and so change its exit code).
   auto target = [](const StreamPlan& p) {
@@ -654,8 +654,7 @@ void ElasticAgent::Impl::onTimerExpired(const TimerExpiry& expiry) {
     return;
   }
   log_->warn("worker rank {} (pid {}): timer '{}' expired; taking its stacks, then {}{}", w->place.rank, pid, scope,
-             w->python_faulthandler ? "SIGABRT (Python tracebacks to its stderr) and " : "",
-             signalName(expiry.signal));
+             w->python_faulthandler ? "SIGABRT (Python tracebacks to its stderr) and " : "", signalName(expiry.signal));
   judgeHang("timer '" + scope + "' of rank " + std::to_string(w->place.rank) + " expired");
   stopHung({{w, pid}}, expiry.signal, "timer '" + scope + "' expired");
 }
@@ -950,7 +949,9 @@ std::optional<rendezvous::RendezvousResult> ElasticAgent::Impl::formRound() {
     struct Notify {
       Impl* self;
       std::shared_ptr<bool> ready;
-      ~Notify() { asio::post(self->io_, [r = ready] { *r = true; }); }
+      ~Notify() {
+        asio::post(self->io_, [r = ready] { *r = true; });
+      }
     } notify{this, ready};
     return rendezvous_->nextRound();
   });
@@ -1114,7 +1115,7 @@ std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration
   const auto until = Clock::now() + duration;
   cooldown_until_ms_ = rendezvous::wallClockMillis() + duration.count();
   const double seconds = std::chrono::duration<double>(duration).count();
-  log_->warn("this node's workers failed {} times in a row; it sits out of the job for {:.1f} s", 
+  log_->warn("this node's workers failed {} times in a row; it sits out of the job for {:.1f} s",
              policy_.consecutiveFailures(), seconds);
   emit("node_cooldown", JsonObject()
                             .add("consecutive_failures", policy_.consecutiveFailures())
@@ -1266,9 +1267,9 @@ int ElasticAgent::Impl::runRounds() {
         emitRoundEnd(round_event_->reason, false);
         return finishJob(kExitOk);
       }
-      outcome = stop_signal_ != 0 ? Outcome::kStoppedBySignal
+      outcome = stop_signal_ != 0                                            ? Outcome::kStoppedBySignal
                 : round_event_->kind == rendezvous::RoundEvent::Kind::kEnded ? Outcome::kRoundEnded
-                                                                              : Outcome::kStoreLost;
+                                                                             : Outcome::kStoreLost;
     }
     if (outcome == Outcome::kStoppedBySignal) {
       setState("stopping");

@@ -12,8 +12,8 @@ namespace ddprun::agent {
 
 struct WorkerErrorRecord {
   std::string message;
-  std::string traceback;             // py_callstack, or a C++ backtrace; may be empty.
-  std::optional<double> timestamp;   // seconds since the epoch, when the file has one.
+  std::string traceback;            // py_callstack, or a C++ backtrace; may be empty.
+  std::optional<double> timestamp;  // seconds since the epoch, when the file has one.
 };
 
 // Returns nothing when the file does not exist or is empty (the worker wrote no error).

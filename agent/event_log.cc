@@ -47,9 +47,9 @@ EventLog::~EventLog() = default;
 
 void EventLog::emit(const std::string& event, const JsonObject& fields) {
   if (fds_.empty()) return;
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   JsonObject head;
   head.add("time", isoTimeUtc(now)).add("unix_ms", now).add("event", event).add("node", node_).add("run_id", run_id_);
   std::string line = head.str();

@@ -50,9 +50,9 @@ std::string indent(std::string_view text, std::string_view pad) {
 
 // Why ddprun stopped a hung worker and where it stood: the first lines of its stacks.
 void appendHang(std::string& out, const WorkerFailure& f) {
-  out += fmt::format("  hung      : {}; ddprun took its stacks, then stopped it{}\n", f.hang_reason,
-                     f.hang_python_abort ? " (SIGABRT first: Python printed every thread's traceback to its stderr)"
-                                         : "");
+  out +=
+      fmt::format("  hung      : {}; ddprun took its stacks, then stopped it{}\n", f.hang_reason,
+                  f.hang_python_abort ? " (SIGABRT first: Python printed every thread's traceback to its stderr)" : "");
   std::vector<std::string_view> lines;
   for (size_t start = 0; start < f.stacks.size();) {
     size_t end = f.stacks.find('\n', start);

@@ -18,8 +18,8 @@ struct WorkerFailure {
   int local_rank = 0;
   std::string host;
   int pid = 0;
-  int exit_code = 0;     // valid when signal == 0.
-  int signal = 0;        // the signal that killed the worker, or 0.
+  int exit_code = 0;                           // valid when signal == 0.
+  int signal = 0;                              // the signal that killed the worker, or 0.
   std::chrono::system_clock::time_point time;  // when the agent saw it exit.
   std::string error_file;
   std::optional<WorkerErrorRecord> error;

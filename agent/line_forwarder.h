@@ -34,11 +34,11 @@ struct StreamRecord {
 };
 
 struct ForwardOptions {
-  UniqueFd file_fd;                      // the log file, owned by the forwarder; default: none.
-  std::string file;                      // its path, for messages.
-  std::optional<ConsoleStream> console;  // where whole lines are shown; default: not shown.
-  std::string prefix;                    // put before each console line; default none.
-  std::shared_ptr<StreamRecord> record;  // gets the tail and file errors; default: none kept.
+  UniqueFd file_fd;                       // the log file, owned by the forwarder; default: none.
+  std::string file;                       // its path, for messages.
+  std::optional<ConsoleStream> console;   // where whole lines are shown; default: not shown.
+  std::string prefix;                     // put before each console line; default none.
+  std::shared_ptr<StreamRecord> record;   // gets the tail and file errors; default: none kept.
   std::shared_ptr<FilteredLog> filtered;  // gets prefixed lines to filter; default: none.
 };
 

@@ -146,14 +146,10 @@ std::optional<NumaMode> parseNumaMode(std::string_view text) {
 
 std::string_view numaModeName(NumaMode mode) {
   switch (mode) {
-    case NumaMode::kNode:
-      return "node";
-    case NumaMode::kSocket:
-      return "socket";
-    case NumaMode::kExclusive:
-      return "exclusive";
-    case NumaMode::kCoreComplex:
-      return "core-complex";
+    case NumaMode::kNode: return "node";
+    case NumaMode::kSocket: return "socket";
+    case NumaMode::kExclusive: return "exclusive";
+    case NumaMode::kCoreComplex: return "core-complex";
   }
   return "?";
 }
@@ -166,18 +162,10 @@ std::vector<CpuBinding> planNumaBinding(NumaMode mode, int nproc, CpuTopology& t
     CpuBinding binding;
     binding.numa_node = p.node;
     switch (mode) {
-      case NumaMode::kNode:
-        binding.cpus = planner.nodeCpus(p.node);
-        break;
-      case NumaMode::kSocket:
-        binding.cpus = planner.socketCpus(p.node);
-        break;
-      case NumaMode::kExclusive:
-        binding.cpus = planner.exclusiveCpus(p);
-        break;
-      case NumaMode::kCoreComplex:
-        binding.cpus = planner.coreComplexCpus(p);
-        break;
+      case NumaMode::kNode: binding.cpus = planner.nodeCpus(p.node); break;
+      case NumaMode::kSocket: binding.cpus = planner.socketCpus(p.node); break;
+      case NumaMode::kExclusive: binding.cpus = planner.exclusiveCpus(p); break;
+      case NumaMode::kCoreComplex: binding.cpus = planner.coreComplexCpus(p); break;
     }
     bindings.push_back(std::move(binding));
   }

@@ -79,32 +79,15 @@ bool readFull(int fd, void* data, size_t size) {
     if (header.path_len > kMaxPath || !readFull(read_fd, path.data(), path.size())) break;
     const ProcessStamp process{header.pid, header.start_time};
     switch (header.kind) {
-      case kWatchGroup:
-        groups.insert(header.pid);
-        break;
-      case kForgetGroup:
-        groups.erase(header.pid);
-        break;
-      case kWatchCgroup:
-        cgroups.insert(path);
-        break;
-      case kForgetCgroup:
-        cgroups.erase(path);
-        break;
-      case kWatchProcess:
-        processes.insert(process);
-        break;
-      case kForgetProcess:
-        processes.erase(process);
-        break;
-      case kWatchDirectory:
-        directories.insert(path);
-        break;
-      case kForgetDirectory:
-        directories.erase(path);
-        break;
-      default:
-        break;
+      case kWatchGroup: groups.insert(header.pid); break;
+      case kForgetGroup: groups.erase(header.pid); break;
+      case kWatchCgroup: cgroups.insert(path); break;
+      case kForgetCgroup: cgroups.erase(path); break;
+      case kWatchProcess: processes.insert(process); break;
+      case kForgetProcess: processes.erase(process); break;
+      case kWatchDirectory: directories.insert(path); break;
+      case kForgetDirectory: directories.erase(path); break;
+      default: break;
     }
   }
   // Everything is killed before the guard waits for anything, so all of it dies together.

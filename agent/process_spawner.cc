@@ -94,8 +94,7 @@ void warnNotInCgroup(const std::string& cgroup, int err) {
 // Prepares the child's end of one stream; for a pipe also the agent's read end.
 void openTarget(const StdioTarget& target, UniqueFd& child_end, UniqueFd& agent_end) {
   switch (target.kind) {
-    case StdioTarget::Kind::kInherit:
-      return;
+    case StdioTarget::Kind::kInherit: return;
     case StdioTarget::Kind::kFile: {
       int fd = ::open(target.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (fd < 0) throw SystemError("open(" + target.path + ")", errno);
@@ -157,9 +156,9 @@ SpawnedProcess spawnWorker(const SpawnRequest& request) {
   if (cpus.get() && ::read(bind_error_read.get(), &bind_errno, sizeof bind_errno) == sizeof bind_errno) {
     std::error_code ignored;
     child.wait(ignored);
-    throw SystemError("bind worker " + request.argv.front() + " to CPUs " + formatCpuList(request.cpus) +
-                          " (sched_setaffinity)",
-                      bind_errno);
+    throw SystemError(
+        "bind worker " + request.argv.front() + " to CPUs " + formatCpuList(request.cpus) + " (sched_setaffinity)",
+        bind_errno);
   }
 
   SpawnedProcess spawned;

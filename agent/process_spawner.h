@@ -22,8 +22,8 @@ struct StdioTarget {
 };
 
 struct SpawnRequest {
-  std::vector<std::string> argv;                // argv[0]: absolute path of the program.
-  std::map<std::string, std::string> env;       // the worker's whole environment.
+  std::vector<std::string> argv;           // argv[0]: absolute path of the program.
+  std::map<std::string, std::string> env;  // the worker's whole environment.
   StdioTarget out;
   StdioTarget err;
   std::string cgroup;  // a cgroup v2 directory to start the worker in; empty: none.

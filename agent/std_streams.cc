@@ -24,8 +24,8 @@ bool parseStd(std::string_view text, Std& out) {
 
 StdSpec StdSpec::parse(std::string_view flag, std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return UsageError("invalid " + std::string(flag) + " value '" + std::string(text) + "': " +
-                      std::string(why) + " (expected 0-3, or a map like 0:1,1:3)");
+    return UsageError("invalid " + std::string(flag) + " value '" + std::string(text) + "': " + std::string(why) +
+                      " (expected 0-3, or a map like 0:1,1:3)");
   };
   StdSpec spec;
   if (text.find(':') == std::string_view::npos) {

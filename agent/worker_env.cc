@@ -46,17 +46,15 @@ bool setsOmpNumThreads(const std::map<std::string, std::string>& base, int nproc
   return nproc_per_node > 1 && !base.count(env::kOmpNumThreads);
 }
 
-std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::string> base,
-                                                     const AgentConfig& config,
-                                                     const rendezvous::RendezvousResult& rdzv,
-                                                     const WorkerPlace& place, const std::string& error_file) {
+std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::string> base, const AgentConfig& config,
+                                                     const rendezvous::RendezvousResult& rdzv, const WorkerPlace& place,
+                                                     const std::string& error_file) {
   const bool set_omp = setsOmpNumThreads(base, config.nproc_per_node);
   auto& e = base;
   if (config.virtual_local_rank) {
     auto inherited = e.find(env::kCudaVisibleDevices);
-    std::optional<std::string> device =
-        virtualDevice(inherited == e.end() ? std::nullopt : std::optional<std::string>(inherited->second),
-                      place.local_rank);
+    std::optional<std::string> device = virtualDevice(
+        inherited == e.end() ? std::nullopt : std::optional<std::string>(inherited->second), place.local_rank);
     e[env::kCudaVisibleDevices] = device.value_or("");
   }
   e[env::kRank] = std::to_string(place.rank);

@@ -13,7 +13,7 @@ namespace ddprun::agent {
 
 struct WorkerPlace {
   int local_rank = 0;
-  int rank = 0;              // global rank over all nodes.
+  int rank = 0;  // global rank over all nodes.
   int world_size = 1;
   int local_world_size = 1;
   int role_rank = 0;
@@ -35,10 +35,9 @@ std::optional<std::string> virtualDevice(const std::optional<std::string>& inher
 // config.python_faulthandler is off or `base` has it.
 // With config.virtual_local_rank, LOCAL_RANK is 0 and CUDA_VISIBLE_DEVICES is virtualDevice()
 // (the launcher has checked that one exists for every local rank).
-std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::string> base,
-                                                     const AgentConfig& config,
-                                                     const rendezvous::RendezvousResult& rdzv,
-                                                     const WorkerPlace& place, const std::string& error_file);
+std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::string> base, const AgentConfig& config,
+                                                     const rendezvous::RendezvousResult& rdzv, const WorkerPlace& place,
+                                                     const std::string& error_file);
 
 // True when the agent will set OMP_NUM_THREADS itself (and should say so once).
 bool setsOmpNumThreads(const std::map<std::string, std::string>& base, int nproc_per_node);

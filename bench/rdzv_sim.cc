@@ -9,10 +9,10 @@
 #include <pthread.h>
 #include <sys/resource.h>
 
-#include <future>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <vector>
 

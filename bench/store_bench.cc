@@ -77,9 +77,7 @@ double heapInUseMiB() {
   return static_cast<double>(m.uordblks + m.hblkhd) / (1024.0 * 1024.0);
 }
 
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -266,7 +264,7 @@ struct WaitResult {
   int wrong = 0;  // wrong values, failed connects and timed-out waits
   double connect_seconds = 0;
   double release_seconds = 0;
-  double heap_growth_mib = 0;  // heap growth while all clients wait (clients + server)
+  double heap_growth_mib = 0;     // heap growth while all clients wait (clients + server)
   size_t server_connections = 0;  // as the server counts them while all wait (0: not known)
   std::string first_error;
 };
@@ -374,7 +372,8 @@ Config parseArgs(int argc, char** argv) {
       throw std::invalid_argument("unknown argument " + arg);
     }
   }
-  if (c.seconds <= 0 || c.rounds < 1 || c.clients < 1 || c.waiters < 1 || c.wait_rounds < 1) throw std::invalid_argument("bad values");
+  if (c.seconds <= 0 || c.rounds < 1 || c.clients < 1 || c.waiters < 1 || c.wait_rounds < 1)
+    throw std::invalid_argument("bad values");
   return c;
 }
 
@@ -397,8 +396,9 @@ int main(int argc, char** argv) {
               config.rounds, config.seconds);
   std::printf("# op: set(key_i, %zu B) + get(key_i), get checked; ops/s counts set and get as one op each\n",
               kValueBytes);
-  std::printf("#\n#   server  clients  size(B)    count       op   time(us)       ops/s  srv_cpu(us/op)"
-              "  cli_cpu(us/op)  wrong\n");
+  std::printf(
+      "#\n#   server  clients  size(B)    count       op   time(us)       ops/s  srv_cpu(us/op)"
+      "  cli_cpu(us/op)  wrong\n");
   std::fflush(stdout);
   const char* names[2] = {"ddprun", "torch"};
   std::vector<double> ops[2], lat[2], srv[2], cli[2], counts[2], ratios;
@@ -433,7 +433,8 @@ int main(int argc, char** argv) {
   std::printf("; ratio:");
   for (double v : ratios) std::printf(" %.2f", v);
   std::printf("\n# count: set+get pairs in %.1f s; time(us): one pair as one client sees it (mean);\n", config.seconds);
-  std::printf("# srv_cpu/cli_cpu: CPU time per op of the server thread / of the client threads (both in this process)\n");
+  std::printf(
+      "# srv_cpu/cli_cpu: CPU time per op of the server thread / of the client threads (both in this process)\n");
   // ops/s = cores x CPU use / (server + client CPU per op). The clients' share is the same
   // for both servers, so at equal CPU use a cheaper server gains only (C+T)/(C+S); the
   // server-bound figure T/S is what a machine with cores to spare for the clients would show.
@@ -442,20 +443,22 @@ int main(int argc, char** argv) {
   const double cli_ours = median(cli[0]), cli_torch = median(cli[1]);
   const double cli_both = (cli_ours + cli_torch) / 2;
   auto use = [&](int s, double srv_us, double cli_us) { return med_ops[s] * (srv_us + cli_us) * 1e-6 / cores; };
-  std::printf("# CPU per op, server + clients: ddprun %.2f + %.2f us, torch %.2f + %.2f us; CPU use of the %.0f\n"
-              "# cores: ddprun %.0f%%, torch %.0f%%. At equal CPU use the clients' share caps the gain of a cheaper\n"
-              "# server at (%.2f + %.2f) / (%.2f + %.2f) = %.2f; server-bound: %.2f / %.2f = %.2f\n",
-              srv_ours, cli_ours, srv_torch, cli_torch, cores, 100 * use(0, srv_ours, cli_ours),
-              100 * use(1, srv_torch, cli_torch), srv_torch, cli_both, srv_ours, cli_both,
-              (srv_torch + cli_both) / (srv_ours + cli_both), srv_torch, srv_ours, srv_torch / srv_ours);
+  std::printf(
+      "# CPU per op, server + clients: ddprun %.2f + %.2f us, torch %.2f + %.2f us; CPU use of the %.0f\n"
+      "# cores: ddprun %.0f%%, torch %.0f%%. At equal CPU use the clients' share caps the gain of a cheaper\n"
+      "# server at (%.2f + %.2f) / (%.2f + %.2f) = %.2f; server-bound: %.2f / %.2f = %.2f\n",
+      srv_ours, cli_ours, srv_torch, cli_torch, cores, 100 * use(0, srv_ours, cli_ours),
+      100 * use(1, srv_torch, cli_torch), srv_torch, cli_both, srv_ours, cli_both,
+      (srv_torch + cli_both) / (srv_ours + cli_both), srv_torch, srv_ours, srv_torch / srv_ours);
   std::printf("store srv_cpu_ratio=%.2f\n", srv_torch / srv_ours);
   std::printf("store ratio=%.2f\n", median(ratios));
   std::fflush(stdout);
 
   // Wait fan-out.
-  std::printf("\n# wait fan-out: %d concurrent clients, each wait(key) then get(key); key set once all are up;"
-              " %d rounds, medians\n",
-              config.waiters, config.wait_rounds);
+  std::printf(
+      "\n# wait fan-out: %d concurrent clients, each wait(key) then get(key); key set once all are up;"
+      " %d rounds, medians\n",
+      config.waiters, config.wait_rounds);
   std::printf("#\n#   server  clients  connect(s)  release(s)  heap(MiB)  served  wrong\n");
   std::fflush(stdout);
   const int servers = config.torch_wait ? 2 : 1;
@@ -488,11 +491,12 @@ int main(int argc, char** argv) {
     std::printf("; torch:");
     for (double v : release_s[1]) std::printf(" %.3f", v);
   }
-  std::printf("\n# connect(s): until every client is up; release(s): from the set until the last client's get\n"
-              "# returned; heap(MiB): heap growth of this process (server + clients) while all wait;\n"
-              "# served: fewest clients served in a round. ddprun's server held %zu connections (torch\n"
-              "# 1.13's c10d::TCPStore opens 2 each: its store connection and an idle callback one)\n",
-              our_connections);
+  std::printf(
+      "\n# connect(s): until every client is up; release(s): from the set until the last client's get\n"
+      "# returned; heap(MiB): heap growth of this process (server + clients) while all wait;\n"
+      "# served: fewest clients served in a round. ddprun's server held %zu connections (torch\n"
+      "# 1.13's c10d::TCPStore opens 2 each: its store connection and an idle callback one)\n",
+      our_connections);
   if (config.torch_wait) {
     std::printf("store_wait clients=%d seconds=%.3f torch_seconds=%.3f\n", config.waiters, release[0], release[1]);
   } else {

@@ -55,8 +55,7 @@ T requireInteger(const char* name, T min = std::numeric_limits<T>::min(), T max 
 // The variable as an integer in [min, max], or `fallback` when unset or empty. Throws
 // UsageError when it is set to anything else.
 template <std::integral T>
-T integerOr(const char* name, T fallback, T min = std::numeric_limits<T>::min(),
-            T max = std::numeric_limits<T>::max());
+T integerOr(const char* name, T fallback, T min = std::numeric_limits<T>::min(), T max = std::numeric_limits<T>::max());
 
 // ---- implementation ----
 

@@ -10,8 +10,8 @@ SystemError::SystemError(const std::string& what, int err)
     : DdprunError(what + ": " + std::strerror(err)), code_(err) {}
 
 void checkFailed(const char* expr, const char* file, int line, const std::string& detail) {
-  std::fprintf(stderr, "ddprun: internal check failed: %s at %s:%d%s%s\n", expr, file, line,
-               detail.empty() ? "" : ": ", detail.c_str());
+  std::fprintf(stderr, "ddprun: internal check failed: %s at %s:%d%s%s\n", expr, file, line, detail.empty() ? "" : ": ",
+               detail.c_str());
   std::abort();
 }
 

@@ -39,7 +39,7 @@ class SystemError : public DdprunError {
 
 }  // namespace ddprun
 
-#define DDPRUN_CHECK(cond, ...)                                                       \
-  do {                                                                                \
+#define DDPRUN_CHECK(cond, ...)                                                              \
+  do {                                                                                       \
     if (!(cond)) ::ddprun::checkFailed(#cond, __FILE__, __LINE__, std::string{__VA_ARGS__}); \
   } while (0)

@@ -22,8 +22,7 @@ SocketError timedOut() { return SocketError(Kind::kTimedOut, "timed out", ETIMED
 
 }  // namespace
 
-SocketError::SocketError(Kind kind, const std::string& what, int code)
-    : DdprunError(what), kind_(kind), code_(code) {}
+SocketError::SocketError(Kind kind, const std::string& what, int code) : DdprunError(what), kind_(kind), code_(code) {}
 
 int pollTimeoutMs(SocketClock::time_point deadline) {
   if (deadline == SocketClock::time_point::max()) return -1;

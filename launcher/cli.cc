@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <random>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "agent/event_log.h"
 #include "agent/filtered_log.h"
@@ -98,8 +98,8 @@ std::string randomRunId() {
   std::random_device device;
   std::uniform_int_distribution<uint32_t> dist;
   uint32_t a = dist(device), b = dist(device), c = dist(device), d = dist(device);
-  return fmt::format("{:08x}-{:04x}-4{:03x}-{:04x}-{:04x}{:08x}", a, b >> 16, b & 0xfff, 0x8000 | (c >> 18),
-                     c & 0xffff, d);
+  return fmt::format("{:08x}-{:04x}-4{:03x}-{:04x}-{:04x}{:08x}", a, b >> 16, b & 0xfff, 0x8000 | (c >> 18), c & 0xffff,
+                     d);
 }
 
 void parseNnodes(const std::string& text, int& min_nodes, int& max_nodes) {
@@ -131,8 +131,7 @@ std::map<std::string, std::string> parseRdzvConf(const std::string& text) {
     std::string_view item = rest.substr(0, comma);
     auto eq = item.find('=');
     if (eq == std::string_view::npos || eq == 0) {
-      throw UsageError("invalid --rdzv_conf value '" + text + "': entry '" + std::string(item) +
-                       "' is not key=value");
+      throw UsageError("invalid --rdzv_conf value '" + text + "': entry '" + std::string(item) + "' is not key=value");
     }
     conf[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
     if (comma == std::string_view::npos) break;
@@ -182,8 +181,8 @@ void warnIfNotTeed(const agent::AgentConfig& config, const char* stream, const s
   for (int rank = 0; rank < config.nproc_per_node; ++rank) {
     if (includes(config.tee.forLocalRank(rank))) return;
   }
-  logger("launcher")->warn("--duplicate_{}_filters applies to teed {} only, and no local rank tees it (--tee)", stream,
-                           stream);
+  logger("launcher")
+      ->warn("--duplicate_{}_filters applies to teed {} only, and no local rank tees it (--tee)", stream, stream);
 }
 
 std::chrono::milliseconds toMillis(double seconds) {
@@ -227,9 +226,10 @@ void checkVirtualDevices(int nproc_per_node) {
   const char* visible = std::getenv(env::kCudaVisibleDevices);
   if (!visible) return;
   if (!agent::virtualDevice(std::string(visible), nproc_per_node - 1)) {
-    throw UsageError(fmt::format("--virtual_local_rank: CUDA_VISIBLE_DEVICES='{}' has fewer than --nproc_per_node={} "
-                                 "entries, one per local rank",
-                                 visible, nproc_per_node));
+    throw UsageError(
+        fmt::format("--virtual_local_rank: CUDA_VISIBLE_DEVICES='{}' has fewer than --nproc_per_node={} "
+                    "entries, one per local rank",
+                    visible, nproc_per_node));
   }
 }
 
@@ -282,14 +282,14 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
   config.node_cooldown = toMillis(parseSeconds("--node_cooldown", f.node_cooldown));
   config.node_cooldown_max = toMillis(parseSeconds("--node_cooldown_max", f.node_cooldown_max));
   if (config.node_cooldown > config.node_cooldown_max) {
-    throw UsageError("--node_cooldown " + f.node_cooldown + " is longer than --node_cooldown_max " + f.node_cooldown_max);
+    throw UsageError("--node_cooldown " + f.node_cooldown + " is longer than --node_cooldown_max " +
+                     f.node_cooldown_max);
   }
   if (!f.health_check_port.empty()) {
     config.health_check_port = parseInt("--health_check_port", f.health_check_port, 0, 65535, "a port number 0-65535");
   } else if (const char* port = std::getenv(env::kHealthCheckPort); port && *port) {
     // torch's agent serves its health check where this names; the flag wins over it.
-    config.health_check_port =
-        parseInt(env::kHealthCheckPort, port, 0, 65535, "a port number 0-65535");
+    config.health_check_port = parseInt(env::kHealthCheckPort, port, 0, 65535, "a port number 0-65535");
   }
   config.health_check_addr = f.health_check_addr;
   if (!f.hang_timeout.empty()) {
@@ -347,10 +347,13 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
 // --slurm: the flags the command line (and PET_*) left open, from the job step's variables.
 void applySlurm(const CLI::App& app, RawFlags& f) {
   if (f.standalone) throw UsageError("--slurm and --standalone cannot be combined: a SLURM job step spans its nodes");
-  const std::map<std::string, std::string*> targets{
-      {"nnodes", &f.nnodes},           {"node_rank", &f.node_rank}, {"master_addr", &f.master_addr},
-      {"master_port", &f.master_port}, {"rdzv_endpoint", &f.rdzv_endpoint}, {"rdzv_id", &f.rdzv_id},
-      {"nproc_per_node", &f.nproc_per_node}};
+  const std::map<std::string, std::string*> targets{{"nnodes", &f.nnodes},
+                                                    {"node_rank", &f.node_rank},
+                                                    {"master_addr", &f.master_addr},
+                                                    {"master_port", &f.master_port},
+                                                    {"rdzv_endpoint", &f.rdzv_endpoint},
+                                                    {"rdzv_id", &f.rdzv_id},
+                                                    {"nproc_per_node", &f.nproc_per_node}};
   std::set<std::string> given;
   for (const auto& [name, target] : targets) {
     if (app.get_option("--" + name)->count() > 0) given.insert(name);
@@ -404,56 +407,92 @@ std::vector<std::string> withEmptyValuesKept(const CLI::App& app, int argc, cons
 
 ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   RawFlags f;
-  CLI::App app{"ddprun: a native, torchrun-compatible launcher for distributed training.\n"
-               "Starts --nproc_per_node workers on this node with torchrun's environment (RANK, LOCAL_RANK,\n"
-               "WORLD_SIZE, MASTER_ADDR, ...), restarts them on failure and reports what failed.\n"
-               "Every flag can also be set through PET_<FLAG> (e.g. PET_NPROC_PER_NODE); the command line wins.",
-               "ddprun"};
+  CLI::App app{
+      "ddprun: a native, torchrun-compatible launcher for distributed training.\n"
+      "Starts --nproc_per_node workers on this node with torchrun's environment (RANK, LOCAL_RANK,\n"
+      "WORLD_SIZE, MASTER_ADDR, ...), restarts them on failure and reports what failed.\n"
+      "Every flag can also be set through PET_<FLAG> (e.g. PET_NPROC_PER_NODE); the command line wins.",
+      "ddprun"};
   app.prefix_command();
   app.get_formatter()->column_width(34);
 
-  addOption(app, "", "--nnodes", f.nnodes, "Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes>.");
-  addOption(app, "", "--nproc_per_node", f.nproc_per_node, "Number of workers per node; supported values: [auto, cpu, gpu, xpu, int].");
-  addFlag(app, "", "--virtual_local_rank", f.virtual_local_rank, "Every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own device.");
-  addOption(app, "", "--node_rank", f.node_rank, "Rank of the node for multi-node distributed training (static rendezvous).");
+  addOption(app, "", "--nnodes", f.nnodes,
+            "Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes>.");
+  addOption(app, "", "--nproc_per_node", f.nproc_per_node,
+            "Number of workers per node; supported values: [auto, cpu, gpu, xpu, int].");
+  addFlag(app, "", "--virtual_local_rank", f.virtual_local_rank,
+          "Every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own device.");
+  addOption(app, "", "--node_rank", f.node_rank,
+            "Rank of the node for multi-node distributed training (static rendezvous).");
   addOption(app, "", "--master_addr", f.master_addr, "Address of the master node (rank 0) for static rendezvous.");
-  addOption(app, "", "--master_port", f.master_port, "Port on the master node for static rendezvous (default: a free port).");
-  addFlag(app, "", "--standalone", f.standalone, "Single-node job with a local rendezvous on a free port; no --rdzv_* flags needed.");
+  addOption(app, "", "--master_port", f.master_port,
+            "Port on the master node for static rendezvous (default: a free port).");
+  addFlag(app, "", "--standalone", f.standalone,
+          "Single-node job with a local rendezvous on a free port; no --rdzv_* flags needed.");
   addOption(app, "", "--rdzv_backend", f.rdzv_backend, "Rendezvous backend: static or c10d.");
   addOption(app, "", "--rdzv_endpoint", f.rdzv_endpoint, "Rendezvous backend endpoint, usually in form <host>:<port>.");
   addOption(app, "", "--rdzv_id", f.rdzv_id, "User-defined group id (the job id).");
-  addOption(app, "", "--rdzv_conf", f.rdzv_conf, "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...).");
+  addOption(app, "", "--rdzv_conf", f.rdzv_conf,
+            "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...).");
   addOption(app, "", "--max_restarts", f.max_restarts, "Maximum number of worker group restarts before failing.");
-  addOption(app, "", "--monitor_interval", f.monitor_interval, "Accepted for torchrun compatibility; ddprun sees worker exits as they happen.");
+  addOption(app, "", "--monitor_interval", f.monitor_interval,
+            "Accepted for torchrun compatibility; ddprun sees worker exits as they happen.");
   addOption(app, "", "--role", f.role, "User-defined role for the workers (ROLE_NAME).");
   addFlag(app, "", "--no_python", f.no_python, "Exec the training script directly instead of prepending 'python -u'.");
   addFlag(app, "-m", "--module", f.module, "Run the training script as a Python module ('python -m').");
   addFlag(app, "", "--run_path", f.run_path, "Run the training script with python, whatever its name.");
-  addFlag(app, "", "--no_python_faulthandler", f.no_python_faulthandler, "Do not set PYTHONFAULTHANDLER=1 for Python workers (with it, a worker stopped as hung prints its Python tracebacks).");
-  addOption(app, "", "--log_dir", f.log_dir, "Base directory for log files (<run_id>_<unique>/attempt_<k>/<local_rank>/).");
-  addOption(app, "-r", "--redirects", f.redirects, "Redirect std streams into log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank, e.g. 0:1,1:2.");
+  addFlag(app, "", "--no_python_faulthandler", f.no_python_faulthandler,
+          "Do not set PYTHONFAULTHANDLER=1 for Python workers (with it, a worker stopped as hung prints its Python "
+          "tracebacks).");
+  addOption(app, "", "--log_dir", f.log_dir,
+            "Base directory for log files (<run_id>_<unique>/attempt_<k>/<local_rank>/).");
+  addOption(
+      app, "-r", "--redirects", f.redirects,
+      "Redirect std streams into log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank, e.g. 0:1,1:2.");
   addOption(app, "-t", "--tee", f.tee, "Tee std streams into log files and the console (same values as --redirects).");
-  addOption(app, "", "--local_ranks_filter", f.local_ranks_filter, "Show console output only from these local ranks, e.g. 0,1.");
-  addOption(app, "", "--duplicate_stdout_filters", f.duplicate_stdout_filters, "Also copy teed stdout lines containing any of these comma-separated strings (,, for a comma) to attempt_<k>/filtered_stdout.log.");
-  addOption(app, "", "--duplicate_stderr_filters", f.duplicate_stderr_filters, "Also copy teed stderr lines containing any of these comma-separated strings (,, for a comma) to attempt_<k>/filtered_stderr.log.");
-  addOption(app, "", "--numa_binding", f.numa_binding, "Bind each worker to the CPUs near its GPU (local rank = GPU index): node, socket, exclusive or core-complex.");
+  addOption(app, "", "--local_ranks_filter", f.local_ranks_filter,
+            "Show console output only from these local ranks, e.g. 0,1.");
+  addOption(app, "", "--duplicate_stdout_filters", f.duplicate_stdout_filters,
+            "Also copy teed stdout lines containing any of these comma-separated strings (,, for a comma) to "
+            "attempt_<k>/filtered_stdout.log.");
+  addOption(app, "", "--duplicate_stderr_filters", f.duplicate_stderr_filters,
+            "Also copy teed stderr lines containing any of these comma-separated strings (,, for a comma) to "
+            "attempt_<k>/filtered_stderr.log.");
+  addOption(
+      app, "", "--numa_binding", f.numa_binding,
+      "Bind each worker to the CPUs near its GPU (local rank = GPU index): node, socket, exclusive or core-complex.");
   addOption(app, "", "--local_addr", f.local_addr, "Address of this node for the rendezvous (default: its host name).");
-  addOption(app, "", "--start_method", f.start_method, "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are native processes.");
+  addOption(app, "", "--start_method", f.start_method,
+            "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are native processes.");
   addOption(app, "", "--hang_timeout", f.hang_timeout,
             "Seconds without any local rank completing a collective while one is pending before ddprun calls the "
             "job hung: it prints where every rank stands, takes stacks and restarts (default: off).");
   addOption(app, "", "--term_timeout", f.term_timeout, "Seconds between SIGTERM and SIGKILL when stopping workers.");
-  addOption(app, "", "--shutdown_timeout", f.shutdown_timeout, "torchrun's name for --term_timeout (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30).");
-  addOption(app, "", "--signals_to_handle", f.signals_to_handle, "Comma-separated signals that stop the job (default: TORCHELASTIC_SIGNALS_TO_HANDLE, else SIGTERM,SIGINT,SIGHUP,SIGQUIT); SIGUSR1/SIGUSR2 not listed are forwarded to the workers.");
-  addOption(app, "", "--node_cooldown", f.node_cooldown, "Seconds a node whose workers failed twice in a row sits out of the job, doubling with each further failure (0: never).");
+  addOption(app, "", "--shutdown_timeout", f.shutdown_timeout,
+            "torchrun's name for --term_timeout (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30).");
+  addOption(app, "", "--signals_to_handle", f.signals_to_handle,
+            "Comma-separated signals that stop the job (default: TORCHELASTIC_SIGNALS_TO_HANDLE, else "
+            "SIGTERM,SIGINT,SIGHUP,SIGQUIT); SIGUSR1/SIGUSR2 not listed are forwarded to the workers.");
+  addOption(app, "", "--node_cooldown", f.node_cooldown,
+            "Seconds a node whose workers failed twice in a row sits out of the job, doubling with each further "
+            "failure (0: never).");
   addOption(app, "", "--node_cooldown_max", f.node_cooldown_max, "Longest cooldown of a failing node, in seconds.");
-  addOption(app, "", "--health_check_port", f.health_check_port, "Serve the agent's health on this port (HTTP GET: 200 and its state as JSON while healthy, else 503).");
-  addOption(app, "", "--health_check_addr", f.health_check_addr, "Address the health check listens on (default loopback; 0.0.0.0 or the node's address for probes from elsewhere).");
-  addFlag(app, "", "--slurm", f.slurm, "Take --nnodes, --node_rank, --master_addr/--master_port (or --rdzv_endpoint), --rdzv_id and --nproc_per_node from SLURM's job step variables unless given.");
-  addFlag(app, "", "--dry_run", f.dry_run, "Print the resolved flags, one per line, and exit without starting anything.");
+  addOption(app, "", "--health_check_port", f.health_check_port,
+            "Serve the agent's health on this port (HTTP GET: 200 and its state as JSON while healthy, else 503).");
+  addOption(app, "", "--health_check_addr", f.health_check_addr,
+            "Address the health check listens on (default loopback; 0.0.0.0 or the node's address for probes from "
+            "elsewhere).");
+  addFlag(app, "", "--slurm", f.slurm,
+          "Take --nnodes, --node_rank, --master_addr/--master_port (or --rdzv_endpoint), --rdzv_id and "
+          "--nproc_per_node from SLURM's job step variables unless given.");
+  addFlag(app, "", "--dry_run", f.dry_run,
+          "Print the resolved flags, one per line, and exit without starting anything.");
   // No PET_VERSION: an exported variable must never turn a job into a version print.
-  app.add_flag("--version", f.version, "Print ddprun's version, its git revision and the torch store wire generations it speaks.");
-  app.footer("positional arguments:\n  training_script [args...]   The program to launch in parallel, followed by its arguments.");
+  app.add_flag("--version", f.version,
+               "Print ddprun's version, its git revision and the torch store wire generations it speaks.");
+  app.footer(
+      "positional arguments:\n  training_script [args...]   The program to launch in parallel, followed by its "
+      "arguments.");
 
   const std::vector<std::string> args = withEmptyValuesKept(app, argc, argv);
   std::vector<const char*> arg_pointers;

@@ -12,9 +12,9 @@
 namespace ddprun::launcher {
 
 struct ParsedCommandLine {
-  std::optional<std::string> help_text;   // set when --help was asked for; nothing else is.
+  std::optional<std::string> help_text;  // set when --help was asked for; nothing else is.
   agent::AgentConfig config;
-  std::string start_method;               // accepted for compatibility; native processes ignore it.
+  std::string start_method;                 // accepted for compatibility; native processes ignore it.
   std::optional<std::string> dry_run_text;  // --dry_run: the resolved flags to print; nothing runs.
   std::optional<std::string> version_text;  // --version: what to print; nothing else is set.
 };

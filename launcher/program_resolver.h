@@ -9,17 +9,17 @@
 namespace ddprun::launcher {
 
 struct ProgramRequest {
-  std::string script;                 // the training_script positional.
-  std::vector<std::string> args;      // everything after it.
-  bool no_python = false;             // --no_python.
-  bool module = false;                // -m/--module.
-  bool run_path = false;              // --run_path.
+  std::string script;             // the training_script positional.
+  std::vector<std::string> args;  // everything after it.
+  bool no_python = false;         // --no_python.
+  bool module = false;            // -m/--module.
+  bool run_path = false;          // --run_path.
 };
 
 struct ResolvedProgram {
-  std::vector<std::string> argv;      // argv[0] absolute.
-  std::string display_name;           // for reports: "train.py", "-m pkg.mod", "true".
-  bool python = false;                // the program is a Python interpreter (ddprun's, or python* itself).
+  std::vector<std::string> argv;  // argv[0] absolute.
+  std::string display_name;       // for reports: "train.py", "-m pkg.mod", "true".
+  bool python = false;            // the program is a Python interpreter (ddprun's, or python* itself).
 };
 
 // Finds `name` on PATH (or checks it as a path when it contains '/'); returns the

@@ -7,12 +7,12 @@
 #include <optional>
 #include <string_view>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "agent/event_log.h"
-#include "common/json_writer.h"
 #include "common/error.h"
+#include "common/json_writer.h"
 #include "launcher/worker_stacks.h"
 #include "rendezvous/local_addresses.h"
 #include "rendezvous/tcp_store_client.h"
@@ -65,9 +65,7 @@ std::string rankRange(const AgentRecord& a) {
 
 }  // namespace
 
-bool isStatusCommand(int argc, const char* const* argv) {
-  return argc >= 2 && std::string_view(argv[1]) == "status";
-}
+bool isStatusCommand(int argc, const char* const* argv) { return argc >= 2 && std::string_view(argv[1]) == "status"; }
 
 std::string formatStatusTable(const JobStatus& s) {
   std::string out = fmt::format("job {}  store {}  ", s.run_id, s.store);
@@ -122,7 +120,10 @@ std::string formatStatusJson(const JobStatus& s) {
   std::vector<JsonObject> nodes;
   for (const AgentRecord& a : s.agents) {
     JsonObject n;
-    n.add("node", a.node).add("address", a.address).add("state", a.state).add("lost", rendezvous::agentLost(a, s.now_ms));
+    n.add("node", a.node)
+        .add("address", a.address)
+        .add("state", a.state)
+        .add("lost", rendezvous::agentLost(a, s.now_ms));
     n.add("round", a.round).add("group_rank", a.group_rank);
     if (a.round >= 0) {
       n.add("first_rank", a.rank_base).add("last_rank", a.rank_base + a.nproc - 1);
@@ -213,7 +214,8 @@ int runStatusCommand(int argc, const char* const* argv) {
     throw UsageError(std::string("status: ") + e.what());
   }
   if (stacks) {
-    if (log_dir.empty()) throw UsageError("status --stacks needs --log_dir DIR: the agent's events file there names its workers");
+    if (log_dir.empty())
+      throw UsageError("status --stacks needs --log_dir DIR: the agent's events file there names its workers");
     if (json) throw UsageError("status --stacks prints stacks, not JSON: leave out --json");
     return printWorkerStacks(newestEventsFile(log_dir));
   }

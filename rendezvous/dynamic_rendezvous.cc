@@ -87,11 +87,11 @@ class DynamicRendezvous::Impl {
   }
   // Where this node stands in a round it tried to join.
   struct Seat {
-    bool late = false;      // arrived after the round closed: try the next one
-    int index = 0;          // 1-based arrival order (static: node_rank + 1)
-    int participants = 0;   // nodes in the round
-    int rank_base = 0;      // RANK of this node's local rank 0
-    int world_size = 0;     // all workers of the round
+    bool late = false;     // arrived after the round closed: try the next one
+    int index = 0;         // 1-based arrival order (static: node_rank + 1)
+    int participants = 0;  // nodes in the round
+    int rank_base = 0;     // RANK of this node's local rank 0
+    int world_size = 0;    // all workers of the round
   };
   Seat join(int round, Clock::TimePoint deadline);
   Seat joinStatic(int round, Clock::TimePoint deadline);
@@ -106,8 +106,8 @@ class DynamicRendezvous::Impl {
     return end && end->endsJob();
   }
   RendezvousError error(int round, const std::string& what) const {
-    return RendezvousError(fmt::format("round {} of job '{}' (store {}:{}): {}", round, config_.run_id, store_host_,
-                                       store_port_, what));
+    return RendezvousError(
+        fmt::format("round {} of job '{}' (store {}:{}): {}", round, config_.run_id, store_host_, store_port_, what));
   }
   StoreClientOptions clientOptions(milliseconds connect_timeout) const {
     StoreClientOptions o;
@@ -154,10 +154,10 @@ class DynamicRendezvous::Impl {
   std::mutex status_mutex_;
   std::optional<AgentRecord> status_;  // the record last published, for the watcher's refreshes
   std::unique_ptr<StoreClient> status_client_;
-  bool registered_ = false;            // this node's name is in the job's agents list
-  bool sat_out_ = false;               // left its last round for a cooldown and has not joined since
-  int final_round_ = -1;               // the round whose end ended the job while this node sat out
-  int hang_answered_round_ = -1;       // the round whose hang summary request this node answered
+  bool registered_ = false;       // this node's name is in the job's agents list
+  bool sat_out_ = false;          // left its last round for a cooldown and has not joined since
+  int final_round_ = -1;          // the round whose end ended the job while this node sat out
+  int hang_answered_round_ = -1;  // the round whose hang summary request this node answered
 };
 
 DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env)
@@ -203,7 +203,8 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
       log_->debug("hosting the rendezvous store on {}:{}", bind_host, store_port_);
     } catch (const SystemError& e) {
       // Another agent on this host already serves the endpoint: join it as a client.
-      if (host_explicit || e.code() != EADDRINUSE) throw RendezvousError(std::string("cannot host the store: ") + e.what());
+      if (host_explicit || e.code() != EADDRINUSE)
+        throw RendezvousError(std::string("cannot host the store: ") + e.what());
       log_->debug("rendezvous store {}:{} is already served on this host; joining it", store_host_, store_port_);
     }
   }

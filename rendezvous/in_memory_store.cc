@@ -130,8 +130,7 @@ int64_t InMemoryStore::add(const std::string& key, int64_t amount) {
   return *total;
 }
 
-std::string InMemoryStore::compareSet(const std::string& key, const std::string& expected,
-                                      const std::string& desired) {
+std::string InMemoryStore::compareSet(const std::string& key, const std::string& expected, const std::string& desired) {
   std::lock_guard lock(mutex_);
   StoreEffects effects;
   std::string result = state_.compareSet(key, expected, desired, effects);
@@ -218,8 +217,8 @@ std::string InMemoryStore::queuePopWith(const std::string& key, std::chrono::mil
       throw StoreError(fmt::format("store queue_pop(key={}): interrupted (in-memory)", key));
     }
     if (clock_.waitUntil(lock, changed_, deadline) == std::cv_status::timeout && state_.queueLength(key) == 0) {
-      throw StoreTimeout(fmt::format("store queue_pop(key={}): timed out after {} ms (in-memory)", key,
-                                     timeout.count()));
+      throw StoreTimeout(
+          fmt::format("store queue_pop(key={}): timed out after {} ms (in-memory)", key, timeout.count()));
     }
   }
 }
@@ -234,17 +233,16 @@ std::vector<std::string> InMemoryStore::listKeys() {
   return state_.listKeys();
 }
 
-void InMemoryStore::waitLocked(std::unique_lock<std::mutex>& lock, const char* op,
-                               const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
-                               const std::atomic<bool>* interrupted) {
+void InMemoryStore::waitLocked(std::unique_lock<std::mutex>& lock, const char* op, const std::vector<std::string>& keys,
+                               std::chrono::milliseconds timeout, const std::atomic<bool>* interrupted) {
   const auto deadline = clock_.now() + timeout;
   while (!state_.check(keys)) {
     if (interrupted && *interrupted) {
       throw StoreError(fmt::format("store {}(key={}): interrupted (in-memory)", op, joined(keys)));
     }
     if (clock_.waitUntil(lock, changed_, deadline) == std::cv_status::timeout && !state_.check(keys)) {
-      throw StoreTimeout(fmt::format("store {}(key={}): timed out after {} ms (in-memory)", op, joined(keys),
-                                     timeout.count()));
+      throw StoreTimeout(
+          fmt::format("store {}(key={}): timed out after {} ms (in-memory)", op, joined(keys), timeout.count()));
     }
   }
 }

@@ -18,21 +18,21 @@ namespace ddprun::rendezvous {
 // One agent's published record. Times are wall-clock milliseconds since the epoch, so a
 // reader on another host can compare them (up to the hosts' clock skew).
 struct AgentRecord {
-  std::string node;             // host:pid, the node's name in end reasons.
-  std::string address;          // the address it advertises to the rendezvous.
-  std::string state;            // joining, running, succeeded, cooldown, stopping, exited.
-  int round = -1;               // the last round it took part in; -1 before the first.
-  int group_rank = -1;          // its GROUP_RANK in that round.
-  int rank_base = 0;            // RANK of its local rank 0 in that round.
-  int nproc = 0;                // its --nproc_per_node.
-  int restarts = 0;             // TORCHELASTIC_RESTART_COUNT of its current workers.
-  int max_restarts = 0;         // its --max_restarts.
-  int64_t heartbeat_ms = 0;     // when it last refreshed this record.
-  int64_t keep_alive_ms = 0;    // its keep-alive interval: how often the record is refreshed.
+  std::string node;                // host:pid, the node's name in end reasons.
+  std::string address;             // the address it advertises to the rendezvous.
+  std::string state;               // joining, running, succeeded, cooldown, stopping, exited.
+  int round = -1;                  // the last round it took part in; -1 before the first.
+  int group_rank = -1;             // its GROUP_RANK in that round.
+  int rank_base = 0;               // RANK of its local rank 0 in that round.
+  int nproc = 0;                   // its --nproc_per_node.
+  int restarts = 0;                // TORCHELASTIC_RESTART_COUNT of its current workers.
+  int max_restarts = 0;            // its --max_restarts.
+  int64_t heartbeat_ms = 0;        // when it last refreshed this record.
+  int64_t keep_alive_ms = 0;       // its keep-alive interval: how often the record is refreshed.
   int keep_alive_max_attempt = 0;  // missed refreshes after which it counts as lost.
-  int consecutive_failures = 0; // rounds in a row that ended because its workers failed.
+  int consecutive_failures = 0;    // rounds in a row that ended because its workers failed.
   int64_t cooldown_until_ms = 0;   // while state is cooldown: when it will rejoin.
-  int exit_code = -1;           // once state is exited: ddprun's exit code.
+  int exit_code = -1;              // once state is exited: ddprun's exit code.
 };
 
 // "v1|node|address|state|..." (no field may contain '|'). decode throws RendezvousError
@@ -48,15 +48,15 @@ int64_t wallClockMillis();
 
 struct JobStatus {
   std::string run_id;
-  std::string store;            // host:port that answered.
-  int round = -1;               // the latest round; -1 when no round was ever started.
-  std::string round_state;      // forming, running, ended.
-  std::string end_reason;       // when round_state is ended.
-  int nodes_in_round = 0;       // once the round closed.
-  int world_size = 0;           // once the round closed.
-  int restarts = 0;             // job-wide restarts used by the latest round.
-  int max_restarts = 0;         // from the agents' records (the largest).
-  int64_t now_ms = 0;           // the reader's clock when it read the store.
+  std::string store;                // host:port that answered.
+  int round = -1;                   // the latest round; -1 when no round was ever started.
+  std::string round_state;          // forming, running, ended.
+  std::string end_reason;           // when round_state is ended.
+  int nodes_in_round = 0;           // once the round closed.
+  int world_size = 0;               // once the round closed.
+  int restarts = 0;                 // job-wide restarts used by the latest round.
+  int max_restarts = 0;             // from the agents' records (the largest).
+  int64_t now_ms = 0;               // the reader's clock when it read the store.
   std::vector<AgentRecord> agents;  // in order of first arrival.
 };
 

@@ -11,33 +11,33 @@
 namespace ddprun::rendezvous {
 
 struct RendezvousConfig {
-  std::string backend = "static";        // "static" or "c10d".
-  std::string endpoint;                  // host[:port]; empty means none given.
-  std::string run_id = "none";           // --rdzv_id; also TORCHELASTIC_RUN_ID.
-  int min_nodes = 1;                     // --nnodes MIN (or N).
-  int max_nodes = 1;                     // --nnodes MAX (or N).
-  int node_rank = 0;                     // --node_rank (static backend).
-  std::string master_addr = "127.0.0.1"; // --master_addr.
-  std::optional<int> master_port;        // --master_port; unset means pick a free one.
-  std::string local_addr;                // --local_addr; empty means this host's name.
-  bool standalone = false;               // --standalone.
+  std::string backend = "static";           // "static" or "c10d".
+  std::string endpoint;                     // host[:port]; empty means none given.
+  std::string run_id = "none";              // --rdzv_id; also TORCHELASTIC_RUN_ID.
+  int min_nodes = 1;                        // --nnodes MIN (or N).
+  int max_nodes = 1;                        // --nnodes MAX (or N).
+  int node_rank = 0;                        // --node_rank (static backend).
+  std::string master_addr = "127.0.0.1";    // --master_addr.
+  std::optional<int> master_port;           // --master_port; unset means pick a free one.
+  std::string local_addr;                   // --local_addr; empty means this host's name.
+  bool standalone = false;                  // --standalone.
   std::map<std::string, std::string> conf;  // --rdzv_conf key=value pairs.
 };
 
 // --rdzv_conf, parsed: torchrun's keys plus ddprun's. Durations in the conf are seconds.
 // store_type is checked but not kept: tcp is the only store ddprun has.
 struct RendezvousSettings {
-  std::chrono::milliseconds join_timeout{600000};      // join_timeout (alias: timeout): a round must form.
-  std::chrono::milliseconds last_call_timeout{30000};  // last_call_timeout: wait after MIN nodes joined.
-  std::chrono::milliseconds close_timeout{30000};      // close_timeout: wait for peers when the job ends.
-  std::chrono::milliseconds read_timeout{60000};       // read_timeout: one store operation.
-  std::chrono::milliseconds keep_alive_interval{5000}; // keep_alive_interval.
-  int keep_alive_max_attempt = 3;                      // keep_alive_max_attempt: misses before eviction.
+  std::chrono::milliseconds join_timeout{600000};       // join_timeout (alias: timeout): a round must form.
+  std::chrono::milliseconds last_call_timeout{30000};   // last_call_timeout: wait after MIN nodes joined.
+  std::chrono::milliseconds close_timeout{30000};       // close_timeout: wait for peers when the job ends.
+  std::chrono::milliseconds read_timeout{60000};        // read_timeout: one store operation.
+  std::chrono::milliseconds keep_alive_interval{5000};  // keep_alive_interval.
+  int keep_alive_max_attempt = 3;                       // keep_alive_max_attempt: misses before eviction.
   // heartbeat_timeout (torch's name): one keep-alive store operation; unset: read_timeout.
   std::optional<std::chrono::milliseconds> heartbeat_timeout;
-  std::optional<bool> is_host;                         // is_host: unset = decide from the endpoint.
-  std::string token_file;                              // token_file (DDPRUN_TOKEN wins).
-  std::vector<std::string> unknown_keys;               // passed through by torchrun; we warn.
+  std::optional<bool> is_host;            // is_host: unset = decide from the endpoint.
+  std::string token_file;                 // token_file (DDPRUN_TOKEN wins).
+  std::vector<std::string> unknown_keys;  // passed through by torchrun; we warn.
 };
 
 // Parses config.conf. Throws UsageError naming the key for a bad value.

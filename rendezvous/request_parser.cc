@@ -30,8 +30,9 @@ class Cursor {
   bool bytes(std::string& out, size_t limit, const char* what) {
     uint64_t length = 0;
     if (!scalar(length)) return false;
-    if (length > limit) return fail(std::string(what) + " of " + std::to_string(length) + " bytes exceeds the limit of " +
-                                    std::to_string(limit));
+    if (length > limit)
+      return fail(std::string(what) + " of " + std::to_string(length) + " bytes exceeds the limit of " +
+                  std::to_string(limit));
     if (pos_ + length > limits_.max_request_bytes) return fail("request exceeds the size limit");
     if (data_.size() - pos_ < length) return ranShort(pos_ + length);
     out.assign(reinterpret_cast<const char*>(data_.data() + pos_), length);
@@ -125,9 +126,7 @@ void parseBody(Cursor& c, Request& r) {
   }
   switch (r.command) {
     case Command::kValidate:
-    case Command::kPing:
-      c.scalar(r.word);
-      return;
+    case Command::kPing: c.scalar(r.word); return;
     case Command::kSet:
     case Command::kAppend:
     case Command::kQueuePush:
@@ -139,31 +138,20 @@ void parseBody(Cursor& c, Request& r) {
     case Command::kGet:
     case Command::kDeleteKey:
     case Command::kQueuePop:
-    case Command::kQueueLen:
-      oneKey();
-      return;
+    case Command::kQueueLen: oneKey(); return;
     case Command::kAdd:
     case Command::kBarrier:
       if (oneKey()) c.scalar(r.amount);
       return;
     case Command::kCheck:
     case Command::kWait:
-    case Command::kMultiGet:
-      keyList(false);
-      return;
-    case Command::kMultiSet:
-      keyList(true);
-      return;
+    case Command::kMultiGet: keyList(false); return;
+    case Command::kMultiSet: keyList(true); return;
     case Command::kGetNumKeys:
     case Command::kCancelWait:
-    case Command::kListKeys:
-      return;
-    case Command::kAuthHello:
-      c.fixed(r.blob, wire::kAuthNonceBytes);
-      return;
-    case Command::kAuthProof:
-      c.fixed(r.blob, wire::kAuthMacBytes);
-      return;
+    case Command::kListKeys: return;
+    case Command::kAuthHello: c.fixed(r.blob, wire::kAuthNonceBytes); return;
+    case Command::kAuthProof: c.fixed(r.blob, wire::kAuthMacBytes); return;
   }
 }
 

@@ -34,8 +34,7 @@ class Store {
   virtual std::string get(const std::string& key) = 0;
   virtual int64_t add(const std::string& key, int64_t amount) = 0;
   // torch's compare_set rules: see StoreState::compareSet.
-  virtual std::string compareSet(const std::string& key, const std::string& expected,
-                                 const std::string& desired) = 0;
+  virtual std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) = 0;
   virtual bool check(const std::vector<std::string>& keys) = 0;
   // Returns once every key exists; throws StoreTimeout after `timeout`.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;

@@ -15,17 +15,17 @@
 #include <thread>
 #include <unordered_map>
 
+#include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
 
 #include "common/error.h"
 #include "common/logging.h"
-#include "rendezvous/store_state.h"
 #include "rendezvous/sha256.h"
+#include "rendezvous/store_state.h"
 #include "rendezvous/token_auth.h"
 
 namespace ddprun::rendezvous {
@@ -132,8 +132,7 @@ class StoreServer::Impl {
 
 class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(Impl& server, ConnectionId id, tcp::socket socket)
-      : server_(server), id_(id), socket_(std::move(socket)) {
+  Connection(Impl& server, ConnectionId id, tcp::socket socket) : server_(server), id_(id), socket_(std::move(socket)) {
     boost::system::error_code ec;
     auto remote = socket_.remote_endpoint(ec);
     peer_ = ec ? "unknown peer" : remote.address().to_string() + ":" + std::to_string(remote.port());
@@ -182,9 +181,8 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
     if (closed_) return;
     const size_t queued = pending_.size() + writing_.size() + frame.size();
     if (queued > server_.options_.max_pending_reply_bytes) {
-      server_.closeConnection(id_,
-                              fmt::format("watcher does not read its notifications ({} bytes would be queued)", queued),
-                              true);
+      server_.closeConnection(
+          id_, fmt::format("watcher does not read its notifications ({} bytes would be queued)", queued), true);
       return;
     }
     send(std::move(frame));
@@ -194,7 +192,6 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   bool stalled(Clock::time_point now) const {
     return partial_since_ && now - *partial_since_ > server_.options_.request_timeout;
   }
-
 
  private:
   // Reading peeks at the kernel's queue and drops what was peeked only after the replies
@@ -393,7 +390,8 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         server_nonce_ = randomNonce();
         const std::string& token = server_.options_.token;
         reply = server_nonce_;
-        reply += token.empty() ? std::string(wire::kAuthMacBytes, '\0') : serverProof(token, client_nonce_, server_nonce_);
+        reply +=
+            token.empty() ? std::string(wire::kAuthMacBytes, '\0') : serverProof(token, client_nonce_, server_nonce_);
         break;
       }
       case Command::kAuthProof: {
@@ -410,9 +408,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         reply.push_back(1);
         break;
       }
-      case Command::kSet:
-        state.set(r.keys[0], std::move(r.values[0]), effects);
-        break;
+      case Command::kSet: state.set(r.keys[0], std::move(r.values[0]), effects); break;
       case Command::kCompareSet:
         putBytes(reply, state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), effects));
         break;
@@ -430,20 +426,14 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
       }
       case Command::kCheck:
         put<uint8_t>(reply, static_cast<uint8_t>(state.check(r.keys) ? wire::CheckResponse::kReady
-                                                                       : wire::CheckResponse::kNotReady));
+                                                                     : wire::CheckResponse::kNotReady));
         break;
       case Command::kWait:
         if (state.wait(id_, r.keys)) put<uint8_t>(reply, static_cast<uint8_t>(wire::WaitResponse::kStopWaiting));
         break;
-      case Command::kGetNumKeys:
-        put<int64_t>(reply, state.numKeys());
-        break;
-      case Command::kDeleteKey:
-        put<int64_t>(reply, state.deleteKey(r.keys[0], effects) ? 1 : 0);
-        break;
-      case Command::kAppend:
-        state.append(r.keys[0], r.values[0], effects);
-        break;
+      case Command::kGetNumKeys: put<int64_t>(reply, state.numKeys()); break;
+      case Command::kDeleteKey: put<int64_t>(reply, state.deleteKey(r.keys[0], effects) ? 1 : 0); break;
+      case Command::kAppend: state.append(r.keys[0], r.values[0], effects); break;
       case Command::kMultiGet: {
         // The reply's size is known before anything is copied into it.
         std::vector<const std::string*> values;
@@ -468,21 +458,15 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
         state.cancelWait(id_);
         put<uint8_t>(reply, static_cast<uint8_t>(wire::WaitResponse::kWaitCanceled));
         break;
-      case Command::kPing:
-        put<uint32_t>(reply, r.word);
-        break;
-      case Command::kQueuePush:
-        state.queuePush(r.keys[0], std::move(r.values[0]), effects);
-        break;
+      case Command::kPing: put<uint32_t>(reply, r.word); break;
+      case Command::kQueuePush: state.queuePush(r.keys[0], std::move(r.values[0]), effects); break;
       case Command::kQueuePop: {
         // Never blocks: the length before the pop, then the element if there was one.
         put<int64_t>(reply, state.queueLength(r.keys[0]));
         if (auto value = state.queuePop(r.keys[0])) putBytes(reply, *value);
         break;
       }
-      case Command::kQueueLen:
-        put<int64_t>(reply, state.queueLength(r.keys[0]));
-        break;
+      case Command::kQueueLen: put<int64_t>(reply, state.queueLength(r.keys[0])); break;
       case Command::kListKeys: {
         auto keys = state.listKeys();
         put<int64_t>(reply, static_cast<int64_t>(keys.size()));

@@ -16,11 +16,11 @@
 namespace ddprun::rendezvous {
 
 struct StoreServerOptions {
-  std::string host = "0.0.0.0";      // address to listen on (IPv4/IPv6 literal or "localhost").
-  int port = 0;                      // 0: let the kernel pick a free port (see port()).
-  std::string token;                 // empty: open, like torch's store; else clients must prove it.
-  StoreLimits limits;                // per-request limits, checked before allocating.
-  std::chrono::milliseconds request_timeout{30000};  // a started request must complete within this.
+  std::string host = "0.0.0.0";                       // address to listen on (IPv4/IPv6 literal or "localhost").
+  int port = 0;                                       // 0: let the kernel pick a free port (see port()).
+  std::string token;                                  // empty: open, like torch's store; else clients must prove it.
+  StoreLimits limits;                                 // per-request limits, checked before allocating.
+  std::chrono::milliseconds request_timeout{30000};   // a started request must complete within this.
   size_t max_pending_reply_bytes = 64 * 1024 * 1024;  // stop reading a client that does not read.
   // Reply bytes queued for all clients together. Past it, the connection holding the most is
   // closed (see PROTOCOL.md). 512 MiB: twice the largest single reply (limits.max_reply_bytes),

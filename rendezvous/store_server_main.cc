@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
       } else if (arg == "--token-file") {
         token_file = value();
       } else {
-        throw UsageError("unknown argument " + arg + " (usage: ddprun_store_server [--host A] [--port P] [--token-file F])");
+        throw UsageError("unknown argument " + arg +
+                         " (usage: ddprun_store_server [--host A] [--port P] [--token-file F])");
       }
     }
     options.token = rendezvous::loadToken(token_file);

@@ -18,7 +18,7 @@ using ConnectionId = uint64_t;
 
 // What a mutation means for other connections.
 struct StoreEffects {
-  std::vector<ConnectionId> woken;                              // their WAIT is satisfied now
+  std::vector<ConnectionId> woken;                                   // their WAIT is satisfied now
   std::vector<std::pair<ConnectionId, std::string>> watch_messages;  // torch 1.13 watch frames
 };
 
@@ -62,8 +62,8 @@ class StoreState {
   std::optional<int64_t> sumWith(const std::string& key, int64_t amount) const;
   void keyBecameReady(const std::string& key, StoreEffects& effects);
   void wakeOne(const std::string& key, StoreEffects& effects);
-  void notifyWatchers(const std::string& key, uint8_t kind, const std::string* old_value,
-                      const std::string* new_value, StoreEffects& effects);
+  void notifyWatchers(const std::string& key, uint8_t kind, const std::string* old_value, const std::string* new_value,
+                      StoreEffects& effects);
 
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;

@@ -29,9 +29,7 @@ ProgressBar::ProgressBar(ProgressBarOptions options)
   options_.every = std::max<int64_t>(options_.every, 1);
 }
 
-bool ProgressBar::isTerminal(int fd) {
-  return ::isatty(fd) == 1 && env::raw(env::kTerm) != "dumb";
-}
+bool ProgressBar::isTerminal(int fd) { return ::isatty(fd) == 1 && env::raw(env::kTerm) != "dumb"; }
 
 std::string ProgressBar::render(int64_t step, double loss) const {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

@@ -14,8 +14,8 @@
 // does nothing and returns a timer that releases nothing.
 #pragma once
 
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <string_view>
 

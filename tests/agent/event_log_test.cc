@@ -6,8 +6,8 @@
 #include "tests/support/test_process.h"
 
 using namespace ddprun::agent;
-using ddprun::jsonString;
 using ddprun::JsonObject;
+using ddprun::jsonString;
 using ddprun::testing::readFile;
 using ddprun::testing::TempDir;
 

@@ -28,9 +28,10 @@ WorkerFailure failure(int rank, Clock::time_point when, int exit_code = 1, int s
 TEST_CASE("torch's @record error file is read", "[error_file]") {
   ddprun::testing::TempDir dir;
   std::string path = dir.file("error.json");
-  std::ofstream(path) << R"({"message": {"message": "ValueError: bad batch", "extraInfo": )"
-                         R"({"py_callstack": "Traceback (most recent call last):\n  File \"t.py\", line 3\nValueError: bad batch\n", )"
-                         R"("timestamp": "1700000123"}}})";
+  std::ofstream(path)
+      << R"({"message": {"message": "ValueError: bad batch", "extraInfo": )"
+         R"({"py_callstack": "Traceback (most recent call last):\n  File \"t.py\", line 3\nValueError: bad batch\n", )"
+         R"("timestamp": "1700000123"}}})";
   auto record = readErrorFile(path);
   REQUIRE(record);
   CHECK(record->message == "ValueError: bad batch");
@@ -56,7 +57,8 @@ TEST_CASE("missing, empty, bare and broken error files", "[error_file]") {
 
 TEST_CASE("the earliest failure is the root cause and error-file timestamps decide", "[failure_report]") {
   auto t0 = Clock::from_time_t(1700000100);
-  std::vector<WorkerFailure> failures = {failure(0, t0 + std::chrono::seconds(5)), failure(1, t0 + std::chrono::seconds(2)),
+  std::vector<WorkerFailure> failures = {failure(0, t0 + std::chrono::seconds(5)),
+                                         failure(1, t0 + std::chrono::seconds(2)),
                                          failure(2, t0 + std::chrono::seconds(9))};
   sortRootCauseFirst(failures);
   CHECK(failures[0].rank == 1);
@@ -106,7 +108,8 @@ TEST_CASE("the report shows a worker's stderr tail when it wrote no error file o
 
   f.stderr_file_error = "No space left on device";
   report = formatFailureReport("train.py", {f});
-  CHECK_THAT(report, Catch::Contains("(last 2 lines; /logs/attempt_0/0/stderr.log is incomplete: No space left on device)"));
+  CHECK_THAT(report,
+             Catch::Contains("(last 2 lines; /logs/attempt_0/0/stderr.log is incomplete: No space left on device)"));
 
   // With an error file the tail is shown only when the log is incomplete.
   f.error = WorkerErrorRecord{"OSError: disk quota exceeded", "", 1700000100.0};
@@ -128,10 +131,12 @@ TEST_CASE("a worker stopped as hung has why and its first stack lines in the rep
   f.stacks_file = "/logs/attempt_0/1/stacks.txt";
   for (int i = 0; i < 70; ++i) f.stacks += "#" + std::to_string(i) + " frame\n";
   std::string report = formatFailureReport("train", {f});
-  CHECK_THAT(report, Catch::Contains("  hung      : timer 'train_step' expired; ddprun took its stacks, then stopped it\n"));
-  CHECK_THAT(report, Catch::Contains(
-                         "  stacks    : (native, by gdb; first 60 of 70 lines; all of them in /logs/attempt_0/1/stacks.txt)\n"
-                         "    #0 frame\n"));
+  CHECK_THAT(report,
+             Catch::Contains("  hung      : timer 'train_step' expired; ddprun took its stacks, then stopped it\n"));
+  CHECK_THAT(report,
+             Catch::Contains(
+                 "  stacks    : (native, by gdb; first 60 of 70 lines; all of them in /logs/attempt_0/1/stacks.txt)\n"
+                 "    #0 frame\n"));
   CHECK_THAT(report, Catch::Contains("    #59 frame\n"));
   CHECK_THAT(report, !Catch::Contains("#60 frame"));
 
@@ -143,5 +148,6 @@ TEST_CASE("a worker stopped as hung has why and its first stack lines in the rep
   CHECK_THAT(report, Catch::Contains("SIGABRT first: Python printed every thread's traceback to its stderr"));
   CHECK_THAT(report, Catch::Contains("  stacks    : (no native stacks: neither eu-stack"));
   // An ordinary failure has neither line.
-  CHECK_THAT(formatFailureReport("train", {failure(0, Clock::now())}), !Catch::Contains("hung") && !Catch::Contains("stacks"));
+  CHECK_THAT(formatFailureReport("train", {failure(0, Clock::now())}),
+             !Catch::Contains("hung") && !Catch::Contains("stacks"));
 }

@@ -36,8 +36,8 @@ TEST_CASE("the environment contract is complete and keeps the user's own setting
   rdzv.restart_count = 2;
   rdzv.use_agent_store = true;
   auto places = assignPlaces(2, rdzv);
-  auto env = workerEnvironment({{"PATH", "/bin"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}}, config, rdzv, places[1],
-                               "/tmp/e.json");
+  auto env =
+      workerEnvironment({{"PATH", "/bin"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}}, config, rdzv, places[1], "/tmp/e.json");
   CHECK(env.at("RANK") == "1");
   CHECK(env.at("LOCAL_RANK") == "1");
   CHECK(env.at("WORLD_SIZE") == "2");

@@ -10,14 +10,8 @@ TEST_CASE("bad input: one line, exit 2, no worker started", "[e2e][bad_input]") 
   // Any worker that starts leaves this file behind.
   std::vector<std::string> worker = {"--no_python", "sh", "-c", "touch " + marker};
   const std::vector<std::vector<std::string>> bad = {
-      {"--bogus-flag"},
-      {"--nnodes", "3:2"},
-      {"--nproc_per_node", "0"},
-      {"--nproc_per_node", "abc"},
-      {"--rdzv_conf", "novalue"},
-      {"--redirects", "9"},
-      {"--tee", "0:1:2"},
-      {"--log_dir", "/proc/forbidden"},
+      {"--bogus-flag"},           {"--nnodes", "3:2"},  {"--nproc_per_node", "0"}, {"--nproc_per_node", "abc"},
+      {"--rdzv_conf", "novalue"}, {"--redirects", "9"}, {"--tee", "0:1:2"},        {"--log_dir", "/proc/forbidden"},
   };
   for (auto args : bad) {
     args.insert(args.begin(), ddprunPath());
@@ -30,11 +24,11 @@ TEST_CASE("bad input: one line, exit 2, no worker started", "[e2e][bad_input]") 
     CHECK(countOf(r.err, "\n") == 1);
     CHECK_FALSE(fileExists(marker));
   }
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {ddprunPath(), "--no_python", dir.file("missing-program")},
-           {ddprunPath(), "--no_python", dir.path()},
-           {ddprunPath(), dir.file("missing.py")},
-           {ddprunPath(), "--nproc_per_node=2"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{ddprunPath(), "--no_python", dir.file("missing-program")},
+                                             {ddprunPath(), "--no_python", dir.path()},
+                                             {ddprunPath(), dir.file("missing.py")},
+                                             {ddprunPath(), "--nproc_per_node=2"}}) {
     INFO(Catch::Detail::stringify(args));
     auto r = run(args);
     REQUIRE(r.finished);
@@ -56,8 +50,9 @@ TEST_CASE("ddprun --version prints the version, the git revision and the store w
   REQUIRE(r.finished);
   CHECK(r.exit_code == 0);
   CHECK(r.err.empty());
-  CHECK_THAT(r.out, Catch::Matches("ddprun [0-9]+\\.[0-9]+\\.[0-9]+( \\(git [0-9a-f]{12}(\\+dirty)?\\))?\n"
-                                   "store wire: torch 2\\.x TCPStore \\(VALIDATE handshake\\), torch 1\\.13 TCPStore\n"));
+  CHECK_THAT(r.out,
+             Catch::Matches("ddprun [0-9]+\\.[0-9]+\\.[0-9]+( \\(git [0-9a-f]{12}(\\+dirty)?\\))?\n"
+                            "store wire: torch 2\\.x TCPStore \\(VALIDATE handshake\\), torch 1\\.13 TCPStore\n"));
   // Built from a git checkout, the revision is known.
   if (fileExists(std::string(DDPRUN_TEST_SOURCE_DIR) + "/.git")) CHECK_THAT(r.out, Catch::Contains("(git "));
 }

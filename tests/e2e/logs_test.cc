@@ -70,9 +70,9 @@ TEST_CASE("tee prefixes console lines with the global rank and never splits a li
 }
 
 TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is honoured", "[e2e][logs]") {
-  auto r = run({ddprunPath(), "--nproc_per_node=2", "--role=trainer", "--tee=1", "--no_python", testWorkerPath(),
-                "lines", "2"},
-               {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "<${role_name}|${local_rank}|$rank> "}});
+  auto r = run(
+      {ddprunPath(), "--nproc_per_node=2", "--role=trainer", "--tee=1", "--no_python", testWorkerPath(), "lines", "2"},
+      {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "<${role_name}|${local_rank}|$rank> "}});
   REQUIRE(r.finished);
   REQUIRE(r.exit_code == 0);
   CHECK(countOf(r.out, "<trainer|1|1> rank 1 line") == 2);
@@ -82,8 +82,8 @@ TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is honoured", "[e2e][logs]") {
 }
 
 TEST_CASE("local_ranks_filter shows only the chosen ranks on the console", "[e2e][logs]") {
-  auto r = run({ddprunPath(), "--nproc_per_node=3", "--local_ranks_filter=1", "--no_python", testWorkerPath(),
-                "lines", "4"});
+  auto r = run(
+      {ddprunPath(), "--nproc_per_node=3", "--local_ranks_filter=1", "--no_python", testWorkerPath(), "lines", "4"});
   REQUIRE(r.finished);
   REQUIRE(r.exit_code == 0);
   CHECK(countOf(r.out, "[rank1]:rank 1 line") == 4);

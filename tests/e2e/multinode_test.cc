@@ -35,8 +35,8 @@ std::vector<WorkerLine> workerLines(const std::string& out) {
   std::vector<WorkerLine> lines;
   for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
     const auto& m = *it;
-    lines.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), std::stoi(m[4]), std::stoi(m[5]), m[6], m[7],
-                     m[8]});
+    lines.push_back(
+        {std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), std::stoi(m[4]), std::stoi(m[5]), m[6], m[7], m[8]});
   }
   return lines;
 }
@@ -56,8 +56,8 @@ std::vector<std::string> agentArgs(int nnodes_min, int nnodes_max, int nproc, in
 // Starts `count` agents of one c10d job whose first agent hosts the store (is_host), each
 // with one worker running `script`; returns once every worker has printed its line.
 std::vector<std::unique_ptr<TestProcess>> startHostedJob(int count, int min_nodes, int max_nodes, int port,
-                                                          const std::string& id, const std::string& conf,
-                                                          const std::string& script);
+                                                         const std::string& id, const std::string& conf,
+                                                         const std::string& script);
 
 std::vector<std::string> withWorker(std::vector<std::string> args, const std::string& script) {
   args.insert(args.end(), {"--no_python", "sh", "-c", script});
@@ -65,13 +65,13 @@ std::vector<std::string> withWorker(std::vector<std::string> args, const std::st
 }
 
 std::vector<std::unique_ptr<TestProcess>> startHostedJob(int count, int min_nodes, int max_nodes, int port,
-                                                          const std::string& id, const std::string& conf,
-                                                          const std::string& script) {
+                                                         const std::string& id, const std::string& conf,
+                                                         const std::string& script) {
   std::vector<std::unique_ptr<TestProcess>> agents;
   for (int i = 0; i < count; ++i) {
     const std::string host = i == 0 ? ",is_host=true" : ",is_host=false";
-    agents.push_back(std::make_unique<TestProcess>(
-        withWorker(agentArgs(min_nodes, max_nodes, 1, port, id, conf + host), script)));
+    agents.push_back(
+        std::make_unique<TestProcess>(withWorker(agentArgs(min_nodes, max_nodes, 1, port, id, conf + host), script)));
   }
   for (auto& agent : agents) REQUIRE(agent->waitForOutput("W rank=", 30s));
   return agents;

@@ -53,8 +53,8 @@ TEST_CASE("a flapping node sits out for a growing cooldown and the job finishes 
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   while (!flapper.wait(100ms) && std::chrono::steady_clock::now() < deadline) {
     if (saw_cooldown) continue;
-    auto s = run({ddprunPath(), "status", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=flapjob"},
-                 {}, 10s);
+    auto s = run({ddprunPath(), "status", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=flapjob"}, {},
+                 10s);
     saw_cooldown = s.exit_code == 0 && std::regex_search(s.out, std::regex(R"(\scooldown\s.*\(back in)"));
   }
   for (auto& agent : agents) {

@@ -29,8 +29,8 @@ TEST_CASE("events of a run with one restart and one scale-down", "[e2e][ops]") {
     auto args = agentArgs("2:3", 1, port, "eventsjob", conf + (i == 0 ? ",is_host=true" : ",is_host=false"));
     args.push_back("--max_restarts=1");
     if (i == 0) args.push_back("--log_dir=" + logs);
-    agents.push_back(std::make_unique<TestProcess>(withShell(args, script), std::map<std::string, std::string>{
-                                                                                 {"DDPRUN_EVENTS_FILE", events}}));
+    agents.push_back(std::make_unique<TestProcess>(withShell(args, script),
+                                                   std::map<std::string, std::string>{{"DDPRUN_EVENTS_FILE", events}}));
   }
   for (auto& agent : agents) REQUIRE(agent->waitForOutput("restart=1", 60s));
   // A worker can print before its agent records worker_start: kill only once all three are
@@ -79,7 +79,8 @@ print(len(lines), "events")
   // The agent with --log_dir has its own copy, with only its own events.
   std::string run_dir_events;
   for (const auto& entry : std::filesystem::directory_iterator(logs)) {
-    if (std::filesystem::exists(entry.path() / "events.jsonl")) run_dir_events = (entry.path() / "events.jsonl").string();
+    if (std::filesystem::exists(entry.path() / "events.jsonl"))
+      run_dir_events = (entry.path() / "events.jsonl").string();
   }
   REQUIRE_FALSE(run_dir_events.empty());
   auto own = checkWithPython(run_dir_events, R"(

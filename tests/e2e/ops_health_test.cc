@@ -43,8 +43,9 @@ TEST_CASE("the health check answers 200 with the agent's state while the job run
   CHECK(countOf(json, "\"running\":true") == 2);
   TempDir check_dir;
   std::ofstream(check_dir.file("body.json")) << json;
-  CHECK(checkWithPython(check_dir.file("body.json"), "import json,sys; d=json.load(open(sys.argv[1])); "
-                                                     "assert len(d['workers']) == 2 and d['round'] == 0, d")
+  CHECK(checkWithPython(check_dir.file("body.json"),
+                        "import json,sys; d=json.load(open(sys.argv[1])); "
+                        "assert len(d['workers']) == 2 and d['round'] == 0, d")
             .exit_code == 0);
 
   CHECK(httpGet(port, "/health").rfind("HTTP/1.1 200 OK", 0) == 0);

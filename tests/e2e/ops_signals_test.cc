@@ -49,8 +49,9 @@ std::vector<std::string> slowToStop(const std::string& dir, const std::vector<st
   std::vector<std::string> args = {ddprunPath(), "--standalone", "--nproc_per_node=1"};
   args.insert(args.end(), flags.begin(), flags.end());
   args.insert(args.end(), {"--no_python", "sh", "-c",
-                           "trap 'sleep 1.5; touch " + dir + "/clean; exit 0' TERM; echo ready; "
-                           "while :; do sleep 0.05; done"});
+                           "trap 'sleep 1.5; touch " + dir +
+                               "/clean; exit 0' TERM; echo ready; "
+                               "while :; do sleep 0.05; done"});
   return args;
 }
 

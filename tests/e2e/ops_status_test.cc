@@ -98,8 +98,8 @@ for n in nodes:
     CHECK(eventually(
         [&] {
           after = status({"--rdzv_endpoint=" + endpoint, "--rdzv_id=" + id});
-          return after.exit_code == 0 && rowsInState(after.out, "lost") == 1 && rowsInState(after.out, "running") == 2 &&
-                 after.out.find("round 1 running") != std::string::npos;
+          return after.exit_code == 0 && rowsInState(after.out, "lost") == 1 &&
+                 rowsInState(after.out, "running") == 2 && after.out.find("round 1 running") != std::string::npos;
         },
         30s));
     INFO(after.out << after.err);

@@ -40,12 +40,14 @@ TEST_CASE("kill -9 of ddprun leaves no worker or grandchild running", "[e2e][orp
     REQUIRE(ddprun.wait(10s));
     CHECK(ddprun.termSignal() == SIGKILL);
   }
-  CHECK(eventually([&] {
-    for (pid_t pid : pids) {
-      if (processAlive(pid)) return false;
-    }
-    return true;
-  }, 10s));
+  CHECK(eventually(
+      [&] {
+        for (pid_t pid : pids) {
+          if (processAlive(pid)) return false;
+        }
+        return true;
+      },
+      10s));
 }
 
 TEST_CASE("a worker's background child does not outlive a successful job", "[e2e][orphans]") {
@@ -63,8 +65,8 @@ TEST_CASE("a worker's background child does not outlive a successful job", "[e2e
 
 TEST_CASE("stopping on a signal leaves no grandchild behind", "[e2e][orphans]") {
   TempDir dir;
-  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", testWorkerPath(),
-                      "grandchild", dir.file("pids")});
+  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", testWorkerPath(), "grandchild",
+                      dir.file("pids")});
   REQUIRE(ddprun.waitForOutput("ready rank=", 20s, 2));
   auto pids = pidsIn(dir.file("pids"));
   REQUIRE(pids.size() == 4);
@@ -209,12 +211,14 @@ void killDuringDaemons(bool no_cgroups) {
     REQUIRE(ddprun.wait(10s));
     CHECK(ddprun.termSignal() == SIGKILL);
   }
-  const bool gone = eventually([&] {
-    for (pid_t pid : pids) {
-      if (processAlive(pid)) return false;
-    }
-    return true;
-  }, 10s);
+  const bool gone = eventually(
+      [&] {
+        for (pid_t pid : pids) {
+          if (processAlive(pid)) return false;
+        }
+        return true;
+      },
+      10s);
   for (pid_t pid : pids) {
     if (processAlive(pid)) ::kill(pid, SIGKILL);  // leave nothing behind, pass or fail
   }
@@ -251,12 +255,14 @@ void succeedWithDaemons(bool no_cgroups) {
   CHECK(r.exit_code == 0);
   auto pids = pidsIn(pid_file);
   REQUIRE(pids.size() == 3);
-  const bool gone = eventually([&] {
-    for (pid_t pid : pids) {
-      if (processAlive(pid)) return false;
-    }
-    return true;
-  }, 5s);
+  const bool gone = eventually(
+      [&] {
+        for (pid_t pid : pids) {
+          if (processAlive(pid)) return false;
+        }
+        return true;
+      },
+      5s);
   for (pid_t pid : pids) {
     if (processAlive(pid)) ::kill(pid, SIGKILL);
   }

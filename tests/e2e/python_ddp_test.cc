@@ -10,9 +10,9 @@ using namespace ddprun::testing;
 static const std::map<std::string, std::string> kDebianPython = {{"PYTHON", "/usr/bin/python3"}};
 
 TEST_CASE("a PyTorch DDP script (gloo, CPU) trains under ddprun --standalone", "[e2e][torch]") {
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", sourceDir() + "/trainers/elastic_ddp.py",
-                "--steps", "30"},
-               kDebianPython, 240s);
+  auto r = run(
+      {ddprunPath(), "--standalone", "--nproc_per_node=2", sourceDir() + "/trainers/elastic_ddp.py", "--steps", "30"},
+      kDebianPython, 240s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
@@ -23,9 +23,9 @@ TEST_CASE("a PyTorch DDP script (gloo, CPU) trains under ddprun --standalone", "
 TEST_CASE("with a rendezvous token, Python workers still get a token-free workers' store", "[e2e][torch]") {
   auto env = kDebianPython;
   env["DDPRUN_TOKEN"] = "job-secret";
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", sourceDir() + "/trainers/elastic_ddp.py",
-                "--steps", "5"},
-               env, 240s);
+  auto r = run(
+      {ddprunPath(), "--standalone", "--nproc_per_node=2", sourceDir() + "/trainers/elastic_ddp.py", "--steps", "5"},
+      env, 240s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);

@@ -40,8 +40,8 @@ TEST_CASE("restarts run out: every attempt is made, then exit 1", "[e2e][restart
 
 TEST_CASE("when one worker fails the others are stopped, not waited for", "[e2e][restart]") {
   // Rank 1 fails after 200 ms; rank 0 would wait forever.
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--term_timeout=5", "--no_python",
-                testWorkerPath(), "fail-rank", "1", "4", "200"},
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--term_timeout=5", "--no_python", testWorkerPath(),
+                "fail-rank", "1", "4", "200"},
                {}, 30s);
   REQUIRE(r.finished);
   CHECK(r.exit_code == 1);

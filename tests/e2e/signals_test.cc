@@ -30,8 +30,8 @@ TEST_CASE("SIGQUIT is forwarded and ddprun exits 128+3", "[e2e][signals]") { che
 
 TEST_CASE("SIGUSR1 and SIGUSR2 are forwarded and the job goes on", "[e2e][signals]") {
   TempDir dir;
-  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", testWorkerPath(), "wait",
-                      dir.path()});
+  TestProcess ddprun(
+      {ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", testWorkerPath(), "wait", dir.path()});
   REQUIRE(ddprun.waitForOutput("ready rank=", 20s, 2));
   ddprun.signal(SIGUSR1);
   CHECK(eventually([&] { return fileExists(dir.file("usr1.0")) && fileExists(dir.file("usr1.1")); }, 10s));

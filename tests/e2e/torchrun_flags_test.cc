@@ -43,8 +43,8 @@ TEST_CASE("TORCHELASTIC_SIGNALS_TO_HANDLE sets the stop signals when the flag is
 
 TEST_CASE("a signal left out of --signals_to_handle gets its default action", "[e2e][signals]") {
   TempDir dir;
-  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=1", "--signals_to_handle=SIGTERM",
-                      "--no_python", testWorkerPath(), "wait", dir.path()});
+  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=1", "--signals_to_handle=SIGTERM", "--no_python",
+                      testWorkerPath(), "wait", dir.path()});
   REQUIRE(ddprun.waitForOutput("ready rank=", 20s));
   ddprun.signal(SIGHUP);
   REQUIRE(ddprun.wait(20s));
@@ -87,9 +87,9 @@ TEST_CASE("virtual_local_rank gives each worker LOCAL_RANK=0 and its own device"
 TEST_CASE("TORCHELASTIC_HEALTH_CHECK_PORT turns the health check on", "[e2e][ops]") {
   TempDir dir;
   const int port = freePort();
-  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", testWorkerPath(), "wait",
-                      dir.path()},
-                     {{"TORCHELASTIC_HEALTH_CHECK_PORT", std::to_string(port)}});
+  TestProcess ddprun(
+      {ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", testWorkerPath(), "wait", dir.path()},
+      {{"TORCHELASTIC_HEALTH_CHECK_PORT", std::to_string(port)}});
   REQUIRE(ddprun.waitForOutput("ready rank=", 20s));
   std::string response;
   CHECK(eventually(
@@ -110,7 +110,8 @@ TEST_CASE("rdzv_conf store_type=file is refused in one line with exit 2", "[e2e]
                 "touch " + dir.file("started")});
   REQUIRE(r.finished);
   CHECK(r.exit_code == 2);
-  CHECK(r.err == "ddprun: error: --rdzv_conf store_type=file: ddprun's rendezvous uses a TCP store only; "
-                 "store_type=file is not supported\n");
+  CHECK(r.err ==
+        "ddprun: error: --rdzv_conf store_type=file: ddprun's rendezvous uses a TCP store only; "
+        "store_type=file is not supported\n");
   CHECK_FALSE(fileExists(dir.file("started")));
 }

@@ -7,9 +7,9 @@
 #include <catch2/catch.hpp>
 
 #include "launcher/program_resolver.h"
+#include "tests/launcher/parse_args.h"
 #include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"
-#include "tests/launcher/parse_args.h"
 
 using ddprun::testing::parseArgs;
 using ddprun::testing::ScopedEnv;

@@ -7,9 +7,9 @@
 
 #include "common/error.h"
 #include "launcher/cli.h"
+#include "tests/launcher/parse_args.h"
 #include "tests/support/fake_topology.h"
 #include "tests/support/scoped_env.h"
-#include "tests/launcher/parse_args.h"
 
 using ddprun::UsageError;
 using ddprun::launcher::ParsedCommandLine;
@@ -31,7 +31,6 @@ std::string usageErrorOf(std::vector<std::string> args) {
   }
   return "<no error>";
 }
-
 
 }  // namespace
 

@@ -9,9 +9,9 @@
 #include "launcher/cli.h"
 #include "launcher/program_resolver.h"
 #include "rendezvous/rendezvous_config.h"
+#include "tests/launcher/parse_args.h"
 #include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"
-#include "tests/launcher/parse_args.h"
 
 using ddprun::UsageError;
 using ddprun::launcher::ParsedCommandLine;
@@ -31,7 +31,6 @@ std::string usageErrorOf(std::vector<std::string> args) {
   }
   return "<no error>";
 }
-
 
 }  // namespace
 
@@ -70,15 +69,30 @@ TEST_CASE("every flag is accepted in its underscore and its dash spelling", "[cl
       return name;
     };
     INFO("dashed spelling: " << dashed);
-    auto p = parse({"--nnodes=1:4", flag("--nproc_per_node") + "=3", flag("--node_rank"), "2",
-                    flag("--master_addr") + "=10.1.2.3", flag("--master_port") + "=29511",
-                    flag("--rdzv_backend") + "=c10d", flag("--rdzv_endpoint") + "=node0:29400",
-                    flag("--rdzv_id") + "=job7", flag("--rdzv_conf") + "=join_timeout=60,is_host=false",
-                    flag("--max_restarts") + "=4", flag("--monitor_interval") + "=0.5", "--role=trainer",
-                    flag("--log_dir") + "=" + logs.path(), "--redirects=3", "--tee=0:1,1:2",
-                    flag("--local_ranks_filter") + "=0,2", flag("--local_addr") + "=10.9.9.9",
-                    flag("--start_method") + "=fork", flag("--term_timeout") + "=2.5", flag("--no_python"), "true",
-                    "a", "--b"});
+    auto p = parse({"--nnodes=1:4",
+                    flag("--nproc_per_node") + "=3",
+                    flag("--node_rank"),
+                    "2",
+                    flag("--master_addr") + "=10.1.2.3",
+                    flag("--master_port") + "=29511",
+                    flag("--rdzv_backend") + "=c10d",
+                    flag("--rdzv_endpoint") + "=node0:29400",
+                    flag("--rdzv_id") + "=job7",
+                    flag("--rdzv_conf") + "=join_timeout=60,is_host=false",
+                    flag("--max_restarts") + "=4",
+                    flag("--monitor_interval") + "=0.5",
+                    "--role=trainer",
+                    flag("--log_dir") + "=" + logs.path(),
+                    "--redirects=3",
+                    "--tee=0:1,1:2",
+                    flag("--local_ranks_filter") + "=0,2",
+                    flag("--local_addr") + "=10.9.9.9",
+                    flag("--start_method") + "=fork",
+                    flag("--term_timeout") + "=2.5",
+                    flag("--no_python"),
+                    "true",
+                    "a",
+                    "--b"});
     const auto& c = p.config;
     CHECK(c.rendezvous.min_nodes == 1);
     CHECK(c.rendezvous.max_nodes == 4);
@@ -238,9 +252,8 @@ TEST_CASE("a missing python interpreter is a usage error", "[cli]") {
 TEST_CASE("help reads like torchrun's", "[cli]") {
   auto p = parse({"--help"});
   REQUIRE(p.help_text);
-  for (const char* flag : {"--nnodes", "--nproc_per_node", "--rdzv_backend", "--max_restarts", "--redirects",
-                           "--tee", "--log_dir", "--standalone", "--no_python", "--term_timeout",
-                           "training_script"}) {
+  for (const char* flag : {"--nnodes", "--nproc_per_node", "--rdzv_backend", "--max_restarts", "--redirects", "--tee",
+                           "--log_dir", "--standalone", "--no_python", "--term_timeout", "training_script"}) {
     CHECK_THAT(*p.help_text, Catch::Contains(flag));
   }
 }

@@ -9,8 +9,8 @@
 #include "common/error.h"
 #include "launcher/cli.h"
 #include "rendezvous/rendezvous_config.h"
-#include "tests/support/scoped_env.h"
 #include "tests/launcher/parse_args.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"
 
 using ddprun::UsageError;

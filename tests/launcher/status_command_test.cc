@@ -79,8 +79,8 @@ TEST_CASE("the job's status is read from the store's keys", "[status]") {
   CHECK_THROWS_WITH(readJobStatus(store, "job"), Catch::Contains("no agent of job 'job'"));
 
   const std::string p = "rdzv/job/";
-  for (const auto& r : {record("a:1", "running", 2, 1, 2), record("b:2", "running", 2, 0, 0),
-                        record("c:3", "cooldown", 1, 2, 4)}) {
+  for (const auto& r :
+       {record("a:1", "running", 2, 1, 2), record("b:2", "running", 2, 0, 0), record("c:3", "cooldown", 1, 2, 4)}) {
     store.set(p + agentRecordKey(r.node), encodeAgentRecord(r));
     store.append(p + agentsListKey(), r.node + "\n");
   }

@@ -30,12 +30,9 @@ ParseResult parse(const std::string& bytes, Generation generation, Request& out,
 
 const char* statusName(ParseStatus s) {
   switch (s) {
-    case ParseStatus::kComplete:
-      return "Complete";
-    case ParseStatus::kNeedMore:
-      return "NeedMore";
-    case ParseStatus::kError:
-      return "Error";
+    case ParseStatus::kComplete: return "Complete";
+    case ParseStatus::kNeedMore: return "NeedMore";
+    case ParseStatus::kError: return "Error";
   }
   return "?";
 }

@@ -502,8 +502,7 @@ TEST_CASE("replies a client does not read stay within max_pending_reply_bytes", 
   CHECK(grown_mb < 64);
 }
 
-TEST_CASE("bad input: a MULTI_GET whose reply would be gigabytes is refused, and the store serves on",
-          "[bad-input]") {
+TEST_CASE("bad input: a MULTI_GET whose reply would be gigabytes is refused, and the store serves on", "[bad-input]") {
   Fixture f;
   RawConnection raw(f.server.port());
   REQUIRE(raw.send(validateFrame() + std::string(Frame(Command::kSet).str("/big").str(std::string(1 << 20, 'v')))));
@@ -512,7 +511,8 @@ TEST_CASE("bad input: a MULTI_GET whose reply would be gigabytes is refused, and
   CHECK(raw.closedByPeerWithin(5s));
   // A MULTI_GET of the same key within the limit is answered in full.
   RawConnection fair(f.server.port());
-  REQUIRE(fair.send(validateFrame() + std::string(Frame(Command::kMultiGet).keys(std::vector<std::string>(16, "/big")))));
+  REQUIRE(
+      fair.send(validateFrame() + std::string(Frame(Command::kMultiGet).keys(std::vector<std::string>(16, "/big")))));
   for (int i = 0; i < 16; ++i) {
     auto value = fair.readBytes(10s);
     REQUIRE(value.has_value());

@@ -37,8 +37,8 @@ TEST_CASE("wire: a request that arrives one byte at a time is answered once, who
   RawConnection raw(server.port());
   REQUIRE(raw.send(validateFrame()));
   const std::string value(300, 'q');
-  const std::string request = std::string(Frame(Command::kSet).str("/slow").str(value)) +
-                              std::string(Frame(Command::kGet).str("/slow"));
+  const std::string request =
+      std::string(Frame(Command::kSet).str("/slow").str(value)) + std::string(Frame(Command::kGet).str("/slow"));
   for (char byte : request) {
     REQUIRE(raw.send(std::string(1, byte)));
     std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -47,8 +47,7 @@ TEST_CASE("wire: a request that arrives one byte at a time is answered once, who
   CHECK(raw.quietFor(std::chrono::milliseconds(100)));
 }
 
-TEST_CASE("wire: a request sent as two segments is acknowledged by its reply, not by a packet of its own",
-          "[wire]") {
+TEST_CASE("wire: a request sent as two segments is acknowledged by its reply, not by a packet of its own", "[wire]") {
   StoreServer server(localServerOptions());
   RawConnection raw(server.port());
   REQUIRE(raw.send(validateFrame()));

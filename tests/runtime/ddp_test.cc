@@ -18,8 +18,8 @@ std::string tail(const std::string& text, size_t bytes = 4000) {
 }
 
 RunResult runDdp(int nproc, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {ddprunPath(), "--standalone", "--nproc_per_node=" + std::to_string(nproc),
-                                   "--term_timeout=5", "--no_python", binDir() + "/ddprun_ddp_worker"};
+  std::vector<std::string> argv = {ddprunPath(),       "--standalone", "--nproc_per_node=" + std::to_string(nproc),
+                                   "--term_timeout=5", "--no_python",  binDir() + "/ddprun_ddp_worker"};
   argv.insert(argv.end(), args.begin(), args.end());
   return run(argv, {{"OMP_NUM_THREADS", "1"}}, 120s);
 }
@@ -37,8 +37,7 @@ void requireOk(int nproc, const std::vector<std::string>& args) {
 
 }  // namespace
 
-TEST_CASE("DDP on 1, 2 and 3 ranks matches one process on the whole batch, for several bucket sizes",
-          "[ddp]") {
+TEST_CASE("DDP on 1, 2 and 3 ranks matches one process on the whole batch, for several bucket sizes", "[ddp]") {
   for (int nproc : {1, 2, 3}) {
     for (const char* cap : {"25", "0.001", "0.0002"}) requireOk(nproc, {"equivalence", cap});
   }
@@ -84,8 +83,7 @@ TEST_CASE("DDP refuses models whose parameter shapes differ across ranks, naming
         std::string::npos);
 }
 
-TEST_CASE("DDP join(): ranks with fewer batches shadow the others and every rank ends with the same model",
-          "[ddp]") {
+TEST_CASE("DDP join(): ranks with fewer batches shadow the others and every rank ends with the same model", "[ddp]") {
   for (int nproc : {2, 3}) requireOk(nproc, {"join"});
 }
 

@@ -78,7 +78,8 @@ bool sameParameters(torch::nn::Module& got, torch::nn::Module& want, double tole
   bool ok = true;
   for (const auto& item : b) {
     const auto& mine = a[item.key()];
-    const double err = (mine - item.value()).norm().item<double>() / std::max(item.value().norm().item<double>(), 1e-12);
+    const double err =
+        (mine - item.value()).norm().item<double>() / std::max(item.value().norm().item<double>(), 1e-12);
     if (!(err <= tolerance)) {
       std::cout << fmt::format("MISMATCH {} rank {}: {} relative error {:.3g} > {:.1g}", what, dist::get_rank(),
                                item.key(), err, tolerance)

@@ -67,8 +67,8 @@ TEST_CASE("init_process_group: RANK equal to WORLD_SIZE fails at once", "[e2e][e
 
 TEST_CASE("init_process_group: an unknown MASTER_ADDR fails at once", "[e2e][env]") {
   // .invalid never resolves (RFC 6761): the resolver reports it unknown at once.
-  requireFailsAtOnce({{{"RANK", "1"}, {"MASTER_ADDR", "bogus.invalid"}},
-                      "MASTER_ADDR=bogus.invalid: cannot resolve the host ("});
+  requireFailsAtOnce(
+      {{{"RANK", "1"}, {"MASTER_ADDR", "bogus.invalid"}}, "MASTER_ADDR=bogus.invalid: cannot resolve the host ("});
 }
 
 TEST_CASE("init_process_group: a DDPRUN_SHM that is not a boolean fails naming it", "[e2e][env]") {

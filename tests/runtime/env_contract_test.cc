@@ -33,14 +33,22 @@ class Contract {
  public:
   explicit Contract(const Changes& changes = {}) {
     Changes vars = {
-        {env::kRank, "1"},           {env::kLocalRank, "1"},
-        {env::kWorldSize, "4"},      {env::kLocalWorldSize, "2"},
-        {env::kGroupRank, "0"},      {env::kGroupWorldSize, "2"},
-        {env::kRoleRank, "1"},       {env::kRoleWorldSize, "4"},
-        {env::kRoleName, "trainer"}, {env::kMasterAddr, "127.0.0.1"},
-        {env::kMasterPort, "29500"}, {env::kRestartCount, "2"},
-        {env::kMaxRestarts, "3"},    {env::kRunId, "job-1"},
-        {env::kUseAgentStore, "True"}, {env::kErrorFile, "/tmp/error.json"},
+        {env::kRank, "1"},
+        {env::kLocalRank, "1"},
+        {env::kWorldSize, "4"},
+        {env::kLocalWorldSize, "2"},
+        {env::kGroupRank, "0"},
+        {env::kGroupWorldSize, "2"},
+        {env::kRoleRank, "1"},
+        {env::kRoleWorldSize, "4"},
+        {env::kRoleName, "trainer"},
+        {env::kMasterAddr, "127.0.0.1"},
+        {env::kMasterPort, "29500"},
+        {env::kRestartCount, "2"},
+        {env::kMaxRestarts, "3"},
+        {env::kRunId, "job-1"},
+        {env::kUseAgentStore, "True"},
+        {env::kErrorFile, "/tmp/error.json"},
     };
     for (const auto& [name, value] : changes) vars[name] = value;
     for (const auto& [name, value] : vars) scoped_.push_back(std::make_unique<ScopedEnv>(name, value));
@@ -115,12 +123,11 @@ TEST_CASE("env contract: a malformed variable is named with its value", "[unit][
   }
 }
 
-TEST_CASE("env contract: init_process_group needs only RANK WORLD_SIZE MASTER_ADDR and MASTER_PORT",
-          "[unit][env]") {
+TEST_CASE("env contract: init_process_group needs only RANK WORLD_SIZE MASTER_ADDR and MASTER_PORT", "[unit][env]") {
   Changes only_four;
-  for (const char* name : {env::kLocalRank, env::kLocalWorldSize, env::kGroupRank, env::kGroupWorldSize,
-                           env::kRoleRank, env::kRoleWorldSize, env::kRoleName, env::kRestartCount,
-                           env::kMaxRestarts, env::kRunId, env::kUseAgentStore, env::kErrorFile}) {
+  for (const char* name : {env::kLocalRank, env::kLocalWorldSize, env::kGroupRank, env::kGroupWorldSize, env::kRoleRank,
+                           env::kRoleWorldSize, env::kRoleName, env::kRestartCount, env::kMaxRestarts, env::kRunId,
+                           env::kUseAgentStore, env::kErrorFile}) {
     only_four[name] = std::nullopt;
   }
   Contract contract(only_four);
@@ -137,11 +144,9 @@ TEST_CASE("env contract: a rank or world size given by the caller stands in for 
   const StoreEnv e = StoreEnv::fromEnvironment(2, 3);
   CHECK(e.rank == 2);
   CHECK(e.world_size == 3);
-  CHECK(usageMessage([] { StoreEnv::fromEnvironment(3, 3); }) ==
-        "init_process_group: rank 3 is outside a world of 3");
+  CHECK(usageMessage([] { StoreEnv::fromEnvironment(3, 3); }) == "init_process_group: rank 3 is outside a world of 3");
   Contract world(Changes{{env::kWorldSize, "2"}});
-  CHECK(usageMessage([] { StoreEnv::fromEnvironment(2, -1); }) ==
-        "init_process_group: rank 2 is outside a world of 2");
+  CHECK(usageMessage([] { StoreEnv::fromEnvironment(2, -1); }) == "init_process_group: rank 2 is outside a world of 2");
 }
 
 TEST_CASE("env contract: init_process_group's variables fail before anything connects", "[unit][env]") {
@@ -152,8 +157,7 @@ TEST_CASE("env contract: init_process_group's variables fail before anything con
       {{{env::kWorldSize, "many"}}, "WORLD_SIZE=many: not an integer"},
       {{{env::kMasterPort, "99999"}}, "MASTER_PORT=99999: out of range 1..65535"},
       {{{env::kMasterPort, std::nullopt}}, "MASTER_PORT is not set"},
-      {{{env::kUseAgentStore, "2"}},
-       "TORCHELASTIC_USE_AGENT_STORE=2: not a boolean (1/0, true/false, yes/no, on/off)"},
+      {{{env::kUseAgentStore, "2"}}, "TORCHELASTIC_USE_AGENT_STORE=2: not a boolean (1/0, true/false, yes/no, on/off)"},
   };
   for (const auto& [changes, message] : cases) {
     INFO(message);

@@ -65,7 +65,7 @@ uint16_t encode(double x, MiniFormat f) {
   const double ax = std::fabs(x);
   if (std::isinf(ax)) return sign | inf;
   int e = 0;
-  std::frexp(ax, &e);  // ax = m * 2^e, m in [0.5, 1)
+  std::frexp(ax, &e);                            // ax = m * 2^e, m in [0.5, 1)
   int exponent = std::max(e - 1, 1 - f.bias());  // subnormals share the minimum exponent
   double q = std::nearbyint(std::ldexp(ax, f.mantBits - exponent));
   const double implicitOne = std::ldexp(1.0, f.mantBits);
@@ -83,8 +83,7 @@ bool isNanBits(uint16_t bits, MiniFormat f) { return std::isnan(decode(bits, f))
 
 const std::vector<DType> kAllTypes{DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
                                    DType::kInt32,   DType::kInt64,   DType::kUInt8};
-const std::vector<ReduceOp> kAllOps{ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax,
-                                    ReduceOp::kAvg};
+const std::vector<ReduceOp> kAllOps{ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
 
 // The reference operator on doubles: NaN in either operand wins for MIN and MAX.
 double refOp(double a, double b, ReduceOp op) {
@@ -153,8 +152,7 @@ bool sameFloat(T got, T want) {
 // Checks one dtype x op over `count` random elements; returns the first mismatch's index
 // or -1, and reports it, so a failure names the element instead of a million CHECKs.
 template <typename T, typename Expect>
-long long firstMismatch(const std::vector<T>& acc, const std::vector<T>& in, ReduceOp op, DType dtype,
-                        Expect expect) {
+long long firstMismatch(const std::vector<T>& acc, const std::vector<T>& in, ReduceOp op, DType dtype, Expect expect) {
   std::vector<T> got = acc;
   reduceInto(got.data(), in.data(), got.size(), dtype, op);
   for (size_t i = 0; i < got.size(); ++i) {
@@ -320,21 +318,21 @@ TEST_CASE("reducing a buffer into itself is allowed", "[reduce]") {
 
 TEST_CASE("float16 rounds to nearest even at known bit patterns", "[reduce][half]") {
   const DType h = DType::kFloat16;
-  CHECK(reduceHalfPair(0x3C00, 0x3C00, h, ReduceOp::kSum) == 0x4000);        // 1 + 1 = 2
-  CHECK(reduceHalfPair(0x3C00, 0xBC00, h, ReduceOp::kSum) == 0x0000);        // 1 - 1 = +0
-  CHECK(reduceHalfPair(0x7BFF, 0x4800, h, ReduceOp::kSum) == 0x7BFF);        // 65504 + 8 stays
-  CHECK(reduceHalfPair(0x7BFF, 0x4C00, h, ReduceOp::kSum) == 0x7C00);        // 65504 + 16 ties to inf
-  CHECK(reduceHalfPair(0xFBFF, 0xCC00, h, ReduceOp::kSum) == 0xFC00);        // and to -inf
-  CHECK(reduceHalfPair(0x7BFF, 0x4000, h, ReduceOp::kProduct) == 0x7C00);    // 65504 * 2 overflows
-  CHECK(reduceHalfPair(0x3C00, 0x1000, h, ReduceOp::kSum) == 0x3C00);        // 1 + 2^-11 ties to even 1
-  CHECK(reduceHalfPair(0x3C01, 0x1000, h, ReduceOp::kSum) == 0x3C02);        // ties up to even
-  CHECK(reduceHalfPair(0x3C00, 0x1001, h, ReduceOp::kSum) == 0x3C01);        // above the tie rounds up
-  CHECK(reduceHalfPair(0x0001, 0x0001, h, ReduceOp::kSum) == 0x0002);        // subnormals add exactly
-  CHECK(reduceHalfPair(0x03FF, 0x0001, h, ReduceOp::kSum) == 0x0400);        // into the first normal
-  CHECK(reduceHalfPair(0x0001, 0x3800, h, ReduceOp::kProduct) == 0x0000);    // 2^-25 ties to even 0
-  CHECK(reduceHalfPair(0x0003, 0x3800, h, ReduceOp::kProduct) == 0x0002);    // 1.5 * 2^-24 ties to 2
-  CHECK(reduceHalfPair(0x8001, 0x3800, h, ReduceOp::kProduct) == 0x8000);    // negative underflow keeps sign
-  CHECK(reduceHalfPair(0x7C00, 0x3C00, h, ReduceOp::kSum) == 0x7C00);        // inf + 1
+  CHECK(reduceHalfPair(0x3C00, 0x3C00, h, ReduceOp::kSum) == 0x4000);      // 1 + 1 = 2
+  CHECK(reduceHalfPair(0x3C00, 0xBC00, h, ReduceOp::kSum) == 0x0000);      // 1 - 1 = +0
+  CHECK(reduceHalfPair(0x7BFF, 0x4800, h, ReduceOp::kSum) == 0x7BFF);      // 65504 + 8 stays
+  CHECK(reduceHalfPair(0x7BFF, 0x4C00, h, ReduceOp::kSum) == 0x7C00);      // 65504 + 16 ties to inf
+  CHECK(reduceHalfPair(0xFBFF, 0xCC00, h, ReduceOp::kSum) == 0xFC00);      // and to -inf
+  CHECK(reduceHalfPair(0x7BFF, 0x4000, h, ReduceOp::kProduct) == 0x7C00);  // 65504 * 2 overflows
+  CHECK(reduceHalfPair(0x3C00, 0x1000, h, ReduceOp::kSum) == 0x3C00);      // 1 + 2^-11 ties to even 1
+  CHECK(reduceHalfPair(0x3C01, 0x1000, h, ReduceOp::kSum) == 0x3C02);      // ties up to even
+  CHECK(reduceHalfPair(0x3C00, 0x1001, h, ReduceOp::kSum) == 0x3C01);      // above the tie rounds up
+  CHECK(reduceHalfPair(0x0001, 0x0001, h, ReduceOp::kSum) == 0x0002);      // subnormals add exactly
+  CHECK(reduceHalfPair(0x03FF, 0x0001, h, ReduceOp::kSum) == 0x0400);      // into the first normal
+  CHECK(reduceHalfPair(0x0001, 0x3800, h, ReduceOp::kProduct) == 0x0000);  // 2^-25 ties to even 0
+  CHECK(reduceHalfPair(0x0003, 0x3800, h, ReduceOp::kProduct) == 0x0002);  // 1.5 * 2^-24 ties to 2
+  CHECK(reduceHalfPair(0x8001, 0x3800, h, ReduceOp::kProduct) == 0x8000);  // negative underflow keeps sign
+  CHECK(reduceHalfPair(0x7C00, 0x3C00, h, ReduceOp::kSum) == 0x7C00);      // inf + 1
   CHECK(reduceHalfPair(0x7C00, 0x7BFF, h, ReduceOp::kMin) == 0x7BFF);
   CHECK(reduceHalfPair(0xFC00, 0x7BFF, h, ReduceOp::kMin) == 0xFC00);
   CHECK(isNanBits(reduceHalfPair(0x7C00, 0xFC00, h, ReduceOp::kSum), kHalf));  // inf - inf
@@ -342,11 +340,11 @@ TEST_CASE("float16 rounds to nearest even at known bit patterns", "[reduce][half
 
 TEST_CASE("bfloat16 rounds to nearest even at known bit patterns", "[reduce][half]") {
   const DType b = DType::kBFloat16;
-  CHECK(reduceHalfPair(0x3F80, 0x3F80, b, ReduceOp::kSum) == 0x4000);      // 1 + 1 = 2
-  CHECK(reduceHalfPair(0x3F80, 0x3B80, b, ReduceOp::kSum) == 0x3F80);      // 1 + 2^-8 ties to even 1
-  CHECK(reduceHalfPair(0x3F81, 0x3B80, b, ReduceOp::kSum) == 0x3F82);      // ties up to even
-  CHECK(reduceHalfPair(0x3F80, 0x3B81, b, ReduceOp::kSum) == 0x3F81);      // above the tie rounds up
-  CHECK(reduceHalfPair(0x7F7F, 0x7F7F, b, ReduceOp::kSum) == 0x7F80);      // max + max overflows
+  CHECK(reduceHalfPair(0x3F80, 0x3F80, b, ReduceOp::kSum) == 0x4000);  // 1 + 1 = 2
+  CHECK(reduceHalfPair(0x3F80, 0x3B80, b, ReduceOp::kSum) == 0x3F80);  // 1 + 2^-8 ties to even 1
+  CHECK(reduceHalfPair(0x3F81, 0x3B80, b, ReduceOp::kSum) == 0x3F82);  // ties up to even
+  CHECK(reduceHalfPair(0x3F80, 0x3B81, b, ReduceOp::kSum) == 0x3F81);  // above the tie rounds up
+  CHECK(reduceHalfPair(0x7F7F, 0x7F7F, b, ReduceOp::kSum) == 0x7F80);  // max + max overflows
   CHECK(reduceHalfPair(0x7F7F, 0x4000, b, ReduceOp::kProduct) == 0x7F80);
   CHECK(reduceHalfPair(0x0001, 0x0001, b, ReduceOp::kSum) == 0x0002);      // subnormals
   CHECK(reduceHalfPair(0x0001, 0x3F00, b, ReduceOp::kProduct) == 0x0000);  // ties to even 0

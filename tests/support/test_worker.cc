@@ -59,12 +59,23 @@ int rankFromEnv() {
 }
 
 int modeEnv() {
-  const char* names[] = {ddprun::env::kRank, ddprun::env::kLocalRank, ddprun::env::kWorldSize,
-                         ddprun::env::kLocalWorldSize, ddprun::env::kGroupRank, ddprun::env::kGroupWorldSize,
-                         ddprun::env::kRoleRank, ddprun::env::kRoleWorldSize, ddprun::env::kRoleName,
-                         ddprun::env::kMasterAddr, ddprun::env::kMasterPort, ddprun::env::kRestartCount,
-                         ddprun::env::kMaxRestarts, ddprun::env::kRunId, ddprun::env::kUseAgentStore,
-                         ddprun::env::kErrorFile, ddprun::env::kTorchNcclAsyncErrorHandling,
+  const char* names[] = {ddprun::env::kRank,
+                         ddprun::env::kLocalRank,
+                         ddprun::env::kWorldSize,
+                         ddprun::env::kLocalWorldSize,
+                         ddprun::env::kGroupRank,
+                         ddprun::env::kGroupWorldSize,
+                         ddprun::env::kRoleRank,
+                         ddprun::env::kRoleWorldSize,
+                         ddprun::env::kRoleName,
+                         ddprun::env::kMasterAddr,
+                         ddprun::env::kMasterPort,
+                         ddprun::env::kRestartCount,
+                         ddprun::env::kMaxRestarts,
+                         ddprun::env::kRunId,
+                         ddprun::env::kUseAgentStore,
+                         ddprun::env::kErrorFile,
+                         ddprun::env::kTorchNcclAsyncErrorHandling,
                          ddprun::env::kOmpNumThreads};
   std::string out;
   for (const char* name : names) {
@@ -159,14 +170,17 @@ int modeCollectives(int steps, int step_ms, int slow_rank, int slow_at, int slow
     std::fill(buf.begin(), buf.end(), 1.0f);
     const bool slow = e.rank == slow_rank && attempt < attempts && (slow_at == 0 || step == slow_at);
     if (slow && broadcast) {
-      backend.enqueue([&](CollectiveContext& ctx) { ddprun::runtime::broadcast(ctx, buf.data(), buf.size() * 4, 0); },
-                      {ddprun::FlightOp::kBroadcast, ddprun::FlightDType::kFloat32, buf.size(), 0})
+      backend
+          .enqueue([&](CollectiveContext& ctx) { ddprun::runtime::broadcast(ctx, buf.data(), buf.size() * 4, 0); },
+                   {ddprun::FlightOp::kBroadcast, ddprun::FlightDType::kFloat32, buf.size(), 0})
           ->wait();
     } else {
       if (slow) sleepBeforeCollective(slow_ms);
-      backend.enqueue([&](CollectiveContext& ctx) {
-        allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
-      }, all_reduce)->wait();
+      backend
+          .enqueue(
+              [&](CollectiveContext& ctx) { allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum); },
+              all_reduce)
+          ->wait();
       if (buf[0] != static_cast<float>(e.world_size)) {
         throw std::runtime_error("all_reduce #" + std::to_string(step) + " gave " + std::to_string(buf[0]));
       }
@@ -198,7 +212,8 @@ int main(int argc, char** argv) {
       if (argc <= i) throw std::invalid_argument("mode " + mode + " needs more arguments");
       return argv[i];
     };
-    const int attempt = std::atoi(std::getenv("TORCHELASTIC_RESTART_COUNT") ? std::getenv("TORCHELASTIC_RESTART_COUNT") : "0");
+    const int attempt =
+        std::atoi(std::getenv("TORCHELASTIC_RESTART_COUNT") ? std::getenv("TORCHELASTIC_RESTART_COUNT") : "0");
     if (mode == "env") return modeEnv();
     if (mode == "exit") return std::stoi(arg(2));
     if (mode == "fail-attempts") return attempt < std::stoi(arg(2)) ? (argc > 3 ? std::stoi(arg(3)) : 1) : 0;

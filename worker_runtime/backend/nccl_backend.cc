@@ -116,8 +116,8 @@ void NcclBackend::complete(const char* what) {
     ncclCommGetAsyncError(s.comm, &async);
     if (async != ncclSuccess && async != ncclInProgress) {
       s.aborted = true;
-      throw PeerError(fmt::format("{} (rank {} of {}): NCCL error: {}", what, s.rank, s.size,
-                                  ncclGetErrorString(async)));
+      throw PeerError(
+          fmt::format("{} (rank {} of {}): NCCL error: {}", what, s.rank, s.size, ncclGetErrorString(async)));
     }
     if (async == ncclSuccess) {
       cudaError_t status = cudaStreamQuery(s.stream);
@@ -181,9 +181,9 @@ void NcclBackend::allToAll(const void* in, void* out, size_t bytes_per_rank) {
     enqueued(ncclSend(static_cast<const char*>(in) + peer * bytes_per_rank, bytes_per_rank, ncclUint8, peer, s.comm,
                       s.stream),
              "ncclSend");
-    enqueued(ncclRecv(static_cast<char*>(out) + peer * bytes_per_rank, bytes_per_rank, ncclUint8, peer, s.comm,
-                      s.stream),
-             "ncclRecv");
+    enqueued(
+        ncclRecv(static_cast<char*>(out) + peer * bytes_per_rank, bytes_per_rank, ncclUint8, peer, s.comm, s.stream),
+        "ncclRecv");
   }
   enqueued(ncclGroupEnd(), "ncclGroupEnd");
   complete("all_to_all");

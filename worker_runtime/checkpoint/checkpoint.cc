@@ -153,8 +153,7 @@ std::string readPayload(const std::string& path) {
   file_size = static_cast<uint64_t>(st.st_size);
   readFully(fd.get(), header, kHeaderSize, op);
   if (header.size() < kHeaderSize || !std::equal(kMagic.begin(), kMagic.end(), header.begin())) {
-    throw DdprunError(op + ": not a ddprun checkpoint (" + std::to_string(file_size) +
-                      " bytes, no DDPRUNCK header)");
+    throw DdprunError(op + ": not a ddprun checkpoint (" + std::to_string(file_size) + " bytes, no DDPRUNCK header)");
   }
   const auto version = static_cast<uint32_t>(getLe(header.data() + 8, 4));
   if (version != kFormatVersion) {

@@ -25,7 +25,10 @@ void sendRecvReduce(CollectiveContext& ctx, int dst, const void* send, size_t se
   size_t reduced = 0;
   Transfer transfers[2];
   transfers[0] = Transfer{dst, true, const_cast<void*>(send), send_bytes, {}, 0, 0};
-  transfers[1] = Transfer{src, false, tmp, count * esize,
+  transfers[1] = Transfer{src,
+                          false,
+                          tmp,
+                          count * esize,
                           [&](size_t received) {
                             size_t ready = received / esize;
                             if (ready > reduced) {
@@ -33,7 +36,8 @@ void sendRecvReduce(CollectiveContext& ctx, int dst, const void* send, size_t se
                               reduced = ready;
                             }
                           },
-                          ctx.options.reduce_step_bytes, 0};
+                          ctx.options.reduce_step_bytes,
+                          0};
   ctx.links.exchange(transfers, ctx.deadline, what);
 }
 
@@ -80,8 +84,7 @@ void ringReduceScatter(CollectiveContext& ctx, uint8_t* acc, const size_t* begin
   }
 }
 
-void ringAllGatherSegments(CollectiveContext& ctx, uint8_t* buf, const size_t* begins, size_t esize,
-                           const char* what) {
+void ringAllGatherSegments(CollectiveContext& ctx, uint8_t* buf, const size_t* begins, size_t esize, const char* what) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   for (int s = 0; s < p - 1; ++s) {
     const int send_seg = mod(r - s, p), recv_seg = mod(r - s - 1, p);
@@ -237,8 +240,7 @@ void scatter(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_
   ctx.links.exchange(transfers, ctx.deadline, "scatter");
 }
 
-void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype,
-                   ReduceOp op) {
+void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   const size_t esize = dtypeSize(dtype);
   const size_t total = count_per_rank * p * esize;
@@ -271,8 +273,8 @@ void allToAllV(CollectiveContext ctx, std::span<const std::span<const uint8_t>> 
                std::span<const std::span<uint8_t>> out) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   if (in.size() != static_cast<size_t>(p) || out.size() != static_cast<size_t>(p)) {
-    throw DdprunError(fmt::format("all_to_all: {} input and {} output blocks in a group of {}", in.size(),
-                                  out.size(), p));
+    throw DdprunError(
+        fmt::format("all_to_all: {} input and {} output blocks in a group of {}", in.size(), out.size(), p));
   }
   if (in[r].size() != out[r].size()) {
     throw DdprunError(fmt::format("all_to_all: rank {}'s block to itself is {} bytes in and {} bytes out", r,

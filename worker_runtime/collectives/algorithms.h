@@ -53,8 +53,7 @@ void gather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_r
 // `in` is used on root only (size() blocks).
 void scatter(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank, int root);
 // `in` holds size() blocks of `count_per_rank` elements; block r, reduced, lands in `out`.
-void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype,
-                   ReduceOp op);
+void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op);
 // Block j of `in` goes to rank j; block j of `out` comes from rank j.
 void allToAll(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank);
 // Uneven all_to_all: in[j] goes to rank j, out[j] comes from rank j; both hold size()

@@ -36,8 +36,8 @@ ShmAllReduce::ShmAllReduce(rendezvous::Store& store, const std::string& prefix, 
       peer_gone_(std::move(peer_gone)),
       peer_name_(std::move(peer_name)) {
   // Multiples of 64 keep every slot aligned for any element type (and on its own cache lines).
-  DDPRUN_CHECK(slot_bytes > 0 && slot_bytes % 64 == 0, "shared-memory all_reduce slot of " +
-                                                           std::to_string(slot_bytes) + " bytes");
+  DDPRUN_CHECK(slot_bytes > 0 && slot_bytes % 64 == 0,
+               "shared-memory all_reduce slot of " + std::to_string(slot_bytes) + " bytes");
   const size_t control = controlBytes(size);
   segment_ = std::make_unique<ShmSegment>(store, prefix, rank, size, control + 2 * size * slot_bytes_, timeout);
   // A fresh segment is zero-filled: every counter starts at 0.

@@ -50,8 +50,7 @@ void broadcastCoalesced(const std::vector<at::Tensor>& tensors, int src, const d
 
 }  // namespace
 
-DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module,
-                                                         DDPOptions options)
+DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
     : module_(std::move(module)), options_(std::move(options)) {
   if (!module_) throw DdprunError("DistributedDataParallel: the module is null");
   if (!dist::is_initialized()) {
@@ -108,9 +107,9 @@ void DistributedDataParallelBase::verifyShapes(const std::vector<at::Tensor>& pa
     const int global_r = dist::get_global_rank(group, static_cast<int>(r));
     const int global_0 = dist::get_global_rank(group, 0);
     if (other[0] != reference[0]) {
-      throw DdprunError(fmt::format(
-          "DistributedDataParallel: rank {} has {} parameters requiring gradients but rank {} has {}", global_0,
-          reference[0], global_r, other[0]));
+      throw DdprunError(
+          fmt::format("DistributedDataParallel: rank {} has {} parameters requiring gradients but rank {} has {}",
+                      global_0, reference[0], global_r, other[0]));
     }
     size_t pos_ref = 1;
     size_t pos_other = 1;

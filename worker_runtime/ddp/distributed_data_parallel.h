@@ -161,7 +161,7 @@ class DistributedDataParallelBase {
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
-  bool joining_ = false;    // inside join(): each forward first announces this rank is active
+  bool joining_ = false;     // inside join(): each forward first announces this rank is active
   int join_authority_ = -1;  // inside join(): the highest rank still active in the latest round
 };
 

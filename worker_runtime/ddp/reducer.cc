@@ -36,7 +36,9 @@ int64_t bytesOf(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t
 
 Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, dist::Group group,
                  const DDPOptions& options)
-    : params_(std::move(params)), names_(std::move(names)), group_(std::move(group)),
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      group_(std::move(group)),
       hook_(allreduce_hook),
       find_unused_(options.find_unused_parameters) {
   // Reverse registration order: backward produces the last layers' gradients first.
@@ -83,8 +85,7 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
   for (size_t k = 0; k < params_.size(); ++k) {
     auto accumulator = torch::autograd::impl::grad_accumulator(params_[k]);
     DDPRUN_CHECK(accumulator != nullptr);
-    hook_keys_.push_back(
-        accumulator->add_post_hook(std::make_unique<GradReadyHook>(this, k, &Reducer::onGradReady)));
+    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<GradReadyHook>(this, k, &Reducer::onGradReady)));
     accumulators_.push_back(std::move(accumulator));
   }
 }
@@ -237,11 +238,11 @@ void Reducer::finalizeBackward() {
   if (!missing.empty()) {
     // The peers are in step (this rank sent zeros), but torch treats this as a user error
     // so that a silently frozen layer does not go unnoticed.
-    throw DdprunError(fmt::format(
-        "DistributedDataParallel: parameter {} ({}) received no gradient in this backward{}; pass "
-        "find_unused_parameters=true if parts of the model are not used in every forward",
-        missing.front(), names_[missing.front()],
-        missing.size() > 1 ? fmt::format(" (and {} more)", missing.size() - 1) : std::string()));
+    throw DdprunError(
+        fmt::format("DistributedDataParallel: parameter {} ({}) received no gradient in this backward{}; pass "
+                    "find_unused_parameters=true if parts of the model are not used in every forward",
+                    missing.front(), names_[missing.front()],
+                    missing.size() > 1 ? fmt::format(" (and {} more)", missing.size() - 1) : std::string()));
   }
 }
 

@@ -32,8 +32,7 @@ class Reducer {
  public:
   // `params` are the module's parameters that require gradients, in registration order;
   // `names` their qualified names (for error messages).
-  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, dist::Group group,
-          const DDPOptions& options);
+  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, dist::Group group, const DDPOptions& options);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -89,11 +88,11 @@ class Reducer {
   std::vector<uintptr_t> hook_keys_;
 
   mutable std::mutex mutex_;
-  bool expect_hooks_ = false;        // armed by prepareForBackward, disarmed by finalize
+  bool expect_hooks_ = false;  // armed by prepareForBackward, disarmed by finalize
   bool finalize_queued_ = false;
   bool unused_marked_ = false;
   size_t next_bucket_ = 0;
-  std::vector<uint8_t> ready_;       // per parameter, this backward
+  std::vector<uint8_t> ready_;  // per parameter, this backward
   std::vector<uint8_t> locally_used_;
   std::vector<size_t> unreachable_;  // find_unused: parameters the forward graph missed
   std::vector<ReducerEvent> events_;

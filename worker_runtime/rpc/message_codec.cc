@@ -37,9 +37,7 @@ OutMessage MessageEncoder::finish(wire::Kind kind, uint64_t id, uint8_t flags) {
 void MessageEncoder::value(const Value& v) {
   const auto& s = v.storage();
   switch (s.index()) {
-    case 0:
-      body.pod(Tag::kNone);
-      break;
+    case 0: body.pod(Tag::kNone); break;
     case 1:
       body.pod(Tag::kBool);
       body.pod(static_cast<uint8_t>(std::get<bool>(s)));
@@ -106,16 +104,11 @@ void MessageEncoder::value(const Value& v) {
 Value MessageDecoder::value(int depth) {
   if (depth > 64) throw DdprunError("rpc: malformed message (nesting too deep)");
   switch (in.pod<Tag>()) {
-    case Tag::kNone:
-      return {};
-    case Tag::kBool:
-      return Value(in.pod<uint8_t>() != 0);
-    case Tag::kInt:
-      return Value(in.pod<int64_t>());
-    case Tag::kDouble:
-      return Value(in.pod<double>());
-    case Tag::kString:
-      return Value(in.str());
+    case Tag::kNone: return {};
+    case Tag::kBool: return Value(in.pod<uint8_t>() != 0);
+    case Tag::kInt: return Value(in.pod<int64_t>());
+    case Tag::kDouble: return Value(in.pod<double>());
+    case Tag::kString: return Value(in.str());
     case Tag::kTensor: {
       auto index = in.pod<uint32_t>();
       auto send_id = in.pod<int64_t>();

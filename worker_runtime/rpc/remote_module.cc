@@ -43,9 +43,10 @@ void checkShape(const std::string& kind, int64_t rows, int64_t cols) {
   const double bytes = static_cast<double>(rows) * static_cast<double>(cols) * sizeof(float);
   const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   if (bytes * 4 > memory) {
-    throw DdprunError(fmt::format("RemoteModule {}: {} x {} parameters need {:.1f} GiB with optimizer state, more "
-                                  "than this host's {:.1f} GiB of memory",
-                                  kind, rows, cols, bytes * 4 / (1u << 30), memory / (1u << 30)));
+    throw DdprunError(
+        fmt::format("RemoteModule {}: {} x {} parameters need {:.1f} GiB with optimizer state, more "
+                    "than this host's {:.1f} GiB of memory",
+                    kind, rows, cols, bytes * 4 / (1u << 30), memory / (1u << 30)));
   }
 }
 

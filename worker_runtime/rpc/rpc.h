@@ -43,8 +43,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "worker_runtime/rpc/value.h"
 #include "worker_runtime/peer_error.h"
+#include "worker_runtime/rpc/value.h"
 
 namespace ddprun::rpc {
 

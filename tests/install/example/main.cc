@@ -18,8 +18,7 @@ int main() {
     dist::all_gather(gathered, at::full({1}, rank, at::kLong));
     std::string order;
     for (const auto& t : gathered) order += std::to_string(t.item<int64_t>());
-    std::printf("example rank=%d world=%d sum=%.0f gathered=%s\n", rank, world, sum[3].item<double>(),
-                order.c_str());
+    std::printf("example rank=%d world=%d sum=%.0f gathered=%s\n", rank, world, sum[3].item<double>(), order.c_str());
     dist::destroy_process_group();
     return 0;
   });

@@ -3,8 +3,8 @@
 // the collective itself) failing every later one with the same error.
 #include <regex>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "tests/runtime/support/reference_values.h"
 #include "tests/runtime/support/thread_ranks.h"
@@ -99,9 +99,8 @@ TEST_CASE("a rank that left fails its peers' next collective naming it and every
       store.wait({"left"}, kRankOpTimeout);
       std::vector<float> buf(67, 1.0f);
       auto all_reduce = [&] {
-        return b->enqueue([&](CollectiveContext& ctx) {
-          allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
-        });
+        return b->enqueue(
+            [&](CollectiveContext& ctx) { allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum); });
       };
       const std::string first = failureOf(all_reduce(), pattern);
       // The streams are at unknown positions now: later collectives must not run at all.

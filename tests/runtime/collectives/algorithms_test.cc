@@ -7,8 +7,8 @@
 #include <functional>
 #include <numeric>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "tests/runtime/support/reference_values.h"
 #include "tests/runtime/support/thread_ranks.h"
@@ -198,9 +198,8 @@ TEST_CASE("gather collects every rank's block on every root") {
       for (int root = 0; root < p; ++root) {
         const auto mine = patternBlock(r, root, bytes, ++salt);
         std::vector<uint8_t> out(r == root ? bytes * p : 0, 0xEE);
-        runOn(b, [&](CollectiveContext& ctx) {
-          gather(ctx, mine.data(), r == root ? out.data() : nullptr, bytes, root);
-        });
+        runOn(b,
+              [&](CollectiveContext& ctx) { gather(ctx, mine.data(), r == root ? out.data() : nullptr, bytes, root); });
         if (r != root) continue;
         for (int j = 0; j < p; ++j) {
           checkPattern(fmt::format("gather to root {}", root), out.data() + j * bytes, bytes, j, root, salt);
@@ -223,9 +222,8 @@ TEST_CASE("scatter hands each rank its block from every root") {
         }
         const auto in = concat(blocks);
         std::vector<uint8_t> out(bytes, 0xEE);
-        runOn(b, [&](CollectiveContext& ctx) {
-          scatter(ctx, r == root ? in.data() : nullptr, out.data(), bytes, root);
-        });
+        runOn(b,
+              [&](CollectiveContext& ctx) { scatter(ctx, r == root ? in.data() : nullptr, out.data(), bytes, root); });
         checkPattern(fmt::format("scatter from root {}", root), out.data(), bytes, root, r, salt);
       }
     }

@@ -14,10 +14,12 @@ namespace {
 using namespace ddprun::runtime;
 using namespace ddprun::testing;
 
-std::unique_ptr<ShmAllReduce> shmOf(ddprun::rendezvous::Store& store, int rank, int size, size_t slot_bytes,
-                                    std::function<bool(int)> peer_gone = [](int) { return false; }) {
-  return std::make_unique<ShmAllReduce>(store, "shm/", rank, size, kRankOpTimeout, std::move(peer_gone),
-                                        [](int q) { return "rank " + std::to_string(q); }, slot_bytes);
+std::unique_ptr<ShmAllReduce> shmOf(
+    ddprun::rendezvous::Store& store, int rank, int size, size_t slot_bytes,
+    std::function<bool(int)> peer_gone = [](int) { return false; }) {
+  return std::make_unique<ShmAllReduce>(
+      store, "shm/", rank, size, kRankOpTimeout, std::move(peer_gone),
+      [](int q) { return "rank " + std::to_string(q); }, slot_bytes);
 }
 
 }  // namespace

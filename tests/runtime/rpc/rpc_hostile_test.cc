@@ -26,9 +26,9 @@
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
 #include "tests/runtime/rpc/rpc_wire_client.h"
-#include "worker_runtime/rpc/auth.h"
 #include "tests/support/fuzz_run.h"
 #include "tests/support/test_process.h"
+#include "worker_runtime/rpc/auth.h"
 
 using namespace ddprun::testing;
 using namespace ddprun::testing::rpcwire;
@@ -266,9 +266,9 @@ TEST_CASE("rpc hostile: silent and partial connections are closed after their de
   sendAll(partial.get(), frame(Kind::kRequest, 1, 1, requestMeta("mark", {})).substr(0, 40));
   const UniqueFd half_header = job.member();
   sendAll(half_header.get(), std::string(10, '\0'));
-  CHECK(closedByPeer(partial.get()));      // within the 20 s wait (2 s read deadline)
+  CHECK(closedByPeer(partial.get()));  // within the 20 s wait (2 s read deadline)
   CHECK(closedByPeer(half_header.get()));
-  CHECK(closedByPeer(silent.get()));       // 10 s handshake deadline
+  CHECK(closedByPeer(silent.get()));  // 10 s handshake deadline
   const UniqueFd member = job.member();
   CHECK(job.callInt(member.get(), "marks") == 0);
   job.checkServing();
@@ -278,8 +278,9 @@ TEST_CASE("rpc hostile: built-in calls with absurd sizes are refused", "[rpc][ba
   ProbeJob job;
   const UniqueFd fd = job.member();
   const long before = job.rssKb();
-  const Message reply = job.call(fd.get(), "ddprun.module.create",
-                                 {stringValue("Linear"), intValue(1000000), intValue(1000000), pod(kBool) + pod(uint8_t{1})});
+  const Message reply =
+      job.call(fd.get(), "ddprun.module.create",
+               {stringValue("Linear"), intValue(1000000), intValue(1000000), pod(kBool) + pod(uint8_t{1})});
   CHECK(errorText(reply).find("1000000 x 1000000 parameters need") != std::string::npos);
   const Message negative = job.call(fd.get(), "ddprun.module.create",
                                     {stringValue("EmbeddingBag"), intValue(-5), intValue(4), stringValue("sum")});

@@ -46,8 +46,10 @@ std::vector<std::string> agentArgs(int port, bool host) {
 }  // namespace
 
 TEST_CASE("rpc secret: one node's workers share a 0600 secret file, new for every run", "[rpc][secret]") {
-  auto run1 = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", "sh", "-c", kShowSecret}, {}, 60s);
-  auto run2 = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", "sh", "-c", kShowSecret}, {}, 60s);
+  auto run1 =
+      run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", "sh", "-c", kShowSecret}, {}, 60s);
+  auto run2 =
+      run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", "sh", "-c", kShowSecret}, {}, 60s);
   INFO(run1.out << run1.err);
   REQUIRE(run1.exit_code == 0);
   const auto first = secretsIn(run1.out), second = secretsIn(run2.out);

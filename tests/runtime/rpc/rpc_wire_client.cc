@@ -26,7 +26,8 @@ std::string requestMeta(const std::string& func, const std::vector<std::string>&
   return pod(uint32_t{0}) + str(func) + pod(int64_t{-1}) + pod(int64_t{-1}) + pod(int64_t{-1}) + listValue(args);
 }
 
-std::string frame(rpc::wire::Kind kind, int32_t src, uint64_t id, const std::string& meta, const std::string& tensor_bytes) {
+std::string frame(rpc::wire::Kind kind, int32_t src, uint64_t id, const std::string& meta,
+                  const std::string& tensor_bytes) {
   rpc::wire::Header h;
   h.kind = static_cast<uint8_t>(kind);
   h.src = src;

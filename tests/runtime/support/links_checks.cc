@@ -44,13 +44,17 @@ void checkProgressReports(runtime::Links& links, size_t bytes, size_t step, int 
   }
   std::vector<uint8_t> data(bytes, 0xEE);
   std::vector<size_t> reports;
-  Transfer t{0, false, data.data(), bytes,
+  Transfer t{0,
+             false,
+             data.data(),
+             bytes,
              [&](size_t received) {
                // What has been reported must already be in the buffer: a reduction reads it.
                checkPattern("progress test (reported bytes)", data.data(), received, 0, 1, salt);
                reports.push_back(received);
              },
-             step, 0};
+             step,
+             0};
   links.exchange({&t, 1}, deadline, "progress test");
   checkPattern("progress test", data.data(), bytes, 0, 1, salt);
   if (bytes > 0 && (reports.empty() || reports.back() != bytes)) {
@@ -62,8 +66,8 @@ void checkProgressReports(runtime::Links& links, size_t bytes, size_t step, int 
       throw std::runtime_error(fmt::format("progress report {} ({}) after {}", i, reports[i], before));
     }
     if (step > 0 && reports[i] != bytes && reports[i] / step == before / step) {
-      throw std::runtime_error(fmt::format("progress report at {} crossed no multiple of {} after {}", reports[i],
-                                           step, before));
+      throw std::runtime_error(
+          fmt::format("progress report at {} crossed no multiple of {} after {}", reports[i], step, before));
     }
   }
 }

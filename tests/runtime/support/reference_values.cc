@@ -197,8 +197,8 @@ void checkPattern(const std::string& what, const uint8_t* got, size_t bytes, int
   for (size_t i = 0; i < bytes; ++i) {
     const uint8_t expected = patternByte(from, to, i, salt);
     if (got[i] != expected) {
-      throw std::runtime_error(fmt::format("{}: byte {} of {} from rank {} is {}, expected {}", what, i, bytes, from,
-                                           got[i], expected));
+      throw std::runtime_error(
+          fmt::format("{}: byte {} of {} from rank {} is {}, expected {}", what, i, bytes, from, got[i], expected));
     }
   }
 }

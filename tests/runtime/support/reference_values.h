@@ -20,8 +20,8 @@ using runtime::ReduceOp;
 
 inline const std::vector<DType> kAllDTypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
                                               DType::kInt32,   DType::kInt64,   DType::kUInt8};
-inline const std::vector<ReduceOp> kAllReduceOps = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,
-                                                    ReduceOp::kMax, ReduceOp::kAvg};
+inline const std::vector<ReduceOp> kAllReduceOps = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax,
+                                                    ReduceOp::kAvg};
 
 // The element size, written out here rather than taken from the runtime.
 size_t elementBytes(DType dtype);

@@ -99,7 +99,8 @@ void runGroup(int world_size, const std::function<void(int, rendezvous::Store&, 
 
 void runThreads(int world_size, const std::function<void(int rank, rendezvous::Store& store)>& body,
                 std::chrono::seconds watchdog) {
-  runGroup(world_size, [&](int rank, rendezvous::Store& store, Outcome&) { body(rank, store); }, watchdog);
+  runGroup(
+      world_size, [&](int rank, rendezvous::Store& store, Outcome&) { body(rank, store); }, watchdog);
 }
 
 void runRanks(int world_size, const runtime::HostBackendOptions& options,

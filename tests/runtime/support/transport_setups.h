@@ -43,8 +43,7 @@ inline std::vector<TransportSetup> transportSetups() {
 inline void checkTransport(const runtime::HostBackend& backend, const TransportSetup& setup) {
   const bool expected = setup.shared_memory && backend.size() > 1;
   if (backend.usesSharedMemory() != expected) {
-    throw std::runtime_error(setup.name + ": the backend " + (expected ? "does not use" : "uses") +
-                             " shared memory");
+    throw std::runtime_error(setup.name + ": the backend " + (expected ? "does not use" : "uses") + " shared memory");
   }
 }
 

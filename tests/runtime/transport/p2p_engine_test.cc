@@ -6,8 +6,8 @@
 #include <regex>
 #include <string>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "rendezvous/in_memory_store.h"
 #include "tests/runtime/support/reference_values.h"
@@ -193,7 +193,5 @@ TEST_CASE("a receive from a rank that went away fails naming it", "[p2p_engine]"
   pair.mesh0.reset();
   int got = 0;
   auto recv = pair.engine1->recv(0, 1, &got, sizeof got, Clock::now() + kGenerous);
-  CHECK_THROWS_WITH(recv->wait(),
-                    "point-to-point with rank 0 (" + address + "): connection closed (peer died?)");
+  CHECK_THROWS_WITH(recv->wait(), "point-to-point with rank 0 (" + address + "): connection closed (peer died?)");
 }
-

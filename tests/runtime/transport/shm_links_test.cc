@@ -14,10 +14,12 @@ namespace {
 using namespace ddprun::runtime;
 using namespace ddprun::testing;
 
-std::unique_ptr<ShmLinks> linksOf(ddprun::rendezvous::Store& store, int rank, int size, size_t ring_bytes,
-                                  std::function<bool(int)> peer_gone = [](int) { return false; }) {
-  return std::make_unique<ShmLinks>(store, "shm/", rank, size, kRankOpTimeout, std::move(peer_gone),
-                                    [](int q) { return "rank " + std::to_string(q); }, ring_bytes);
+std::unique_ptr<ShmLinks> linksOf(
+    ddprun::rendezvous::Store& store, int rank, int size, size_t ring_bytes,
+    std::function<bool(int)> peer_gone = [](int) { return false; }) {
+  return std::make_unique<ShmLinks>(
+      store, "shm/", rank, size, kRankOpTimeout, std::move(peer_gone),
+      [](int q) { return "rank " + std::to_string(q); }, ring_bytes);
 }
 
 void storeBarrier(ddprun::rendezvous::Store& store, const std::string& name, int size) {

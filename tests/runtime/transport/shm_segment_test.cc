@@ -111,8 +111,7 @@ TEST_CASE("shm segment: every rank maps the same memory and the name is gone aft
   CHECK(leftovers(run_id).empty());
 }
 
-TEST_CASE("shm segment: shm_open failing on one rank makes every rank fail at once with its error",
-          "[unit][shm]") {
+TEST_CASE("shm segment: shm_open failing on one rank makes every rank fail at once with its error", "[unit][shm]") {
   for (int failing : {1, 2}) {
     INFO("shm_open fails on rank " << failing);
     auto outcomes = makeOnRanks(3, failOpenOn({failing}, EACCES));
@@ -136,8 +135,8 @@ TEST_CASE("shm segment: rank 0 unable to create the segment fails every rank", "
   const std::string run_id = "shmcreate" + std::to_string(::getpid());
   ddprun::testing::ScopedEnv run("TORCHELASTIC_RUN_ID", run_id);
   auto outcomes = makeOnRanks(3, failOpenOn({0}, ENOSPC));
-  requireAllFailedAlike(outcomes, std::string("rank 0: cannot create a segment of 65536 bytes: ") +
-                                      std::strerror(ENOSPC));
+  requireAllFailedAlike(outcomes,
+                        std::string("rank 0: cannot create a segment of 65536 bytes: ") + std::strerror(ENOSPC));
   CHECK(leftovers(run_id).empty());
 }
 

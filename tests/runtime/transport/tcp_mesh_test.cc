@@ -83,8 +83,7 @@ TEST_CASE("a TCP exchange that gets nothing fails at its deadline naming the pee
                                      uint8_t byte = 0;
                                      Transfer t{1, false, &byte, 1, {}, 0, 0};
                                      try {
-                                       mesh->exchange({&t, 1}, Clock::now() + std::chrono::milliseconds(50),
-                                                      "test op");
+                                       mesh->exchange({&t, 1}, Clock::now() + std::chrono::milliseconds(50), "test op");
                                      } catch (...) {
                                        store.set("failed", "1");  // rank 1 keeps its end open until then
                                        throw;
@@ -98,8 +97,8 @@ TEST_CASE("a TCP exchange that gets nothing fails at its deadline naming the pee
 }
 
 // ---- setup and failure cases over a pair of ranks ----
-using ddprun::UniqueFd;
 using ddprun::connectTcp;
+using ddprun::UniqueFd;
 using namespace ddprun::runtime;
 using namespace std::chrono_literals;
 using ddprun::rendezvous::InMemoryStore;
@@ -126,6 +125,5 @@ TEST_CASE("a connection that never says hello fails the mesh at its deadline ins
 
 TEST_CASE("a rank whose peers never come fails at its deadline naming them", "[tcp_mesh]") {
   InMemoryStore store;
-  CHECK_THROWS_WITH(TcpMesh(store, "mesh/", 0, 3, "127.0.0.1", 50ms),
-                    "rank 0: ranks 1 2 did not connect within 50 ms");
+  CHECK_THROWS_WITH(TcpMesh(store, "mesh/", 0, 3, "127.0.0.1", 50ms), "rank 0: ranks 1 2 did not connect within 50 ms");
 }
