@@ -1,4 +1,5 @@
 #include "agent/file_timer_server.h"
+#include "common/env_names.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -36,7 +37,7 @@ std::string FileTimerServer::defaultPath() {
   const uint32_t a = dist(device), b = dist(device), c = dist(device), d = dist(device);
   const std::string uuid = fmt::format("{:08x}-{:04x}-4{:03x}-{:04x}-{:04x}{:08x}", a, b >> 16, b & 0xfff,
                                        0x8000 | (c >> 18), c & 0xffff, d);
-  const char* tmp = std::getenv("TMPDIR");
+  const char* tmp = std::getenv(env::kTmpDir);
   return fmt::format("{}/watchdog_timer_{}", tmp && *tmp ? tmp : "/tmp", uuid);
 }
 

@@ -1,4 +1,5 @@
 #include "agent/log_layout.h"
+#include "common/env_names.h"
 
 #include <unistd.h>
 
@@ -39,7 +40,7 @@ LogLayout::LogLayout(const std::optional<std::string>& log_dir, const std::strin
     ensureWritableDirectory(*log_dir);
     parent = *log_dir;
   } else {
-    const char* tmp = std::getenv("TMPDIR");
+    const char* tmp = std::getenv(env::kTmpDir);
     parent = tmp && *tmp ? tmp : "/tmp";
     remove_on_exit_ = !keep_temporary;
   }

@@ -1,4 +1,5 @@
 #include "agent/stack_capture.h"
+#include "common/env_names.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -139,7 +140,7 @@ std::vector<std::string> stackToolCommand(const StackTool& tool, pid_t pid) {
 std::vector<ProcessStacks> captureNativeStacks(const std::vector<pid_t>& pids, std::chrono::milliseconds timeout) {
   std::vector<ProcessStacks> result(pids.size());
   for (size_t i = 0; i < pids.size(); ++i) result[i].pid = pids[i];
-  const char* path_env = std::getenv("PATH");
+  const char* path_env = std::getenv(env::kPath);
   const std::optional<StackTool> tool = findStackTool(path_env ? path_env : "/usr/local/bin:/usr/bin:/bin");
   if (!tool) {
     for (ProcessStacks& s : result) s.problem = kNoStackToolNote;

@@ -54,6 +54,12 @@ inline constexpr const char* kCrashRank = "DDPRUN_CRASH_RANK";
 // The terminal's type; "dumb" (Emacs shells, some CI logs) takes no cursor movement, so the
 // trainers' progress bar prints plain lines there.
 inline constexpr const char* kTerm = "TERM";
+// Where programs are looked up (the launcher's program resolver, the agent's stack tools).
+inline constexpr const char* kPath = "PATH";
+// Where temporary run directories and the file timer's pipe go when no path is given.
+inline constexpr const char* kTmpDir = "TMPDIR";
+// SLURM's node list of the job (`ddprun-slurm hostnames` expands it).
+inline constexpr const char* kSlurmJobNodelist = "SLURM_JOB_NODELIST";
 
 // Read by the agent.
 inline constexpr const char* kLogLinePrefixTemplate = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";

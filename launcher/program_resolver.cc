@@ -54,7 +54,7 @@ std::string findExecutable(const std::string& name) {
   if (name.find('/') != std::string::npos) {
     return isExecutableFile(name) ? fs::absolute(name).lexically_normal().string() : "";
   }
-  const char* path_env = std::getenv("PATH");
+  const char* path_env = std::getenv(env::kPath);
   std::string_view dirs = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
   while (true) {
     auto colon = dirs.find(':');

@@ -1,4 +1,5 @@
 #include "launcher/slurm_hostnames_command.h"
+#include "common/env_names.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -43,7 +44,7 @@ int runHostnamesCommand(int argc, const char* const* argv) {
     lists.emplace_back(arg);
   }
   if (lists.empty()) {
-    const char* job_list = std::getenv("SLURM_JOB_NODELIST");
+    const char* job_list = std::getenv(env::kSlurmJobNodelist);
     if (job_list == nullptr) throw UsageError("hostnames: no host list given and SLURM_JOB_NODELIST is not set");
     lists.emplace_back(job_list);
   }

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/unique_fd.h"
 #include "tests/runtime/support/thread_ranks.h"
 #include "worker_runtime/collectives/algorithms.h"
 
@@ -47,12 +48,14 @@ TEST_CASE("thread ranks report the first failure with its rank and not the peers
 TEST_CASE("thread ranks still running at the watchdog end the process naming them") {
   int pipe_fds[2];
   REQUIRE(::pipe(pipe_fds) == 0);
+  ddprun::UniqueFd read_end(pipe_fds[0]);
+  ddprun::UniqueFd write_end(pipe_fds[1]);
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
     // Ranks 1 and 3 wait for a key that never comes (for longer than the watchdog allows).
-    ::dup2(pipe_fds[1], STDERR_FILENO);
-    ::close(pipe_fds[0]);
+    ::dup2(write_end.get(), STDERR_FILENO);
+    read_end.reset();
     runThreads(
         4,
         [](int rank, ddprun::rendezvous::Store& store) {
@@ -61,11 +64,11 @@ TEST_CASE("thread ranks still running at the watchdog end the process naming the
         std::chrono::seconds(1));
     std::_Exit(0);  // not reached when the watchdog works
   }
-  ::close(pipe_fds[1]);
+  write_end.reset();
   std::string err;
   // Its end of the pipe closes when it exits; if it hangs instead, it is killed.
-  const bool exited = readAll(pipe_fds[0], std::chrono::seconds(30), err);
-  ::close(pipe_fds[0]);
+  const bool exited = readAll(read_end.get(), std::chrono::seconds(30), err);
+  read_end.reset();
   if (!exited) ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
