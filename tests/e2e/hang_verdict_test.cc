@@ -29,12 +29,7 @@ bool stackToolInstalled() { return !run({"/bin/sh", "-c", "command -v eu-stack |
 
 // This run's flight recorder directories left on /dev/shm (named after --rdzv_id).
 int flightDirsOf(const std::string& run_id) {
-  int n = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    if (entry.path().filename().string().rfind("ddprun_flight-" + run_id + "-", 0) == 0) ++n;
-  }
-  return n;
+  return static_cast<int>(shmEntriesWithPrefix("ddprun_flight-" + run_id + "-").size());
 }
 
 std::vector<std::string> ddprunArgs(const std::string& run_id, int nproc, const std::string& hang_timeout,

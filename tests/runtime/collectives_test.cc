@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -336,14 +335,7 @@ TEST_CASE("a peer killed during shared-memory all_reduce: every other rank gets 
 
 namespace {
 
-std::set<std::string> ddprunShmSegments() {
-  std::set<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("ddprun-", 0) == 0) names.insert(name);
-  }
-  return names;
-}
+std::vector<std::string> ddprunShmSegments() { return shmEntriesWithPrefix("ddprun-"); }
 
 }  // namespace
 

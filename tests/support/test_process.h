@@ -99,6 +99,8 @@ bool eventually(Pred pred, std::chrono::milliseconds timeout);
 
 std::string readFile(const std::string& path);
 bool fileExists(const std::string& path);
+// Names of the entries of /dev/shm that start with `prefix`, sorted (what a job left there).
+std::vector<std::string> shmEntriesWithPrefix(const std::string& prefix);
 
 }  // namespace ddprun::testing
 

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
@@ -23,6 +22,7 @@
 #include "common/unique_fd.h"
 #include "rendezvous/in_memory_store.h"
 #include "tests/support/scoped_env.h"
+#include "tests/support/test_process.h"
 
 using ddprun::runtime::ShmOpenFn;
 using ddprun::runtime::ShmSegment;
@@ -74,12 +74,7 @@ std::function<ShmOpenFn(int)> failOpenOn(std::set<int> failing, int err) {
 
 // Entries of /dev/shm for this job's run id.
 std::vector<std::string> leftovers(const std::string& run_id) {
-  std::vector<std::string> found;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    const std::string name = entry.path().filename();
-    if (name.rfind("ddprun-" + run_id + "-", 0) == 0) found.push_back(name);
-  }
-  return found;
+  return ddprun::testing::shmEntriesWithPrefix("ddprun-" + run_id + "-");
 }
 
 void requireAllFailedAlike(const std::vector<Outcome>& outcomes, const std::string& naming) {
