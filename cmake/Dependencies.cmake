@@ -1,7 +1,8 @@
 # All dependencies are Debian packages installed by scripts/setup.
-# Boost is pinned to 1.74 (Debian 12's default) so Asio and Process match everywhere.
+# Boost: whatever the Debian release ships (1.74 on Debian 12, 1.83 on Debian 13); 1.74 is
+# the oldest whose Asio and Process the code is written against.
 find_package(Threads REQUIRED)
-find_package(Boost 1.74 EXACT REQUIRED COMPONENTS filesystem)
+find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)

@@ -6,13 +6,13 @@
 
 using namespace ddprun::testing;
 
-// Debian's torch lives under /usr/bin/python3; the python3 first on PATH may lack it.
-static const std::map<std::string, std::string> kDebianPython = {{"PYTHON", "/usr/bin/python3"}};
+// ddprun runs .py programs with $PYTHON: the torch under test (1.13, or 2.6 in the torch 2.x tier).
+static const std::map<std::string, std::string> kTorchPython = {{"PYTHON", pythonPath()}};
 
 TEST_CASE("a PyTorch DDP script (gloo, CPU) trains under ddprun --standalone", "[e2e][torch]") {
   auto r = run(
       {ddprunPath(), "--standalone", "--nproc_per_node=2", sourceDir() + "/trainers/elastic_ddp.py", "--steps", "30"},
-      kDebianPython, 240s);
+      kTorchPython, 240s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
@@ -21,7 +21,7 @@ TEST_CASE("a PyTorch DDP script (gloo, CPU) trains under ddprun --standalone", "
 }
 
 TEST_CASE("with a rendezvous token, Python workers still get a token-free workers' store", "[e2e][torch]") {
-  auto env = kDebianPython;
+  auto env = kTorchPython;
   env["DDPRUN_TOKEN"] = "job-secret";
   auto r = run(
       {ddprunPath(), "--standalone", "--nproc_per_node=2", sourceDir() + "/trainers/elastic_ddp.py", "--steps", "5"},
@@ -40,7 +40,7 @@ TEST_CASE("a Python worker's exception reaches the report through torch's @recor
                            "def main():\n"
                            "    raise ValueError('bad learning rate 42')\n"
                            "main()\n";
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", script}, kDebianPython, 120s);
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", script}, kTorchPython, 120s);
   REQUIRE(r.finished);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("message   : ValueError: bad learning rate 42"));

@@ -1,6 +1,7 @@
 // torch's own file timer client (torch.distributed.elastic.timer, unchanged) under ddprun
 // with TORCHELASTIC_ENABLE_FILE_TIMER=1: an expired timer kills the worker, after its native
-// stacks and, through faulthandler, its Python traceback; the job restarts. Debian's torch 1.13.
+// stacks and, through faulthandler, its Python traceback; the job restarts. Debian's torch 1.13, and
+// torch 2.6 in the torch 2.x tier (pythonPath()).
 #include <filesystem>
 #include <fstream>
 
@@ -12,7 +13,7 @@ using namespace ddprun::testing;
 
 namespace {
 
-const std::map<std::string, std::string> kEnv = {{"PYTHON", "/usr/bin/python3"},
+const std::map<std::string, std::string> kEnv = {{"PYTHON", pythonPath()},
                                                  {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}};
 
 // Rank 1 stays in stuck_in_step() beyond its 1 s timer on attempts below HANG_ATTEMPTS.

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,10 @@ std::string binDir() { return DDPRUN_TEST_BIN_DIR; }
 std::string sourceDir() { return DDPRUN_TEST_SOURCE_DIR; }
 std::string ddprunPath() { return binDir() + "/ddprun"; }
 std::string testWorkerPath() { return binDir() + "/ddprun_test_worker"; }
+std::string pythonPath() {
+  const char* python = std::getenv("DDPRUN_TEST_PYTHON");
+  return python != nullptr && *python != '\0' ? python : "/usr/bin/python3";
+}
 
 TestProcess::TestProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   int out_pipe[2], err_pipe[2];

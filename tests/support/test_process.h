@@ -21,6 +21,10 @@ std::string binDir();
 std::string sourceDir();
 std::string ddprunPath();
 std::string testWorkerPath();
+// The Python with PyTorch that torch-labelled tests run: $DDPRUN_TEST_PYTHON where set (the
+// torch 2.x tier sets scripts/torch2-python, torch 2.6 in its Debian 13 root), else Debian
+// 12's /usr/bin/python3 (torch 1.13; the python3 first on PATH may lack torch).
+std::string pythonPath();
 
 class TestProcess {
  public:
