@@ -13,8 +13,7 @@ using namespace ddprun::testing;
 
 namespace {
 
-const std::map<std::string, std::string> kEnv = {{"PYTHON", pythonPath()},
-                                                 {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}};
+const std::map<std::string, std::string> kEnv = {{"PYTHON", pythonPath()}, {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}};
 
 // Rank 1 stays in stuck_in_step() beyond its 1 s timer on attempts below HANG_ATTEMPTS.
 std::string writeScript(const TempDir& dir, double after_s) {
