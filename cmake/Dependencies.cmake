@@ -2,6 +2,10 @@
 # Boost: whatever the Debian release ships (1.74 on Debian 12, 1.83 on Debian 13); 1.74 is
 # the oldest whose Asio and Process the code is written against.
 find_package(Threads REQUIRED)
+# CMake 3.30+ (Debian 13): Boost's own BoostConfig.cmake, not the retired FindBoost module.
+if(POLICY CMP0167)
+  cmake_policy(SET CMP0167 NEW)
+endif()
 find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
