@@ -41,8 +41,11 @@ HealthServer::HealthServer(const std::string& host, int port) {
   if (!listen_fd_) throw SystemError("socket", errno);
   int one = 1;
   ::setsockopt(listen_fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  // The kernel's full backlog (SOMAXCONN): with 16, a burst of connections (a monitoring
+  // system's, or a stalled one's) overflowed it before the serving thread ran, and a probe's
+  // SYN dropped there waits 1 s, then 3 s, for its retransmission.
   if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::listen(listen_fd_.get(), 16) != 0) {
+      ::listen(listen_fd_.get(), SOMAXCONN) != 0) {
     const int err = errno;
     throw UsageError("--health_check_port " + std::to_string(port) + ": cannot listen on " + host + ": " +
                      std::strerror(err));
