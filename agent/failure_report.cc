@@ -48,6 +48,22 @@ std::string indent(std::string_view text, std::string_view pad) {
   return out;
 }
 
+// A field's value of several lines (torch 2.x raises such messages): the lines after the first
+// start under the first, so the value does not spill out of the report's layout.
+std::string continued(std::string_view text, std::string_view pad) {
+  std::string out;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find('\n', start);
+    const std::string_view line = text.substr(start, end == std::string_view::npos ? end : end - start);
+    if (start > 0 && !line.empty()) out += pad;
+    out += line;
+    if (end == std::string_view::npos) return out;
+    out += '\n';
+    start = end + 1;
+  }
+}
+
 // Why ddprun stopped a hung worker and where it stood: the first lines of its stacks.
 void appendHang(std::string& out, const WorkerFailure& f) {
   out +=
@@ -84,7 +100,7 @@ void appendFailure(std::string& out, const WorkerFailure& f) {
   if (!f.hang_reason.empty()) appendHang(out, f);
   if (f.error) {
     out += fmt::format("  error_file: {}\n", f.error_file);
-    out += fmt::format("  message   : {}\n", f.error->message);
+    out += fmt::format("  message   : {}\n", continued(f.error->message, "              "));
     if (!f.error->traceback.empty()) {
       out += "  traceback :\n";
       out += indent(f.error->traceback, "    ");

@@ -95,6 +95,28 @@ TEST_CASE("the report names rank, host, pid, exit and the worker's message", "[f
   CHECK_THAT(other_part, Catch::Contains("wrote no error file"));
 }
 
+TEST_CASE("a message of several lines stays inside its field of the report", "[failure_report]") {
+  // torch 2.x raises such messages (torch.compile's BackendCompilerFailed, for one); @record
+  // writes them into the error file's message as they are.
+  std::vector<WorkerFailure> failures = {failure(0, Clock::from_time_t(1700000100))};
+  failures[0].error_file = "/logs/attempt_1/0/error.json";
+  failures[0].error = WorkerErrorRecord{
+      "BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: bad shape\n\nSet TORCH_LOGS=+dynamo", "",
+      std::nullopt};
+  std::string report = formatFailureReport("train.py", failures);
+  CHECK_THAT(report, Catch::Contains("  message   : BackendCompilerFailed: backend='inductor' raised:\n"
+                                     "              RuntimeError: bad shape\n"
+                                     "\n"
+                                     "              Set TORCH_LOGS=+dynamo\n"));
+  // Every line between the rules belongs to the report: none starts at column 0 but its own.
+  std::string body = report.substr(report.find("Root cause"));
+  for (size_t at = body.find('\n'); at != std::string::npos && at + 1 < body.size(); at = body.find('\n', at + 1)) {
+    const char next = body[at + 1];
+    INFO("line: " << body.substr(at + 1, body.find('\n', at + 1) - at - 1));
+    CHECK((next == ' ' || next == '\n' || next == '=' || next == '-'));
+  }
+}
+
 TEST_CASE("the report shows a worker's stderr tail when it wrote no error file or its log is incomplete",
           "[failure_report]") {
   auto t0 = Clock::from_time_t(1700000100);
