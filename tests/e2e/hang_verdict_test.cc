@@ -2,7 +2,8 @@
 // host backend (test_worker's `collectives` mode): --hang_timeout names the rank that is
 // behind and the operation, takes the stacks, restarts the job; a slow job that keeps
 // completing collectives is never called hung; mismatched collectives are named; and
-// nothing is left in /dev/shm.
+// nothing is left in /dev/shm. The two-node verdict runs on network-namespace nodes
+// (netns_multihost_test.sh's hang scenario).
 #include <csignal>
 #include <filesystem>
 #include <memory>
@@ -97,35 +98,6 @@ TEST_CASE("hang_timeout names a rank that called broadcast where the others call
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.err, Catch::Contains("hang: rank 2 called broadcast where the others called all_reduce (#3)"));
   CHECK(countOf(r.out, "done rank=") == 3);
-  CHECK(flightDirsOf(id) == 0);
-}
-
-TEST_CASE("a hang verdict on one node includes the ranks of the others read through the store", "[e2e][hang]") {
-  const std::string id = "hang-nodes-" + std::to_string(::getpid());
-  const int port = freePort();
-  std::vector<std::unique_ptr<TestProcess>> agents;
-  for (int i = 0; i < 2; ++i) {
-    // One worker per node; the rank that sleeps before all_reduce #5 is on the second node,
-    // whose agent sees nothing pending: only the first node's agent judges, with the second's answer.
-    agents.push_back(std::make_unique<TestProcess>(std::vector<std::string>{
-        ddprunPath(), "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-        "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=" + id,
-        std::string("--rdzv_conf=is_host=") + (i == 0 ? "true" : "false"), "--max_restarts=1", "--hang_timeout=3",
-        "--no_python", testWorkerPath(), "collectives", "8", "50", "1", "5", "600000", "1"}));
-  }
-  for (auto& agent : agents) REQUIRE(agent->wait(120s));
-  std::string out, err;
-  for (auto& agent : agents) {
-    out += agent->out();
-    err += agent->err();
-  }
-  INFO(out << err);
-  for (auto& agent : agents) CHECK(agent->exitCode() == 0);
-  CHECK_THAT(err, Catch::Contains("published where this node's ranks stand"));
-  CHECK_THAT(err, Catch::Contains("hang: rank 1 has not called #5 (last completed all_reduce #4, "));
-  CHECK_THAT(err, Catch::Contains("rank 0 waits in all_reduce #5 (started "));
-  CHECK_THAT(err, Catch::Contains("— rank 1 is behind"));
-  CHECK(countOf(out, "done rank=") == 2);
   CHECK(flightDirsOf(id) == 0);
 }
 

@@ -6,6 +6,9 @@
 #   grow:  a late node makes the job re-form larger
 #   cut:   a node whose link is cut is evicted within the keep-alive budget
 #   host:  the rendezvous host's death stops the others, non-zero, naming it, in time
+#   hang:  (run only when named) rank 1 on node 1 never calls all_reduce #5: node 0's
+#          --hang_timeout verdict, with node 1's ranks read through the store, names it;
+#          the job restarts and finishes, and no flight recorder ring is left on /dev/shm
 # Exit 77 (ctest: skipped) with a message where namespaces cannot be made.
 # Usage: tests/e2e/netns_multihost_test.sh [-h] BIN_DIR [SCENARIO...]
 set -euo pipefail
@@ -150,6 +153,23 @@ for scenario in "${scenarios[@]}"; do
         expect_exit "$k" 3 15 "the host's death stops the job" || ok=false
         grep -q "$(addr 0):29400" "$work/err.$k" || { echo "FAIL [host]: message does not name the host"; ok=false; }
       done
+      ;;
+    hang)
+      # C++ workers on the runtime's host backend (test worker's collectives mode, TCP between
+      # the nodes): 8 all_reduces 50 ms apart; on attempt 0 rank 1 sleeps 600 s before #5.
+      WORKER="exec $bin/ddprun_test_worker collectives 8 50 1 5 600000 1"
+      for k in 0 1; do start_agent "$k" --nnodes=2 --rdzv_conf="$fast" --max_restarts=1 --hang_timeout=3; done
+      for k in 0 1; do expect_exit "$k" 0 90 "the job restarts after the hang and finishes" || ok=false; done
+      for line in "published where this node's ranks stand" \
+                  "hang: rank 1 has not called #5 (last completed all_reduce #4, " \
+                  "rank 0 waits in all_reduce #5 (started " "— rank 1 is behind"; do
+        grep -qF "$line" "$work"/err.* || { echo "FAIL [hang]: no '$line' in the agents' logs"; ok=false; }
+      done
+      done_ranks=$(cat "$work"/out.* | grep -c "^done rank=" || true)
+      [[ "$done_ranks" == 2 ]] || { echo "FAIL [hang]: $done_ranks ranks finished after the restart"; ok=false; }
+      left=$(find /dev/shm -maxdepth 1 -name "ddprun_flight-$scenario-*" | wc -l)
+      [[ "$left" == 0 ]] || { echo "FAIL [hang]: $left flight recorder directories left on /dev/shm"; ok=false; }
+      $ok || { cat "$work"/err.0 "$work"/err.1 | tail -40; }
       ;;
     *)
       echo "unknown scenario $scenario"
