@@ -276,6 +276,7 @@ class ElasticAgent::Impl {
   std::unique_ptr<FileTimerServer> timer_server_;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::unique_ptr<FlightDir> flight_dir_;          // the workers' flight recorder rings
   bool hang_judged_ = false;                       // this attempt's verdict was given
+  std::vector<int> hang_culprits_;                 // the ranks it blamed: the report's root cause
   Clock::time_point next_hang_check_{};            // --hang_timeout's next look at the rings
   Clock::time_point next_hang_request_check_{};    // the next look for another node's request
   HungWorkerStopper hung_stopper_{io_};
@@ -707,9 +708,10 @@ std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
     log_->warn("{}; the flight recorder shows no collective pending on this node", trigger);
     return {};
   }
-  log_->error("{}; {}", trigger, *verdict);
-  emit("hang_verdict", JsonObject().add("trigger", trigger).add("verdict", *verdict).add("attempt", attempt_));
-  return *verdict;
+  log_->error("{}; {}", trigger, verdict->text);
+  emit("hang_verdict", JsonObject().add("trigger", trigger).add("verdict", verdict->text).add("attempt", attempt_));
+  hang_culprits_ = verdict->culprits;
+  return verdict->text;
 }
 
 void ElasticAgent::Impl::checkHangTimeout() {
@@ -894,6 +896,7 @@ void ElasticAgent::Impl::endAttempt() {
   if (timer_server_) timer_server_->clearTimers();
   if (flight_dir_) flight_dir_->clear();
   hang_judged_ = false;
+  hang_culprits_.clear();
   clearProcessGroups();
   drainOutput();
   forwarders_.clear();
@@ -924,6 +927,7 @@ std::vector<WorkerFailure> ElasticAgent::Impl::collectFailures() const {
     failures.push_back(std::move(f));
   }
   sortRootCauseFirst(failures);
+  putRanksFirst(failures, hang_culprits_);
   return failures;
 }
 
@@ -1304,7 +1308,14 @@ int ElasticAgent::Impl::runRounds() {
       log_->warn("re-forming the job ({})", reason);
       continue;
     }
-    // A local worker failed.
+    // A local worker failed. Workers ddprun stopped as hung were all sent SIGKILL together:
+    // wait for the others too, so that the verdict's culprit is among the failures.
+    auto hungRunning = [this] {
+      return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running && w.hang; });
+    };
+    for (const auto deadline = Clock::now() + killWait(); hungRunning() && Clock::now() < deadline;) {
+      runFor(deadline - Clock::now());
+    }
     std::vector<WorkerFailure> failures = collectFailures();
     // A collective that timed out is a hang seen from inside: say where every rank stands,
     // then stop the others as hung (their stacks show where they were), before the round ends.

@@ -139,6 +139,12 @@ void sortRootCauseFirst(std::vector<WorkerFailure>& failures) {
   });
 }
 
+void putRanksFirst(std::vector<WorkerFailure>& failures, const std::vector<int>& ranks) {
+  std::stable_partition(failures.begin(), failures.end(), [&](const WorkerFailure& f) {
+    return std::find(ranks.begin(), ranks.end(), f.rank) != ranks.end();
+  });
+}
+
 std::string formatFailureReport(std::string_view entry_name, const std::vector<WorkerFailure>& failures) {
   const std::string rule(64, '=');
   const std::string thin(64, '-');

@@ -47,6 +47,11 @@ std::string signalName(int signal);
 // exit time; ties by exit time, then rank.
 void sortRootCauseFirst(std::vector<WorkerFailure>& failures);
 
+// Moves the failures of `ranks` (the ranks a hang verdict blamed) to the front, each part in
+// its order: after a hang stop every worker failed at about the same time, and the root cause
+// is the rank that was behind, not the first one the stop reached.
+void putRanksFirst(std::vector<WorkerFailure>& failures, const std::vector<int>& ranks);
+
 // Formats the whole report; `failures` must be sorted and non-empty. A worker's stderr tail
 // is shown when it wrote no error file, or when its stderr log is incomplete.
 std::string formatFailureReport(std::string_view entry_name, const std::vector<WorkerFailure>& failures);

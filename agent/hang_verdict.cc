@@ -54,7 +54,7 @@ std::string describe(const std::vector<int>& ranks, const RankPosition& p, bool 
 }
 
 // Ranks inside the same operation that called different things: the few against the rest.
-std::optional<std::string> mismatch(const std::vector<const RankPosition*>& at_seq) {
+std::optional<HangVerdict> mismatch(const std::vector<const RankPosition*>& at_seq) {
   if (at_seq.size() < 2) return std::nullopt;
   const uint64_t seq = at_seq.front()->pending->seq;
   using Key = std::tuple<int, int, uint64_t, int>;
@@ -81,10 +81,12 @@ std::optional<std::string> mismatch(const std::vector<const RankPosition*>& at_s
     }
     const FlightOpInfo& want = majority->second.front()->pending->info;
     std::vector<std::string> parts;
+    HangVerdict verdict;
     for (auto& [k, ps] : by) {
       if (&ps == &majority->second) continue;
       std::vector<int> ranks;
       for (const auto* p : ps) ranks.push_back(p->rank);
+      verdict.culprits.insert(verdict.culprits.end(), ranks.begin(), ranks.end());
       const FlightOpInfo& got = ps.front()->pending->info;
       if (level == 0) {
         parts.push_back(fmt::format("{} called {} where the others called {} (#{})", ranksWord(ranks),
@@ -97,14 +99,13 @@ std::optional<std::string> mismatch(const std::vector<const RankPosition*>& at_s
                                     flightOpName(got.op), got.root, want.root, seq));
       }
     }
-    std::string out;
-    for (const auto& s : parts) out += (out.empty() ? "" : "; ") + s;
-    return out;
+    for (const auto& s : parts) verdict.text += (verdict.text.empty() ? "" : "; ") + s;
+    return verdict;
   }
   return std::nullopt;
 }
 
-std::optional<std::string> groupVerdict(const std::vector<const RankPosition*>& ranks) {
+std::optional<HangVerdict> groupVerdict(const std::vector<const RankPosition*>& ranks) {
   bool any_pending = false;
   for (const auto* p : ranks) any_pending = any_pending || p->pending.has_value();
   if (!any_pending) return std::nullopt;
@@ -115,7 +116,10 @@ std::optional<std::string> groupVerdict(const std::vector<const RankPosition*>& 
     if (p->pending) by_seq[p->pending->seq].push_back(p);
   }
   for (auto& [seq, at] : by_seq) {
-    if (auto m = mismatch(at)) return "hang: " + *m;
+    if (auto m = mismatch(at)) {
+      m->text = "hang: " + m->text;
+      return m;
+    }
   }
 
   std::map<uint64_t, std::vector<const RankPosition*>> by_position;
@@ -135,8 +139,9 @@ std::optional<std::string> groupVerdict(const std::vector<const RankPosition*>& 
   };
   if (by_position.size() == 1) {
     const auto& ps = by_position.begin()->second;
-    return "hang: " + describe(listOf(ps), *eldest(ps), false) +
-           " — no rank here is behind (a rank elsewhere, or the network?)";
+    return HangVerdict{"hang: " + describe(listOf(ps), *eldest(ps), false) +
+                           " — no rank here is behind (a rank elsewhere, or the network?)",
+                       {}};
   }
   std::vector<std::string> parts;
   auto behind = by_position.begin();
@@ -148,7 +153,7 @@ std::optional<std::string> groupVerdict(const std::vector<const RankPosition*>& 
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? "; " : "") + parts[i];
   const auto behind_ranks = listOf(behind->second);
   out += fmt::format(" — {} {} behind", ranksWord(behind_ranks), behind_ranks.size() == 1 ? "is" : "are");
-  return out;
+  return HangVerdict{out, behind_ranks};
 }
 
 }  // namespace
@@ -189,18 +194,21 @@ bool noProgressFor(const std::vector<RankPosition>& ranks, double timeout_s) {
   return any_pending && since_progress >= timeout_s;
 }
 
-std::optional<std::string> hangVerdict(const std::vector<RankPosition>& ranks) {
+std::optional<HangVerdict> hangVerdict(const std::vector<RankPosition>& ranks) {
   std::map<int, std::vector<const RankPosition*>> by_group;
   for (const auto& p : ranks) by_group[p.group].push_back(&p);
-  std::string out;
+  HangVerdict out;
   for (auto& [group, ps] : by_group) {
     std::sort(ps.begin(), ps.end(), [](const auto* a, const auto* b) { return a->rank < b->rank; });
     auto v = groupVerdict(ps);
     if (!v) continue;
-    if (group != 0) *v += fmt::format(" (group {})", group);
-    out += (out.empty() ? "" : "\n") + *v;
+    if (group != 0) v->text += fmt::format(" (group {})", group);
+    out.text += (out.text.empty() ? "" : "\n") + v->text;
+    out.culprits.insert(out.culprits.end(), v->culprits.begin(), v->culprits.end());
   }
-  if (out.empty()) return std::nullopt;
+  if (out.text.empty()) return std::nullopt;
+  std::sort(out.culprits.begin(), out.culprits.end());
+  out.culprits.erase(std::unique(out.culprits.begin(), out.culprits.end()), out.culprits.end());
   return out;
 }
 

@@ -37,9 +37,16 @@ RankPosition positionOf(const FlightRingSnapshot& ring, int64_t now_ns);
 // that keeps completing operations is never hung.
 bool noProgressFor(const std::vector<RankPosition>& ranks, double timeout_s);
 
-// The verdict over the ranks of one group, or nullopt when nothing is pending anywhere
+// A verdict: its line, and the ranks it blames (the ones behind, or the ones that called
+// something else), which the failure report then puts first; none when no rank here is behind.
+struct HangVerdict {
+  std::string text;
+  std::vector<int> culprits;  // ascending
+};
+
+// The verdict over the ranks of every group, or nullopt when nothing is pending anywhere
 // (no rank waits for another). "rank 0-4,6-7" lists ranks as ranges.
-std::optional<std::string> hangVerdict(const std::vector<RankPosition>& ranks);
+std::optional<HangVerdict> hangVerdict(const std::vector<RankPosition>& ranks);
 
 // "0-4,6-7".
 std::string rankRanges(std::vector<int> ranks);

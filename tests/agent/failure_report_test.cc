@@ -70,6 +70,21 @@ TEST_CASE("the earliest failure is the root cause and error-file timestamps deci
   CHECK(failures[0].rank == 2);
 }
 
+TEST_CASE("after a hang stop the ranks the verdict blamed come first", "[failure_report]") {
+  auto t0 = Clock::from_time_t(1700000100);
+  std::vector<WorkerFailure> failures = {
+      failure(0, t0 + std::chrono::seconds(1)), failure(1, t0 + std::chrono::seconds(2)),
+      failure(2, t0 + std::chrono::seconds(3)), failure(3, t0 + std::chrono::seconds(4))};
+  putRanksFirst(failures, {3, 1});
+  std::vector<int> order;
+  for (const auto& f : failures) order.push_back(f.rank);
+  CHECK(order == std::vector<int>{1, 3, 0, 2});  // each part keeps its order
+  putRanksFirst(failures, {});
+  order.clear();
+  for (const auto& f : failures) order.push_back(f.rank);
+  CHECK(order == std::vector<int>{1, 3, 0, 2});  // no verdict: nothing moves
+}
+
 TEST_CASE("the report names rank, host, pid, exit and the worker's message", "[failure_report]") {
   auto t0 = Clock::from_time_t(1700000100);
   std::vector<WorkerFailure> failures = {failure(3, t0, 7), failure(1, t0 + std::chrono::seconds(1), 0, 9)};

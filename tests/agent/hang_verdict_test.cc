@@ -47,9 +47,10 @@ TEST_CASE("hang verdict: a rank still inside an earlier operation is named as be
   }
   auto verdict = hangVerdict(positions(rings, 322));
   REQUIRE(verdict);
-  CHECK(*verdict ==
+  CHECK(verdict->text ==
         "hang: rank 5 is at all_reduce #1204 (started 312 s ago); ranks 0-4,6-7 wait in all_reduce #1205 (started "
         "311 s ago) — rank 5 is behind");
+  CHECK(verdict->culprits == std::vector<int>{5});
 }
 
 TEST_CASE("hang verdict: a rank that has not called the operation the others wait in is behind") {
@@ -57,7 +58,7 @@ TEST_CASE("hang verdict: a rank that has not called the operation the others wai
   for (int r = 0; r < 4; ++r) rings.push_back(r == 2 ? ringOf(r, 6, std::nullopt, 0) : ringOf(r, 6, kAllReduce, 2));
   auto verdict = hangVerdict(positions(rings, 32));
   REQUIRE(verdict);
-  CHECK(*verdict ==
+  CHECK(verdict->text ==
         "hang: rank 2 has not called #7 (last completed all_reduce #6, 31 s ago); ranks 0-1,3 wait in all_reduce #7 "
         "(started 30 s ago) — rank 2 is behind");
 }
@@ -70,7 +71,8 @@ TEST_CASE("hang verdict: a different op at the same sequence number is named") {
   }
   auto verdict = hangVerdict(positions(rings, 60));
   REQUIRE(verdict);
-  CHECK(*verdict == "hang: rank 3 called broadcast where the others called all_reduce (#88)");
+  CHECK(verdict->text == "hang: rank 3 called broadcast where the others called all_reduce (#88)");
+  CHECK(verdict->culprits == std::vector<int>{3});
 }
 
 TEST_CASE("hang verdict: between two ranks that disagree the higher rank is the odd one") {
@@ -78,14 +80,14 @@ TEST_CASE("hang verdict: between two ranks that disagree the higher rank is the 
       ringOf(0, 2, kAllReduce, 5), ringOf(1, 2, FlightOpInfo{FlightOp::kBroadcast, FlightDType::kFloat32, 1024, 0}, 5)};
   auto verdict = hangVerdict(positions(rings, 60));
   REQUIRE(verdict);
-  CHECK(*verdict == "hang: rank 1 called broadcast where the others called all_reduce (#3)");
+  CHECK(verdict->text == "hang: rank 1 called broadcast where the others called all_reduce (#3)");
 }
 
 TEST_CASE("hang verdict: one rank waiting is said in the singular") {
   std::vector<FlightRingSnapshot> rings{ringOf(0, 4, kAllReduce, 5), ringOf(1, 4, std::nullopt, 0)};
   auto verdict = hangVerdict(positions(rings, 9));
   REQUIRE(verdict);
-  CHECK(*verdict ==
+  CHECK(verdict->text ==
         "hang: rank 1 has not called #5 (last completed all_reduce #4, 8 s ago); rank 0 waits in "
         "all_reduce #5 (started 4 s ago) — rank 1 is behind");
 }
@@ -98,7 +100,8 @@ TEST_CASE("hang verdict: a different size at the same sequence number is named")
   }
   auto verdict = hangVerdict(positions(rings, 60));
   REQUIRE(verdict);
-  CHECK(*verdict == "hang: rank 0 called all_reduce on 512 float32 where the others used 1024 float32 (#5)");
+  CHECK(verdict->text == "hang: rank 0 called all_reduce on 512 float32 where the others used 1024 float32 (#5)");
+  CHECK(verdict->culprits == std::vector<int>{0});
 }
 
 TEST_CASE("hang verdict: a different root at the same sequence number is named") {
@@ -108,7 +111,7 @@ TEST_CASE("hang verdict: a different root at the same sequence number is named")
   }
   auto verdict = hangVerdict(positions(rings, 60));
   REQUIRE(verdict);
-  CHECK(*verdict == "hang: rank 1 called broadcast with root 1 where the others used root 0 (#5)");
+  CHECK(verdict->text == "hang: rank 1 called broadcast with root 1 where the others used root 0 (#5)");
 }
 
 TEST_CASE("hang verdict: ranks between operations give no verdict") {
@@ -136,7 +139,8 @@ TEST_CASE("hang verdict: a rank that never completed anything counts from its pe
   CHECK(noProgressFor(positions(rings, 16), 10));
   auto verdict = hangVerdict(positions(rings, 16));
   REQUIRE(verdict);
-  CHECK(verdict->find("ranks 0-1 wait in all_reduce #1 (started 11 s ago)") != std::string::npos);
+  CHECK(verdict->text.find("ranks 0-1 wait in all_reduce #1 (started 11 s ago)") != std::string::npos);
+  CHECK(verdict->culprits.empty());  // nobody here is behind: nobody to blame
 }
 
 TEST_CASE("hang verdict: rank ranges") {

@@ -60,7 +60,8 @@ TEST_CASE("hang_timeout names the rank that never called all_reduce #N and takes
   CHECK_THAT(r.err, Catch::Contains("hang: rank 1 has not called #5 (last completed all_reduce #4, "));
   CHECK_THAT(r.err, Catch::Contains("rank 0 waits in all_reduce #5 (started "));
   CHECK_THAT(r.err, Catch::Contains("— rank 1 is behind"));
-  CHECK_THAT(r.err, Catch::Contains("restarting the worker group"));
+  // Both ranks were stopped; the one behind is the cause, not the first one the stop reached.
+  CHECK_THAT(r.err, Catch::Contains("restarting the worker group after rank 1 failed"));
   CHECK(countOf(r.out, "done rank=") == 2);  // attempt 1 finished
 
   const std::string stacks = findFile(logs.path(), "/attempt_0/1/stacks.txt");
@@ -115,6 +116,8 @@ TEST_CASE("a collective that times out brings the hang verdict and the others ar
   CHECK_THAT(r.err, Catch::Contains("rank 0 failed in all_reduce #3 — rank 1 is behind"));
   // Rank 1, still running, was stopped as hung: its stacks show where it was.
   CHECK_THAT(r.err, Catch::Contains("  hung      : hang: rank 1 has not called #3"));
+  // Rank 0's timeout is the symptom; the root cause is rank 1, which the verdict found behind.
+  CHECK_THAT(r.err, Catch::Contains("Root cause (first failure):\n  rank      : 1 (local_rank: 1)"));
   const std::string stacks = findFile(logs.path(), "/attempt_0/1/stacks.txt");
   REQUIRE(!stacks.empty());
   if (stackToolInstalled()) CHECK_THAT(readFile(stacks), Catch::Contains("sleepBeforeCollective"));
