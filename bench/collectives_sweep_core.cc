@@ -174,9 +174,8 @@ int runSweep(SweepOps& ops, const SweepOptions& options) {
       std::vector<double> estimate(1, 0.0);
       for (int i = 0; i < kWarmups; ++i) estimate[0] = c.timedCall();
       ops.maxOverRanks(estimate);
-      const int iters = static_cast<int>(
-          std::clamp(std::ceil(options.seconds_per_size / std::max(estimate[0], 1e-9)), double{kMinIters},
-                     double{kMaxIters}));
+      const int iters = static_cast<int>(std::clamp(std::ceil(options.seconds_per_size / std::max(estimate[0], 1e-9)),
+                                                    double{kMinIters}, double{kMaxIters}));
       std::vector<double> times(iters);
       int wrong = 0;
       for (int i = 0; i < iters; ++i) {

@@ -47,8 +47,8 @@ struct SweepOptions {
   std::string impl = "unnamed";  // the impl= field of every line
   std::vector<std::string> ops = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"};
   size_t min_bytes = 8;
-  size_t max_bytes = 8 << 20;      // default 8 MiB on a small machine; --full: 256 MiB
-  double seconds_per_size = 0.1;   // timed calls per size: about this long
+  size_t max_bytes = 8 << 20;     // default 8 MiB on a small machine; --full: 256 MiB
+  double seconds_per_size = 0.1;  // timed calls per size: about this long
 };
 
 // Parses --impl NAME, --ops a,b,c, --min-bytes B, --max-bytes B, --full, --seconds S.

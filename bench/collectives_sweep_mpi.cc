@@ -26,8 +26,8 @@ class MpiOps final : public ddprun::bench::SweepOps {
     check(MPI_Bcast(buf, static_cast<int>(count), MPI_FLOAT, root, MPI_COMM_WORLD));
   }
   void allGather(const float* in, float* out, size_t count) override {
-    check(MPI_Allgather(in, static_cast<int>(count), MPI_FLOAT, out, static_cast<int>(count), MPI_FLOAT,
-                        MPI_COMM_WORLD));
+    check(
+        MPI_Allgather(in, static_cast<int>(count), MPI_FLOAT, out, static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD));
   }
   void reduceScatter(const float* in, float* out, size_t count) override {
     check(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));

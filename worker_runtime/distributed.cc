@@ -8,6 +8,7 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -144,8 +145,12 @@ void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& list) {
   }
 }
 
-WorkPtr finish(WorkPtr work, bool async_op) {
-  if (!async_op) work->wait();
+// Queues an async op; runs a synchronous one (inline when the group is idle) and waits.
+WorkPtr issue(ProcessGroup& g, std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info,
+              bool async_op) {
+  if (async_op) return g.backend().enqueue(std::move(collective), info);
+  auto work = g.backend().run(std::move(collective), info);
+  work->wait();
   return work;
 }
 
@@ -348,26 +353,26 @@ WorkPtr broadcast(at::Tensor& tensor, int src, const Group& group, bool async_op
   ProcessGroup& g = resolve(group);
   const int root = g.local(src, "broadcast");
   auto staged = stage(tensor, "broadcast");
-  return finish(g.backend().enqueue(
-                    [staged, root](CollectiveContext& ctx) mutable {
-                      runtime::broadcast(ctx, staged.data(), staged.bytes(), root);
-                      staged.finish();
-                    },
-                    flightInfo(FlightOp::kBroadcast, staged.buf, root)),
-                async_op);
+  return issue(
+      g,
+      [staged, root](CollectiveContext& ctx) mutable {
+        runtime::broadcast(ctx, staged.data(), staged.bytes(), root);
+        staged.finish();
+      },
+      flightInfo(FlightOp::kBroadcast, staged.buf, root), async_op);
 }
 
 WorkPtr all_reduce(at::Tensor& tensor, ReduceOp op, const Group& group, bool async_op) {
   ProcessGroup& g = resolve(group);
   auto staged = stage(tensor, "all_reduce");
   const DType dtype = dtypeOf(tensor);
-  return finish(g.backend().enqueue(
-                    [staged, dtype, op](CollectiveContext& ctx) mutable {
-                      runtime::allReduce(ctx, staged.data(), staged.buf.numel(), dtype, opOf(op));
-                      staged.finish();
-                    },
-                    flightInfo(FlightOp::kAllReduce, staged.buf)),
-                async_op);
+  return issue(
+      g,
+      [staged, dtype, op](CollectiveContext& ctx) mutable {
+        runtime::allReduce(ctx, staged.data(), staged.buf.numel(), dtype, opOf(op));
+        staged.finish();
+      },
+      flightInfo(FlightOp::kAllReduce, staged.buf), async_op);
 }
 
 WorkPtr reduce(at::Tensor& tensor, int dst, ReduceOp op, const Group& group, bool async_op) {
@@ -375,13 +380,13 @@ WorkPtr reduce(at::Tensor& tensor, int dst, ReduceOp op, const Group& group, boo
   const int root = g.local(dst, "reduce");
   auto staged = stage(tensor, "reduce");
   const DType dtype = dtypeOf(tensor);
-  return finish(g.backend().enqueue(
-                    [staged, dtype, op, root](CollectiveContext& ctx) mutable {
-                      runtime::reduce(ctx, staged.data(), staged.buf.numel(), dtype, opOf(op), root);
-                      staged.finish();
-                    },
-                    flightInfo(FlightOp::kReduce, staged.buf, root)),
-                async_op);
+  return issue(
+      g,
+      [staged, dtype, op, root](CollectiveContext& ctx) mutable {
+        runtime::reduce(ctx, staged.data(), staged.buf.numel(), dtype, opOf(op), root);
+        staged.finish();
+      },
+      flightInfo(FlightOp::kReduce, staged.buf, root), async_op);
 }
 
 WorkPtr all_gather(std::vector<at::Tensor>& tensor_list, const at::Tensor& tensor, const Group& group, bool async_op) {
@@ -390,13 +395,13 @@ WorkPtr all_gather(std::vector<at::Tensor>& tensor_list, const at::Tensor& tenso
   auto in = stage(tensor, "all_gather");
   auto flat = at::empty({static_cast<int64_t>(g.size()) * tensor.numel()}, tensor.options());
   auto outputs = tensor_list;
-  return finish(g.backend().enqueue(
-                    [in, flat, outputs](CollectiveContext& ctx) mutable {
-                      runtime::allGather(ctx, in.data(), flat.data_ptr(), in.bytes());
-                      unflatten(flat, outputs);
-                    },
-                    flightInfo(FlightOp::kAllGather, in.buf)),
-                async_op);
+  return issue(
+      g,
+      [in, flat, outputs](CollectiveContext& ctx) mutable {
+        runtime::allGather(ctx, in.data(), flat.data_ptr(), in.bytes());
+        unflatten(flat, outputs);
+      },
+      flightInfo(FlightOp::kAllGather, in.buf), async_op);
 }
 
 WorkPtr gather(const at::Tensor& tensor, std::vector<at::Tensor>* gather_list, int dst, const Group& group,
@@ -409,13 +414,13 @@ WorkPtr gather(const at::Tensor& tensor, std::vector<at::Tensor>* gather_list, i
   auto in = stage(tensor, "gather");
   auto flat = is_root ? at::empty({static_cast<int64_t>(g.size()) * tensor.numel()}, tensor.options()) : at::Tensor();
   std::vector<at::Tensor> outputs = is_root ? *gather_list : std::vector<at::Tensor>{};
-  return finish(g.backend().enqueue(
-                    [in, flat, outputs, root](CollectiveContext& ctx) mutable {
-                      runtime::gather(ctx, in.data(), flat.defined() ? flat.data_ptr() : nullptr, in.bytes(), root);
-                      unflatten(flat, outputs);
-                    },
-                    flightInfo(FlightOp::kGather, in.buf, root)),
-                async_op);
+  return issue(
+      g,
+      [in, flat, outputs, root](CollectiveContext& ctx) mutable {
+        runtime::gather(ctx, in.data(), flat.defined() ? flat.data_ptr() : nullptr, in.bytes(), root);
+        unflatten(flat, outputs);
+      },
+      flightInfo(FlightOp::kGather, in.buf, root), async_op);
 }
 
 WorkPtr scatter(at::Tensor& tensor, const std::vector<at::Tensor>* scatter_list, int src, const Group& group,
@@ -430,13 +435,13 @@ WorkPtr scatter(at::Tensor& tensor, const std::vector<at::Tensor>* scatter_list,
     flat = flatten(*scatter_list);
   }
   auto out = stage(tensor, "scatter");
-  return finish(g.backend().enqueue(
-                    [out, flat, root](CollectiveContext& ctx) mutable {
-                      runtime::scatter(ctx, flat.defined() ? flat.data_ptr() : nullptr, out.data(), out.bytes(), root);
-                      out.finish();
-                    },
-                    flightInfo(FlightOp::kScatter, out.buf, root)),
-                async_op);
+  return issue(
+      g,
+      [out, flat, root](CollectiveContext& ctx) mutable {
+        runtime::scatter(ctx, flat.defined() ? flat.data_ptr() : nullptr, out.data(), out.bytes(), root);
+        out.finish();
+      },
+      flightInfo(FlightOp::kScatter, out.buf, root), async_op);
 }
 
 WorkPtr reduce_scatter(at::Tensor& output, const std::vector<at::Tensor>& input_list, ReduceOp op, const Group& group,
@@ -446,13 +451,13 @@ WorkPtr reduce_scatter(at::Tensor& output, const std::vector<at::Tensor>& input_
   auto flat = flatten(input_list);
   auto out = stage(output, "reduce_scatter");
   const DType dtype = dtypeOf(output);
-  return finish(g.backend().enqueue(
-                    [out, flat, dtype, op](CollectiveContext& ctx) mutable {
-                      runtime::reduceScatter(ctx, flat.data_ptr(), out.data(), out.buf.numel(), dtype, opOf(op));
-                      out.finish();
-                    },
-                    flightInfo(FlightOp::kReduceScatter, out.buf)),
-                async_op);
+  return issue(
+      g,
+      [out, flat, dtype, op](CollectiveContext& ctx) mutable {
+        runtime::reduceScatter(ctx, flat.data_ptr(), out.data(), out.buf.numel(), dtype, opOf(op));
+        out.finish();
+      },
+      flightInfo(FlightOp::kReduceScatter, out.buf), async_op);
 }
 
 WorkPtr all_to_all(std::vector<at::Tensor>& output_tensor_list, const std::vector<at::Tensor>& input_tensor_list,
@@ -472,24 +477,24 @@ WorkPtr all_to_all(std::vector<at::Tensor>& output_tensor_list, const std::vecto
   const FlightOpInfo all_to_all_info{FlightOp::kAllToAll, static_cast<FlightDType>(dtypeOf(input_tensor_list[0])), sent,
                                      -1};
   // Uneven sizes are allowed, as in torch: every pair exchanges its own block, all at once.
-  return finish(g.backend().enqueue(
-                    [ins, outs](CollectiveContext& ctx) mutable {
-                      std::vector<std::span<const uint8_t>> in_blocks;
-                      std::vector<std::span<uint8_t>> out_blocks;
-                      for (auto& i : ins) in_blocks.emplace_back(static_cast<const uint8_t*>(i.data()), i.bytes());
-                      for (auto& o : outs) out_blocks.emplace_back(static_cast<uint8_t*>(o.data()), o.bytes());
-                      runtime::allToAllV(ctx, in_blocks, out_blocks);
-                      for (auto& o : outs) o.finish();
-                    },
-                    all_to_all_info),
-                async_op);
+  return issue(
+      g,
+      [ins, outs](CollectiveContext& ctx) mutable {
+        std::vector<std::span<const uint8_t>> in_blocks;
+        std::vector<std::span<uint8_t>> out_blocks;
+        for (auto& i : ins) in_blocks.emplace_back(static_cast<const uint8_t*>(i.data()), i.bytes());
+        for (auto& o : outs) out_blocks.emplace_back(static_cast<uint8_t*>(o.data()), o.bytes());
+        runtime::allToAllV(ctx, in_blocks, out_blocks);
+        for (auto& o : outs) o.finish();
+      },
+      all_to_all_info, async_op);
 }
 
 WorkPtr barrier(const Group& group, bool async_op) {
   ProcessGroup& g = resolve(group);
-  return finish(g.backend().enqueue([](CollectiveContext& ctx) { runtime::barrier(ctx); },
-                                    FlightOpInfo{FlightOp::kBarrier, FlightDType::kNone, 0, -1}),
-                async_op);
+  return issue(
+      g, [](CollectiveContext& ctx) { runtime::barrier(ctx); },
+      FlightOpInfo{FlightOp::kBarrier, FlightDType::kNone, 0, -1}, async_op);
 }
 
 }  // namespace ddprun::dist

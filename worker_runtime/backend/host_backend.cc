@@ -22,7 +22,7 @@ HostBackend::HostBackend(rendezvous::Store& store, const std::string& prefix, in
     recorder_ = FlightRecorder::fromEnvironment(options_.flight_rank >= 0 ? options_.flight_rank : rank,
                                                 options_.flight_group, rank, size);
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] { loop(); });
 }
 
 namespace {
@@ -87,43 +87,83 @@ WorkPtr HostBackend::enqueue(std::function<void(CollectiveContext&)> collective,
   return work;
 }
 
-void HostBackend::run() {
+CollectiveContext HostBackend::context() {
+  Links& links = shm_links_ ? static_cast<Links&>(*shm_links_) : static_cast<Links&>(mesh_);
+  return CollectiveContext{links, Clock::now() + timeout_, scratch_, shm_.get(), options_.collectives};
+}
+
+WorkPtr HostBackend::run(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info) {
+  std::unique_lock lock(mutex_);
+  if (running_ || !queue_.empty() || stopping_) {
+    // Earlier ops go first: queue behind them (the caller waits on the Work).
+    auto work = std::make_shared<Work>();
+    queue_.push_back(Queued{std::move(collective), work, recorder_.enqueue(info)});
+    lock.unlock();
+    wake_.notify_one();
+    work->wait();
+    return work;
+  }
+  running_ = true;
+  const uint64_t seq = recorder_.enqueue(info);
+  std::exception_ptr error = broken_;
+  if (!error) recorder_.start(seq);
+  lock.unlock();
+  if (!error) {
+    try {
+      CollectiveContext ctx = context();
+      collective(ctx);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  auto work = std::make_shared<Work>();
+  lock.lock();
+  if (error && !broken_) broken_ = error;
+  recorder_.finish(seq, !error);
+  running_ = false;
+  const bool more = !queue_.empty();  // queued by other threads meanwhile
+  lock.unlock();
+  if (more) wake_.notify_one();
+  work->complete(error);
+  return work;
+}
+
+void HostBackend::loop() {
   for (;;) {
     std::function<void(CollectiveContext&)> task;
     WorkPtr work;
     uint64_t seq = 0;
+    std::exception_ptr broken;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      wake_.wait(lock, [this] { return (!queue_.empty() && !running_) || (stopping_ && queue_.empty()); });
       if (queue_.empty()) return;
       task = std::move(queue_.front().collective);
       work = std::move(queue_.front().work);
       seq = queue_.front().seq;
       queue_.pop_front();
-      if (!broken_) recorder_.start(seq);
+      running_ = true;
+      broken = broken_;
+      if (!broken) recorder_.start(seq);
+    }
+    std::exception_ptr error = broken;
+    if (!error) {
+      try {
+        CollectiveContext ctx = context();
+        task(ctx);
+      } catch (...) {
+        error = std::current_exception();
+      }
     }
     // The ring's state is set before the Work completes: a waiter that goes on to the next
     // operation never finds this one still "started".
-    auto record = [&](bool ok) {
+    {
       std::lock_guard lock(mutex_);
-      recorder_.finish(seq, ok);
-    };
-    if (broken_) {
-      record(false);
-      work->complete(broken_);
-      continue;
+      if (error && !broken_) broken_ = error;
+      recorder_.finish(seq, !error);
+      running_ = false;
     }
-    try {
-      Links& links = shm_links_ ? static_cast<Links&>(*shm_links_) : static_cast<Links&>(mesh_);
-      CollectiveContext ctx{links, Clock::now() + timeout_, scratch_, shm_.get(), options_.collectives};
-      task(ctx);
-      record(true);
-      work->complete();
-    } catch (...) {
-      broken_ = std::current_exception();
-      record(false);
-      work->complete(broken_);
-    }
+    work->complete(error);
   }
 }
 

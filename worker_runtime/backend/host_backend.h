@@ -64,6 +64,13 @@ class HostBackend {
   // from when it starts. `info` says what it is, for the flight recorder. Returns at once.
   // Thread-safe.
   WorkPtr enqueue(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info = {});
+  // For a synchronous call: runs the collective after every earlier one and returns its
+  // completed Work (wait() returns at once or rethrows its failure). When nothing is queued
+  // or running it runs on the caller's thread, which saves the handoff to the collective
+  // thread and back (most of a small collective's latency); otherwise it is queued as by
+  // enqueue() and waited for. Blocks until it is done (the deadlines of the ops before it,
+  // then its own). Thread-safe; ordering is as for enqueue().
+  WorkPtr run(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info = {});
   // The group's flight recorder (off when the options or the environment say so).
   const FlightRecorder& flightRecorder() const { return recorder_; }
   P2PEngine& p2p() { return p2p_; }
@@ -73,7 +80,8 @@ class HostBackend {
   bool usesSharedMemory() const { return shm_ != nullptr; }
 
  private:
-  void run();
+  void loop();  // the collective thread
+  CollectiveContext context();
   void setUpSharedMemory(rendezvous::Store& store, const std::string& prefix);
 
   std::chrono::milliseconds timeout_;
@@ -92,7 +100,10 @@ class HostBackend {
   std::deque<Queued> queue_;
   FlightRecorder recorder_;  // written under mutex_
   bool stopping_ = false;
-  std::exception_ptr broken_;
+  // An op is running, on the collective thread or inline on a caller's (run()): the other
+  // waits, so ops never overlap and scratch_ and the links have one user at a time.
+  bool running_ = false;
+  std::exception_ptr broken_;  // written under mutex_
   std::vector<uint8_t> scratch_;
   std::thread thread_;
 };

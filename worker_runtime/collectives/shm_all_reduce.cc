@@ -11,21 +11,19 @@
 
 namespace ddprun::runtime {
 
+// Each rank's word on a cache line of its own: ranks writing neighbouring words would
+// pass the line back and forth on every barrier.
+struct alignas(64) Reached {
+  std::atomic<uint32_t> generation;
+};
+
 struct ShmAllReduce::Control {
   alignas(64) std::atomic<uint32_t> arrived;
   alignas(64) std::atomic<uint32_t> generation;
+  std::atomic<uint32_t> sleepers;  // ranks (about to be) asleep on `generation`
   // Last barrier generation each rank reached: names the ranks that are missing.
-  alignas(64) std::atomic<uint32_t> reached[1];
+  Reached reached[1];
 };
-
-namespace {
-
-size_t controlBytes(int size) {
-  size_t bytes = sizeof(std::atomic<uint32_t>) * (size + 1) + 3 * 64;
-  return (bytes + 4095) / 4096 * 4096;
-}
-
-}  // namespace
 
 ShmAllReduce::ShmAllReduce(rendezvous::Store& store, const std::string& prefix, int rank, int size,
                            std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
@@ -38,7 +36,7 @@ ShmAllReduce::ShmAllReduce(rendezvous::Store& store, const std::string& prefix, 
   // Multiples of 64 keep every slot aligned for any element type (and on its own cache lines).
   DDPRUN_CHECK(slot_bytes > 0 && slot_bytes % 64 == 0,
                "shared-memory all_reduce slot of " + std::to_string(slot_bytes) + " bytes");
-  const size_t control = controlBytes(size);
+  const size_t control = (sizeof(Control) + sizeof(Reached) * size + 4095) / 4096 * 4096;
   segment_ = std::make_unique<ShmSegment>(store, prefix, rank, size, control + 2 * size * slot_bytes_, timeout);
   // A fresh segment is zero-filled: every counter starts at 0.
   control_ = static_cast<Control*>(segment_->data());
@@ -49,11 +47,11 @@ ShmAllReduce::~ShmAllReduce() = default;
 
 void ShmAllReduce::barrier(Clock::time_point deadline) {
   const uint32_t target = ++generation_;
-  control_->reached[rank_].store(target, std::memory_order_relaxed);
+  control_->reached[rank_].generation.store(target, std::memory_order_relaxed);
   if (control_->arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(size_ - 1)) {
     control_->arrived.store(0, std::memory_order_relaxed);
-    control_->generation.store(target, std::memory_order_release);
-    shm_wait::wakeAll(&control_->generation);
+    control_->generation.store(target, std::memory_order_seq_cst);
+    shm_wait::wakeSleepers(&control_->generation, &control_->sleepers);
     return;
   }
   const auto start = Clock::now();
@@ -67,12 +65,12 @@ void ShmAllReduce::barrier(Clock::time_point deadline) {
       std::this_thread::yield();
       continue;
     }
-    shm_wait::sleepWhile(&control_->generation, seen);
+    shm_wait::sleepWhile(&control_->generation, seen, &control_->sleepers);
     if (control_->generation.load(std::memory_order_acquire) == target) return;
     // Who is missing, and is it dead or just late?
     std::string missing;
     for (int q = 0; q < size_; ++q) {
-      if (control_->reached[q].load(std::memory_order_relaxed) >= target) continue;
+      if (control_->reached[q].generation.load(std::memory_order_relaxed) >= target) continue;
       if (peer_gone_(q)) throw PeerError(fmt::format("all_reduce (shared memory): {} died", peer_name_(q)));
       missing += (missing.empty() ? "" : ", ") + peer_name_(q);
     }

@@ -20,6 +20,7 @@ struct ShmLinks::Ring {
 
 struct ShmLinks::Doorbell {
   alignas(64) std::atomic<uint32_t> rings;  // bumped whenever a peer changes a shared ring
+  std::atomic<uint32_t> sleepers;           // the owner is (about to be) asleep on `rings`
 };
 
 namespace {
@@ -77,8 +78,8 @@ size_t ShmLinks::progress(Transfer& t) {
   t.done += n;
   // The peer may be asleep waiting for exactly this.
   Doorbell* bell = doorbell(t.peer);
-  bell->rings.fetch_add(1, std::memory_order_release);
-  shm_wait::wakeAll(&bell->rings);
+  bell->rings.fetch_add(1, std::memory_order_seq_cst);
+  shm_wait::wakeSleepers(&bell->rings, &bell->sleepers);
   if (!t.send && t.on_progress &&
       (t.done == t.bytes || t.progress_step == 0 || t.done / t.progress_step != before / t.progress_step)) {
     t.on_progress(t.done);
@@ -89,7 +90,7 @@ size_t ShmLinks::progress(Transfer& t) {
 void ShmLinks::waitForPeers(uint32_t seen, Clock::time_point deadline, std::span<Transfer> transfers,
                             const char* what) {
   Doorbell* mine = doorbell(rank_);
-  shm_wait::sleepWhile(&mine->rings, seen);
+  shm_wait::sleepWhile(&mine->rings, seen, &mine->sleepers);
   if (mine->rings.load(std::memory_order_acquire) != seen) return;
   for (const auto& t : transfers) {
     if (t.done == t.bytes) continue;
