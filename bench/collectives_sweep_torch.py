@@ -3,10 +3,11 @@ rules of bench/collectives_sweep_core.h (the C++ implementations' loop, mirrored
 It starts its own N ranks (fork, rendezvous through a file store), so the same script runs
 under Debian's torch 1.13 (/usr/bin/python3) and torch 2.6 (scripts/torch2-python).
 Usage: python3 collectives_sweep_torch.py --nproc N [--impl NAME] [--ops a,b] [--min-bytes B]
-                                          [--max-bytes B] [--full] [--seconds S]
+                                          [--max-bytes B] [--full] [--seconds S] [--timeout S]
 Rank 0 prints sweep_row lines; an op gloo does not support prints one
 "sweep_unsupported impl=.. n=.. op=.." line instead. Exit status 1 when a result was wrong."""
 import argparse
+import datetime
 import math
 import multiprocessing
 import os
@@ -113,7 +114,9 @@ def rank_main(rank, args, store_path, status):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank, world_size=args.nproc)
+    # A bounded wait: a rank that hangs fails its peers within a minute instead of 30.
+    dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank, world_size=args.nproc,
+                            timeout=datetime.timedelta(seconds=60))
     n = args.nproc
 
     def max_over_ranks(values):
@@ -149,8 +152,12 @@ def rank_main(rank, args, store_path, status):
                       f"iters={iters} p50_us={p50 * 1e6:.2f} p90_us={p90 * 1e6:.2f} algbw_GBps={algbw:.3f} "
                       f"busbw_GBps={algbw * c.bus_factor():.3f} wrong={wrong}", flush=True)
             wrong_total += wrong
-    dist.destroy_process_group()
+    # Every rank is done with every collective; then each leaves at once. torch 2.6's
+    # ProcessGroupGloo destructor can hang joining its worker thread once a peer has gone.
+    dist.barrier()
     status[rank] = 0 if wrong_total == 0 else 1
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def main():
@@ -162,6 +169,7 @@ def main():
     p.add_argument("--max-bytes", type=parse_bytes, default=8 << 20)
     p.add_argument("--full", action="store_true")
     p.add_argument("--seconds", type=float, default=0.1)
+    p.add_argument("--timeout", type=float, default=500, help="for the whole sweep; then the ranks are killed")
     args = p.parse_args()
     args.ops = args.ops.split(",")
     if args.full:
@@ -174,8 +182,15 @@ def main():
                  for r in range(args.nproc)]
         for proc in procs:
             proc.start()
+        deadline = time.monotonic() + args.timeout
         for proc in procs:
-            proc.join()
+            proc.join(max(0, deadline - time.monotonic()))
+        for proc in procs:
+            if proc.is_alive():
+                print(f"{args.impl}: rank {procs.index(proc)} still running after {args.timeout} s, killed",
+                      file=sys.stderr)
+                proc.kill()
+                proc.join()
     sys.exit(max(max(status[:]), max(proc.exitcode != 0 for proc in procs)))
 
 
