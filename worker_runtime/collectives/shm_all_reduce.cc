@@ -1,5 +1,6 @@
 #include "worker_runtime/collectives/shm_all_reduce.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -15,6 +16,7 @@ namespace ddprun::runtime {
 // pass the line back and forth on every barrier.
 struct alignas(64) Reached {
   std::atomic<uint32_t> generation;
+  std::atomic<int32_t> cpu;  // where the rank ran when it last arrived at a barrier
 };
 
 struct ShmAllReduce::Control {
@@ -47,6 +49,8 @@ ShmAllReduce::~ShmAllReduce() = default;
 
 void ShmAllReduce::barrier(Clock::time_point deadline) {
   const uint32_t target = ++generation_;
+  const int32_t cpu = shm_wait::currentCpu();
+  control_->reached[rank_].cpu.store(cpu, std::memory_order_relaxed);
   control_->reached[rank_].generation.store(target, std::memory_order_relaxed);
   if (control_->arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(size_ - 1)) {
     control_->arrived.store(0, std::memory_order_relaxed);
@@ -54,13 +58,25 @@ void ShmAllReduce::barrier(Clock::time_point deadline) {
     shm_wait::wakeSleepers(&control_->generation, &control_->sleepers);
     return;
   }
+  // A missing rank last seen on this CPU is not running: spinning would only delay it.
+  auto missing_here = [&] {
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_ && control_->reached[q].generation.load(std::memory_order_relaxed) < target &&
+          control_->reached[q].cpu.load(std::memory_order_relaxed) == cpu) {
+        return true;
+      }
+    }
+    return false;
+  };
   const auto start = Clock::now();
+  bool yield_now = false;
   for (int spin = 0;; ++spin) {
     const uint32_t seen = control_->generation.load(std::memory_order_acquire);
     if (seen == target) return;
-    if ((spin & 63) != 0) continue;
+    if (!yield_now && (spin & 63) != 0) continue;
     const auto waited = Clock::now() - start;
-    if (waited < shm_wait::kSpinFor) continue;
+    yield_now = yield_now || missing_here();
+    if (waited < shm_wait::kSpinFor && !yield_now) continue;
     if (waited < shm_wait::kYieldFor) {
       std::this_thread::yield();
       continue;
@@ -88,6 +104,22 @@ void ShmAllReduce::barrier(Clock::time_point deadline) {
 // whole chunks in and out.
 void ShmAllReduce::run(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline) {
   const size_t esize = dtypeSize(dtype);
+  if (count > 0 && count * esize <= std::min(kOneBarrierBytes, slot_bytes_)) {
+    // Small: latency is barriers (each a cache-line round trip, or a context switch when
+    // both ranks share a core), not bandwidth. Every rank copies its whole buffer into its
+    // slot and, after one barrier, sums all slots itself, in rank order (so every rank gets
+    // the same bits). One barrier suffices because the sets alternate: a rank can only
+    // write this set again after the next call's barrier, which every rank reaches only
+    // once it has read this one.
+    uint8_t* set = slots_ + (chunks_done_++ % 2) * size_ * slot_bytes_;
+    const size_t bytes = count * esize;
+    std::memcpy(set + rank_ * slot_bytes_, buf, bytes);
+    barrier(deadline);
+    std::memcpy(buf, set, bytes);
+    for (int q = 1; q < size_; ++q) reduceInto(buf, set + q * slot_bytes_, count, dtype, op);
+    if (op == ReduceOp::kAvg) divideBy(buf, count, dtype, size_);
+    return;
+  }
   const size_t per_chunk = slot_bytes_ / esize;
   auto* user = static_cast<uint8_t*>(buf);
   for (size_t offset = 0; offset < count; offset += per_chunk, ++chunks_done_) {

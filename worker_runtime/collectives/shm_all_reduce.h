@@ -2,7 +2,8 @@
 // The buffer goes through in chunks; for each chunk every rank reduces its 1/n share
 // (vectorised loops, one rank per share, so every rank gets bitwise the same result) from
 // what the others copied into their slots, publishes it, and copies the others' shares
-// out (see run()). Two slot sets alternate, so one barrier per phase suffices. Barriers
+// out (see run()). Two slot sets alternate, so one barrier per phase suffices. Buffers up
+// to kOneBarrierBytes skip the split: every rank sums every slot after a single barrier. Barriers
 // spin briefly, then sleep on a futex; a rank that never arrives is reported by rank and
 // address within the deadline (sooner when its TCP connection shows it died).
 // Thread-safety: run() is called by one thread at a time (the group's collective thread);
@@ -35,6 +36,9 @@ class ShmAllReduce {
   void run(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline);
 
   static constexpr size_t kDefaultSlotBytes = 1 << 20;
+  // Up to this many bytes (and at most one slot) take the one-barrier path: every rank sums
+  // every slot, which beats a second barrier at these sizes.
+  static constexpr size_t kOneBarrierBytes = 16 << 10;
 
  private:
   struct Control;

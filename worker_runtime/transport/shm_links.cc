@@ -21,13 +21,14 @@ struct ShmLinks::Ring {
 struct ShmLinks::Doorbell {
   alignas(64) std::atomic<uint32_t> rings;  // bumped whenever a peer changes a shared ring
   std::atomic<uint32_t> sleepers;           // the owner is (about to be) asleep on `rings`
+  // Where the owner ran when it last entered exchange(); a line of its own, as only the
+  // owner writes it.
+  alignas(64) std::atomic<int32_t> cpu;
 };
 
-namespace {
+namespace {}  // namespace
 
-size_t doorbellBytes(int size) { return (sizeof(std::atomic<uint32_t>) * 16 * size + 4095) / 4096 * 4096; }
-
-}  // namespace
+size_t ShmLinks::doorbellBytes(int size) { return (sizeof(Doorbell) * size + 4095) / 4096 * 4096; }
 
 ShmLinks::ShmLinks(rendezvous::Store& store, const std::string& prefix, int rank, int size,
                    std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
@@ -110,6 +111,16 @@ void ShmLinks::waitForPeers(uint32_t seen, Clock::time_point deadline, std::span
 
 void ShmLinks::exchange(std::span<Transfer> transfers, Clock::time_point deadline, const char* what) {
   for (auto& t : transfers) t.done = 0;
+  const int32_t cpu = shm_wait::currentCpu();
+  doorbell(rank_)->cpu.store(cpu, std::memory_order_relaxed);
+  // A peer still owing this rank something that was last seen on this CPU is not running:
+  // spinning would only delay it.
+  auto peer_here = [&] {
+    for (const auto& t : transfers) {
+      if (t.done < t.bytes && doorbell(t.peer)->cpu.load(std::memory_order_relaxed) == cpu) return true;
+    }
+    return false;
+  };
   auto idle_since = Clock::now();
   for (;;) {
     // Read the doorbell first: a peer's change after this read wakes the wait below.
@@ -127,7 +138,7 @@ void ShmLinks::exchange(std::span<Transfer> transfers, Clock::time_point deadlin
       continue;
     }
     const auto idle = now - idle_since;
-    if (idle < shm_wait::kSpinFor) continue;
+    if (idle < shm_wait::kSpinFor && !peer_here()) continue;
     if (idle < shm_wait::kYieldFor) {
       std::this_thread::yield();
       continue;

@@ -38,6 +38,7 @@ class ShmLinks final : public Links {
   struct Doorbell;
   Ring* ring(int from, int to) const;
   Doorbell* doorbell(int rank) const;
+  static size_t doorbellBytes(int size);
   // Moves what it can for one transfer; returns the bytes moved.
   size_t progress(Transfer& t);
   void waitForPeers(uint32_t seen, Clock::time_point deadline, std::span<Transfer> transfers, const char* what);

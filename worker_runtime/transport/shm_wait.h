@@ -3,8 +3,13 @@
 // more), then yield for a while, then sleep on the futex in slices (so the caller can check
 // deadlines and dead peers). PAUSE is avoided: under a hypervisor it can trap and cost far
 // more than the wait itself; and a spinner sharing a core with the peer it waits for only
-// delays it, hence the short spin.
+// delays it, hence the short spin. Better still, a rank that finds the peer it waits for
+// last seen on its own CPU does not spin at all: that peer cannot be running, so the
+// waiter yields to it at once (ranks are not pinned, and under load the scheduler often
+// puts both on one core, where every spin would be pure delay).
 #pragma once
+
+#include <sched.h>
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -21,6 +26,10 @@ namespace ddprun::runtime::shm_wait {
 inline constexpr auto kSpinFor = std::chrono::microseconds(5);
 inline constexpr auto kYieldFor = std::chrono::milliseconds(2);
 inline constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+
+// The CPU this thread runs on now (a vDSO call, tens of nanoseconds); -1 when unknown,
+// which never matches a peer's.
+inline int32_t currentCpu() { return ::sched_getcpu(); }
 
 // Sleeps while *word == expected, at most one slice (process-shared futex).
 inline void sleepWhile(std::atomic<uint32_t>* word, uint32_t expected) {
