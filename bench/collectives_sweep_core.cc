@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
+
+#include <time.h>
 
 namespace ddprun::bench {
 namespace {
@@ -141,6 +144,8 @@ SweepOptions parseSweepArgs(int argc, char** argv) {
       o.max_bytes = parseBytes(value());
     } else if (arg == "--full") {
       o.max_bytes = size_t{256} << 20;
+    } else if (arg == "--wait-probe-ms") {
+      o.wait_probe_ms = std::stoi(value());
     } else if (arg == "--seconds") {
       o.seconds_per_size = std::stod(value());
     } else {
@@ -205,6 +210,24 @@ int runSweep(SweepOps& ops, const SweepOptions& options) {
         std::fflush(stdout);
       }
       wrong_total += wrong;
+    }
+  }
+  if (options.wait_probe_ms > 0) {
+    std::vector<float> buf(1024, 1.f);
+    ops.barrier();
+    if (ops.rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.wait_probe_ms));
+    timespec cpu0{}, cpu1{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+    const auto start = std::chrono::steady_clock::now();
+    ops.allReduce(buf.data(), buf.size());
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+    const double cpu = (cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
+    if (buf[0] != static_cast<float>(ops.size())) ++wrong_total;
+    if (ops.rank() == 0) {
+      std::printf("sweep_wait impl=%s n=%d wait_ms=%d wall_ms=%.1f cpu_ms=%.1f\n", options.impl.c_str(), ops.size(),
+                  options.wait_probe_ms, wall * 1e3, cpu * 1e3);
+      std::fflush(stdout);
     }
   }
   return wrong_total;

@@ -15,6 +15,8 @@
 // Rank 0 prints one line per (op, size):
 //   sweep_row impl=NAME n=N op=OP bytes=B count=C type=float iters=I p50_us=.. p90_us=..
 //     algbw_GBps=.. busbw_GBps=.. wrong=W
+// and, for the wait probe, one line:
+//   sweep_wait impl=NAME n=N wait_ms=MS wall_ms=.. cpu_ms=..
 #pragma once
 
 #include <cstddef>
@@ -51,7 +53,8 @@ struct SweepOptions {
   double seconds_per_size = 0.1;  // timed calls per size: about this long
 };
 
-// Parses --impl NAME, --ops a,b,c, --min-bytes B, --max-bytes B, --full, --seconds S.
+// Parses --impl NAME, --ops a,b,c, --min-bytes B, --max-bytes B, --full, --seconds S,
+// --wait-probe-ms MS.
 // Throws std::invalid_argument on anything else.
 SweepOptions parseSweepArgs(int argc, char** argv);
 

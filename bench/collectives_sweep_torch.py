@@ -152,6 +152,17 @@ def rank_main(rank, args, store_path, status):
                       f"iters={iters} p50_us={p50 * 1e6:.2f} p90_us={p90 * 1e6:.2f} algbw_GBps={algbw:.3f} "
                       f"busbw_GBps={algbw * c.bus_factor():.3f} wrong={wrong}", flush=True)
             wrong_total += wrong
+    if args.wait_probe_ms > 0:
+        buf = torch.ones(1024)
+        dist.barrier()
+        if rank != 0:
+            time.sleep(args.wait_probe_ms / 1000)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        dist.all_reduce(buf)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        if rank == 0:
+            print(f"sweep_wait impl={args.impl} n={n} wait_ms={args.wait_probe_ms} wall_ms={wall * 1e3:.1f} "
+                  f"cpu_ms={cpu * 1e3:.1f}", flush=True)
     # Every rank is done with every collective; then each leaves at once. torch 2.6's
     # ProcessGroupGloo destructor can hang joining its worker thread once a peer has gone.
     dist.barrier()
@@ -169,6 +180,7 @@ def main():
     p.add_argument("--max-bytes", type=parse_bytes, default=8 << 20)
     p.add_argument("--full", action="store_true")
     p.add_argument("--seconds", type=float, default=0.1)
+    p.add_argument("--wait-probe-ms", type=int, default=1000)
     p.add_argument("--timeout", type=float, default=500, help="for the whole sweep; then the ranks are killed")
     args = p.parse_args()
     args.ops = args.ops.split(",")

@@ -333,6 +333,19 @@ TEST_CASE("a peer killed during shared-memory all_reduce: every other rank gets 
   }
 }
 
+// 4 KiB: the synchronous call runs inline on the caller's thread and takes shared memory's
+// one-barrier path; the dead peer must still surface as a PeerError naming it.
+TEST_CASE("a peer killed during small synchronous all_reduce calls: every other rank gets a PeerError naming it",
+          "[e2e][collectives][fault]") {
+  for (bool shm : {true, false}) {
+    INFO((shm ? "shared memory" : "TCP only"));
+    std::vector<std::unique_ptr<TestProcess>> procs;
+    auto outcome = runKill(procs, 3, 1, shm, {"--big-count", "1024"});
+    requireSurvivorsFailed(procs, outcome, 1);
+    if (shm) requireAllNameTheDead(procs, 1);
+  }
+}
+
 namespace {
 
 std::vector<std::string> ddprunShmSegments() { return shmEntriesWithPrefix("ddprun-"); }

@@ -2,6 +2,7 @@
 // together running in issue order, and a failed collective (a peer that left, an error in
 // the collective itself) failing every later one with the same error.
 #include <regex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
@@ -119,4 +120,149 @@ TEST_CASE("a collective that throws fails every later collective of the group wi
     failureOf(b.enqueue([&](CollectiveContext&) { ran = true; }), "injected failure");
     if (ran) throw std::runtime_error("a collective ran after the group broke");
   }));
+}
+
+// ---- run(): synchronous collectives, inline on the caller's thread when the group is idle ----
+
+namespace {
+
+// One all_reduce of a mixed sequence: its input, its place in the issue order, and the
+// order in which the rank's collectives actually ran (appended by each as it runs; they
+// never overlap, so no lock).
+struct Issued {
+  std::vector<uint8_t> buf;
+  size_t count;
+  ReduceOp op;
+};
+
+std::function<void(CollectiveContext&)> loggedAllReduce(Issued& issued, std::vector<int>& ran, int index) {
+  return [&issued, &ran, index](CollectiveContext& ctx) {
+    ran.push_back(index);
+    allReduce(ctx, issued.buf.data(), issued.count, DType::kInt32, issued.op);
+  };
+}
+
+void checkRanInOrder(const std::vector<int>& ran, int expected) {
+  for (int i = 0; i < expected; ++i) {
+    if (i >= static_cast<int>(ran.size()) || ran[i] != i) {
+      throw std::runtime_error(fmt::format("collective {} ran in place {} of {}",
+                                           i < static_cast<int>(ran.size()) ? ran[i] : -1, i, ran.size()));
+    }
+  }
+  if (static_cast<int>(ran.size()) != expected) throw std::runtime_error("a collective ran twice");
+}
+
+}  // namespace
+
+TEST_CASE("a synchronous collective runs after the asynchronous ones queued before it") {
+  for (const auto& setup : transportSetups()) {
+    INFO(setup.name);
+    REQUIRE_NOTHROW(runRanks(3, setup.options, [&](HostBackend& b) {
+      checkTransport(b, setup);
+      // A long first collective keeps the collective thread busy while run() is called, so
+      // the synchronous one must queue behind the asynchronous ones instead of going first.
+      const std::vector<size_t> counts = {20000, 3, 1, 300, 17};
+      std::vector<Issued> issued;
+      issued.reserve(counts.size());
+      std::vector<int> ran;
+      std::vector<WorkPtr> works;
+      for (size_t i = 0; i < counts.size(); ++i) {
+        const ReduceOp op = kAllReduceOps[i % kAllReduceOps.size()];
+        issued.push_back({inputBuffer(op, DType::kInt32, b.rank(), counts[i], static_cast<int>(i)), counts[i], op});
+        auto collective = loggedAllReduce(issued.back(), ran, static_cast<int>(i));
+        // The last is synchronous: when it returns, every earlier one must have run.
+        if (i + 1 < counts.size()) {
+          works.push_back(b.enqueue(collective));
+        } else {
+          auto work = b.run(collective);
+          if (!work->isCompleted()) throw std::runtime_error("run() returned before its collective completed");
+          checkRanInOrder(ran, static_cast<int>(counts.size()));
+          works.push_back(work);
+        }
+      }
+      for (size_t i = 0; i < counts.size(); ++i) {
+        works[i]->wait();
+        checkReduced(fmt::format("all_reduce {}", i), issued[i].buf.data(), counts[i], issued[i].op, DType::kInt32,
+                     b.size(), static_cast<int>(i));
+      }
+    }));
+  }
+}
+
+TEST_CASE("synchronous and asynchronous collectives mixed run in the order they were issued") {
+  for (const auto& setup : transportSetups()) {
+    INFO(setup.name);
+    REQUIRE_NOTHROW(runRanks(3, setup.options, [&](HostBackend& b) {
+      checkTransport(b, setup);
+      constexpr int kCollectives = 40;
+      std::vector<Issued> issued;
+      issued.reserve(kCollectives);
+      std::vector<int> ran;
+      std::vector<WorkPtr> works;
+      bool inline_seen = false;
+      const auto caller = std::this_thread::get_id();
+      for (int i = 0; i < kCollectives; ++i) {
+        // The same pattern on every rank: runs of asynchronous calls of varying length, then
+        // synchronous ones, so run() finds the queue busy as well as idle.
+        const bool sync = (i * 7) % 5 < 2;
+        const size_t count = static_cast<size_t>((i * 37) % 90);
+        const ReduceOp op = kAllReduceOps[i % kAllReduceOps.size()];
+        issued.push_back({inputBuffer(op, DType::kInt32, b.rank(), count, i), count, op});
+        auto collective = loggedAllReduce(issued.back(), ran, i);
+        if (!sync) {
+          works.push_back(b.enqueue(collective));
+          continue;
+        }
+        bool on_caller = false;
+        works.push_back(b.run([&, collective](CollectiveContext& ctx) {
+          on_caller = std::this_thread::get_id() == caller;
+          collective(ctx);
+        }));
+        inline_seen = inline_seen || on_caller;
+        checkRanInOrder(ran, i + 1);
+      }
+      for (int i = 0; i < kCollectives; ++i) {
+        works[i]->wait();
+        checkReduced(fmt::format("all_reduce {}", i), issued[i].buf.data(), issued[i].count, issued[i].op,
+                     DType::kInt32, b.size(), i);
+      }
+      // The first call finds the group idle (nothing was queued before it on this rank).
+      if (!inline_seen) throw std::runtime_error("no synchronous collective ran on the caller's thread");
+    }));
+  }
+}
+
+TEST_CASE("a rank that left fails its peers' next synchronous collective naming it and every later one alike") {
+  for (const auto& setup : transportSetups()) {
+    INFO(setup.name);
+    const std::string pattern = setup.shared_memory
+                                    ? "all_reduce \\(shared memory\\): rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) died"
+                                    : "all_reduce: (sending to|receiving from) rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) "
+                                      "closed the connection \\(peer died\\?\\)";
+    REQUIRE_NOTHROW(runThreads(2, [&](int rank, ddprun::rendezvous::Store& store) {
+      auto b = std::make_unique<HostBackend>(store, "pg/", rank, 2, "127.0.0.1", kRankOpTimeout, setup.options);
+      checkTransport(*b, setup);
+      storeBarrier(store, "built", 2);
+      if (rank == 1) {
+        b.reset();
+        store.set("left", "1");
+        return;
+      }
+      store.wait({"left"}, kRankOpTimeout);
+      // A small message: the inline path of run() on an idle group.
+      std::vector<float> buf(16, 1.0f);
+      const std::string first = failureOf(b->run([&](CollectiveContext& ctx) {
+        allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+      }),
+                                          pattern);
+      // Later collectives, synchronous or queued, must not run at all.
+      bool ran = false;
+      const std::string second = failureOf(b->run([&](CollectiveContext&) { ran = true; }), pattern);
+      const std::string third = failureOf(b->enqueue([&](CollectiveContext&) { ran = true; }), pattern);
+      if (ran) throw std::runtime_error("a collective ran after the group broke");
+      if (second != first || third != first) {
+        throw std::runtime_error(fmt::format("'{}' and '{}' after '{}'", second, third, first));
+      }
+    }));
+  }
 }
