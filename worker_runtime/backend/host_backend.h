@@ -1,7 +1,8 @@
 // The CPU backend of a process group: the TCP mesh of the group's ranks (collectives go
 // through shared memory instead when all of them are on this host), one thread
 // that runs the group's collectives in the order they were issued (as every rank must
-// issue them), and the P2P engine. A collective that fails (a peer died, a timeout) leaves
+// issue them; a synchronous one runs on its caller's thread instead when the group is
+// idle), and the P2P engine. A collective that fails (a peer died, a timeout) leaves
 // the streams at unknown positions, so every later collective fails with the same error
 // instead of exchanging garbage.
 #pragma once

@@ -6,7 +6,8 @@
 // to kOneBarrierBytes skip the split: every rank sums every slot after a single barrier. Barriers
 // spin briefly, then sleep on a futex; a rank that never arrives is reported by rank and
 // address within the deadline (sooner when its TCP connection shows it died).
-// Thread-safety: run() is called by one thread at a time (the group's collective thread);
+// Thread-safety: run() is called by one thread at a time (the group's collective thread, or a
+// caller running a synchronous collective inline: the backend serialises them);
 // generation_ and chunks_done_ advance in step on every rank and are not locked.
 #pragma once
 
