@@ -17,6 +17,8 @@
 //     algbw_GBps=.. busbw_GBps=.. wrong=W
 // and, for the wait probe, one line:
 //   sweep_wait impl=NAME n=N wait_ms=MS wall_ms=.. cpu_ms=..
+// and, for the wait probe, one line:
+//   sweep_wait impl=NAME n=N wait_ms=MS wall_ms=.. cpu_ms=..
 #pragma once
 
 #include <cstddef>
@@ -51,6 +53,10 @@ struct SweepOptions {
   size_t min_bytes = 8;
   size_t max_bytes = 8 << 20;     // default 8 MiB on a small machine; --full: 256 MiB
   double seconds_per_size = 0.1;  // timed calls per size: about this long
+  // After the sweep, rank 0 enters a 4 KiB all_reduce that the other ranks join only this
+  // many milliseconds later, and reports the CPU time its process spent meanwhile (how
+  // politely it waits). 0: skipped. Default 1000.
+  int wait_probe_ms = 1000;
 };
 
 // Parses --impl NAME, --ops a,b,c, --min-bytes B, --max-bytes B, --full, --seconds S,
