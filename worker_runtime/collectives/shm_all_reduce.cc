@@ -47,7 +47,7 @@ ShmAllReduce::ShmAllReduce(rendezvous::Store& store, const std::string& prefix, 
 
 ShmAllReduce::~ShmAllReduce() = default;
 
-void ShmAllReduce::barrier(Clock::time_point deadline) {
+void ShmAllReduce::barrier(Clock::time_point deadline, const char* what) {
   const uint32_t target = ++generation_;
   const int32_t cpu = shm_wait::currentCpu();
   control_->reached[rank_].cpu.store(cpu, std::memory_order_relaxed);
@@ -87,11 +87,11 @@ void ShmAllReduce::barrier(Clock::time_point deadline) {
     std::string missing;
     for (int q = 0; q < size_; ++q) {
       if (control_->reached[q].generation.load(std::memory_order_relaxed) >= target) continue;
-      if (peer_gone_(q)) throw PeerError(fmt::format("all_reduce (shared memory): {} died", peer_name_(q)));
+      if (peer_gone_(q)) throw PeerError(fmt::format("{} (shared memory): {} died", what, peer_name_(q)));
       missing += (missing.empty() ? "" : ", ") + peer_name_(q);
     }
     if (Clock::now() >= deadline) {
-      throw PeerError(fmt::format("all_reduce (shared memory): timed out waiting for {}", missing));
+      throw PeerError(fmt::format("{} (shared memory): timed out waiting for {}", what, missing));
     }
   }
 }
@@ -104,14 +104,14 @@ void ShmAllReduce::barrier(Clock::time_point deadline) {
 // whole chunks in and out.
 void ShmAllReduce::run(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline) {
   const size_t esize = dtypeSize(dtype);
-  if (count > 0 && count * esize <= std::min(kOneBarrierBytes, slot_bytes_)) {
+  if (fits(count * esize)) {
     // Small: latency is barriers (each a cache-line round trip, or a context switch when
     // both ranks share a core), not bandwidth. Every rank copies its whole buffer into its
     // slot and, after one barrier, sums all slots itself, in rank order (so every rank gets
     // the same bits). One barrier suffices because the sets alternate: a rank can only
     // write this set again after the next call's barrier, which every rank reaches only
     // once it has read this one.
-    uint8_t* set = slots_ + (chunks_done_++ % 2) * size_ * slot_bytes_;
+    uint8_t* set = nextSet();
     const size_t bytes = count * esize;
     std::memcpy(set + rank_ * slot_bytes_, buf, bytes);
     barrier(deadline);
@@ -147,6 +147,39 @@ void ShmAllReduce::run(void* buf, size_t count, DType dtype, ReduceOp op, Clock:
       if (q != rank_) std::memcpy(chunk + begin(q), slot(q) + begin(q), begin(q + 1) - begin(q));
     }
   }
+}
+
+bool ShmAllReduce::broadcastSmall(void* buf, size_t bytes, int root, Clock::time_point deadline) {
+  if (!fits(bytes)) return false;
+  uint8_t* set = nextSet();
+  if (rank_ == root) std::memcpy(set + root * slot_bytes_, buf, bytes);
+  barrier(deadline, "broadcast");
+  if (rank_ != root) std::memcpy(buf, set + root * slot_bytes_, bytes);
+  return true;
+}
+
+bool ShmAllReduce::allGatherSmall(const void* in, void* out, size_t bytes_per_rank, Clock::time_point deadline) {
+  if (!fits(bytes_per_rank)) return false;
+  uint8_t* set = nextSet();
+  auto* o = static_cast<uint8_t*>(out);
+  std::memcpy(set + rank_ * slot_bytes_, in, bytes_per_rank);
+  barrier(deadline, "all_gather");
+  for (int q = 0; q < size_; ++q) std::memcpy(o + q * bytes_per_rank, set + q * slot_bytes_, bytes_per_rank);
+  return true;
+}
+
+bool ShmAllReduce::reduceScatterSmall(const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
+                                      Clock::time_point deadline) {
+  const size_t block = count_per_rank * dtypeSize(dtype);
+  if (!fits(block * size_)) return false;
+  uint8_t* set = nextSet();
+  std::memcpy(set + rank_ * slot_bytes_, in, block * size_);
+  barrier(deadline, "reduce_scatter");
+  // Block rank_ of every slot, summed in rank order.
+  std::memcpy(out, set + rank_ * block, block);
+  for (int q = 1; q < size_; ++q) reduceInto(out, set + q * slot_bytes_ + rank_ * block, count_per_rank, dtype, op);
+  if (op == ReduceOp::kAvg) divideBy(out, count_per_rank, dtype, size_);
+  return true;
 }
 
 }  // namespace ddprun::runtime
