@@ -72,7 +72,10 @@ class ShmAllReduce {
   Control* control_;
   uint8_t* slots_;
   uint32_t generation_ = 0;
-  uint64_t chunks_done_ = 0;  // selects the slot set; advances identically on every rank
+  uint64_t chunks_done_ = 0;
+  // The last time a barrier slept to move off a core it shared with a peer (see barrier()).
+  static constexpr auto kSeparateEvery = std::chrono::milliseconds(10);
+  Clock::time_point last_separation_{};  // selects the slot set; advances identically on every rank
   std::function<bool(int)> peer_gone_;
   std::function<std::string(int)> peer_name_;
 };
