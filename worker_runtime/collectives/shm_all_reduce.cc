@@ -76,13 +76,14 @@ void ShmAllReduce::barrier(Clock::time_point deadline, const char* what) {
     if (!yield_now && (spin & 63) != 0) continue;
     const auto waited = Clock::now() - start;
     yield_now = yield_now || missing_here();
-    if (yield_now && Clock::now() - last_separation_ > kSeparateEvery) {
+    // Long waits (a late or dead peer) go on to the checks below.
+    if (yield_now && waited < shm_wait::kYieldFor && Clock::now() - last_separation_ > kSeparateEvery) {
       // Yielding back and forth keeps both ranks on this core: each always has just run,
       // so the kernel's balancer never moves one. Sleeping instead lets the peer run alone,
       // and its wake-up of this rank places it on an idle core if there is one. Only now
       // and then: when no core is idle, the futex round trip costs more than the yield.
-      last_separation_ = Clock::now();
       shm_wait::sleepWhile(&control_->generation, seen, &control_->sleepers);
+      last_separation_ = Clock::now();
       continue;
     }
     if (waited < shm_wait::kSpinFor && !yield_now) continue;
