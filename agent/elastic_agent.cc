@@ -204,6 +204,12 @@ class ElasticAgent::Impl {
   std::vector<WorkerFailure> collectFailures() const;
   void addStderrTails(std::vector<WorkerFailure>& failures) const;
   void runFor(Clock::duration d);
+  // Runs the event loop while `busy()` holds, for at most `limit`.
+  template <typename Busy>
+  void runWhile(Busy busy, Clock::duration limit) {
+    for (const auto deadline = Clock::now() + limit; busy() && Clock::now() < deadline;)
+      runFor(deadline - Clock::now());
+  }
   int runRounds();
   // Hung workers (file timers; the hang verdict): stacks first, then the stop.
   void startFileTimers();
@@ -561,8 +567,7 @@ void ElasticAgent::Impl::stopWorkers(int signal) {
     if (w.running) w.stopped_by_agent = true;
   }
   signalRunning(signal);
-  const auto deadline = Clock::now() + config_.term_timeout;
-  while (anyRunning() && Clock::now() < deadline) runFor(deadline - Clock::now());
+  runWhile([this] { return anyRunning(); }, config_.term_timeout);
   if (anyRunning()) {
     // Each with its state: a stopped (T) or uninterruptibly sleeping (D) worker is why.
     std::string states;
@@ -576,8 +581,7 @@ void ElasticAgent::Impl::stopWorkers(int signal) {
     signalRunning(SIGKILL);
     // A worker in uninterruptible sleep (D) dies only when its kernel call returns, which may
     // be never (a dead NFS server, a wedged driver): it must not hold up ddprun.
-    const auto kill_deadline = Clock::now() + killWait();
-    while (anyRunning() && Clock::now() < kill_deadline) runFor(kill_deadline - Clock::now());
+    runWhile([this] { return anyRunning(); }, killWait());
     for (Worker& w : workers_) {
       if (!w.running) continue;
       const std::string state = describeProcessState(w.pid);
@@ -879,14 +883,13 @@ void ElasticAgent::Impl::stopAdoptedOrphans() {
 }
 
 void ElasticAgent::Impl::drainOutput() {
-  const auto deadline = Clock::now() + kDrainTimeout;
   auto pending = [this] {
     for (const auto& f : forwarders_) {
       if (!f->finished()) return true;
     }
     return false;
   };
-  while (pending() && Clock::now() < deadline) runFor(deadline - Clock::now());
+  runWhile(pending, kDrainTimeout);
   for (auto& f : forwarders_) f->close();
 }
 
@@ -1313,9 +1316,7 @@ int ElasticAgent::Impl::runRounds() {
     auto hungRunning = [this] {
       return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running && w.hang; });
     };
-    for (const auto deadline = Clock::now() + killWait(); hungRunning() && Clock::now() < deadline;) {
-      runFor(deadline - Clock::now());
-    }
+    runWhile(hungRunning, killWait());
     std::vector<WorkerFailure> failures = collectFailures();
     // A collective that timed out is a hang seen from inside: say where every rank stands,
     // then stop the others as hung (their stacks show where they were), before the round ends.
@@ -1329,8 +1330,7 @@ int ElasticAgent::Impl::runRounds() {
         }
         if (targets.empty()) break;
         stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
-        const auto deadline = Clock::now() + killWait();
-        while (anyRunning() && Clock::now() < deadline) runFor(deadline - Clock::now());
+        runWhile([this] { return anyRunning(); }, killWait());
         failures = collectFailures();
         break;
       }
