@@ -1321,7 +1321,7 @@ int ElasticAgent::Impl::runRounds() {
     // A collective that timed out is a hang seen from inside: say where every rank stands,
     // then stop the others as hung (their stacks show where they were), before the round ends.
     for (const WorkerFailure& f : failures) {
-      if (f.hang_reason.empty() && f.error && f.error->message.find("timed out") != std::string::npos) {
+      if (f.hang_reason.empty() && f.error && reportsCollectiveTimeout(f.error->message)) {
         const std::string trigger = fmt::format("rank {} failed: a collective timed out", f.rank);
         const std::string verdict = judgeHang(trigger);
         std::vector<std::pair<Worker*, pid_t>> targets;

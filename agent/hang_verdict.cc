@@ -1,6 +1,7 @@
 #include "agent/hang_verdict.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -210,6 +211,13 @@ std::optional<HangVerdict> hangVerdict(const std::vector<RankPosition>& ranks) {
   std::sort(out.culprits.begin(), out.culprits.end());
   out.culprits.erase(std::unique(out.culprits.begin(), out.culprits.end()), out.culprits.end());
   return out;
+}
+
+bool reportsCollectiveTimeout(std::string_view message) {
+  std::string lower(message);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return lower.find("timed out") != std::string::npos ||
+         lower.find("collective operation timeout") != std::string::npos;
 }
 
 std::string rankRanges(std::vector<int> ranks) {

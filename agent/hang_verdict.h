@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/flight_ring.h"
@@ -47,6 +48,11 @@ struct HangVerdict {
 // The verdict over the ranks of every group, or nullopt when nothing is pending anywhere
 // (no rank waits for another). "rank 0-4,6-7" lists ranks as ranges.
 std::optional<HangVerdict> hangVerdict(const std::vector<RankPosition>& ranks);
+
+// Whether a worker's error message says a collective timed out, in the words of ddprun's
+// runtime ("timed out"), gloo ("Timed out waiting 3000ms for recv operation") or NCCL's
+// watchdog ("collective operation timeout"): such a failure is a hang seen from inside.
+bool reportsCollectiveTimeout(std::string_view message);
 
 // "0-4,6-7".
 std::string rankRanges(std::vector<int> ranks);

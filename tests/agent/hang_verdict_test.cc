@@ -171,4 +171,14 @@ TEST_CASE("hang verdict: a position survives the store encoding") {
   CHECK_FALSE(decodePosition("v1 1 0 3 2 1.0 7"));
 }
 
+TEST_CASE("hang verdict: the collective timeouts of ddprun gloo and NCCL are recognised, other errors are not") {
+  CHECK(reportsCollectiveTimeout("rank 0: all_reduce (shared memory): timed out waiting for rank 1"));
+  CHECK(reportsCollectiveTimeout(
+      "RuntimeError: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 3000ms for recv operation to "
+      "complete"));
+  CHECK(reportsCollectiveTimeout("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5)"));
+  CHECK_FALSE(reportsCollectiveTimeout("ValueError: bad learning rate 42"));
+  CHECK_FALSE(reportsCollectiveTimeout("RuntimeError: Connection closed by peer"));
+}
+
 }  // namespace ddprun::agent
