@@ -5,9 +5,9 @@
 # fails with "use_libuv was requested but PyTorch was build without libuv support", and so does
 # torchrun's own store (dynamic_rendezvous calls torch.distributed.TCPStore, the c10d rendezvous
 # backend its imported TCPStore, neither with use_libuv). Here the TCPStore of each of those
-# modules becomes a subclass that defaults use_libuv to False (a subclass, so isinstance checks
-# against torch.distributed.TCPStore still hold). Each module is patched when it is first
-# imported, so Python programs that never import torch pay nothing.
+# modules becomes a subclass that defaults use_libuv to False (a subclass rather than a function,
+# so what it makes is still an instance of torch's own TCPStore class). Each module is patched
+# when it is first imported, so Python programs that never import torch pay nothing.
 import importlib.abc
 import sys
 
