@@ -284,6 +284,8 @@ class ElasticAgent::Impl {
   bool hang_judged_ = false;                       // this attempt's verdict was given
   std::vector<int> hang_culprits_;                 // the ranks it blamed: the report's root cause
   Clock::time_point next_hang_check_{};            // --hang_timeout's next look at the rings
+  Clock::time_point attempt_started_{};            // when this attempt's workers were started
+  bool no_rings_warned_ = false;                   // --hang_timeout found no ring to watch (said once)
   Clock::time_point next_hang_request_check_{};    // the next look for another node's request
   HungWorkerStopper hung_stopper_{io_};
 };
@@ -392,6 +394,7 @@ void ElasticAgent::Impl::signalRunning(int signal) {
 }
 
 void ElasticAgent::Impl::startWorkers(int attempt, const rendezvous::RendezvousResult& rdzv) {
+  attempt_started_ = Clock::now();
   workers_.clear();
   forwarders_.clear();
   filtered_stdout_.reset();
@@ -720,7 +723,21 @@ std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
 
 void ElasticAgent::Impl::checkHangTimeout() {
   const double timeout_s = std::chrono::duration<double>(*config_.hang_timeout).count();
-  if (!noProgressFor(localPositions(), timeout_s)) return;
+  const std::vector<RankPosition> positions = localPositions();
+  if (positions.empty()) {
+    // Only workers on ddprun's C++ runtime keep a flight recorder: say so once, rather than
+    // let the user believe a Python job is watched.
+    if (!no_rings_warned_ && Clock::now() - attempt_started_ >= *config_.hang_timeout) {
+      no_rings_warned_ = true;
+      log_->warn(
+          "--hang_timeout {:g} s: no worker on this node keeps a flight recorder (only C++ workers on ddprun's "
+          "runtime do), so hangs cannot be judged here; Python workers can use torch's file timer "
+          "(TORCHELASTIC_ENABLE_FILE_TIMER=1)",
+          timeout_s);
+    }
+    return;
+  }
+  if (!noProgressFor(positions, timeout_s)) return;
   const std::string trigger = fmt::format(
       "--hang_timeout: no rank on this node completed a collective for {:g} s while one was pending", timeout_s);
   const std::string verdict = judgeHang(trigger);

@@ -123,6 +123,17 @@ TEST_CASE("a collective that times out brings the hang verdict and the others ar
   if (stackToolInstalled()) CHECK_THAT(readFile(stacks), Catch::Contains("sleepBeforeCollective"));
 }
 
+TEST_CASE("hang_timeout over workers without a flight recorder says once that it cannot judge them", "[e2e][hang]") {
+  // `sleep` keeps no ring, as a Python worker keeps none: nothing to judge, and the user is told.
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--hang_timeout=1", "--no_python", "sleep", "3"},
+               {}, 60s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.err, "--hang_timeout 1 s: no worker on this node keeps a flight recorder") == 1);
+  CHECK_THAT(r.err, Catch::Contains("TORCHELASTIC_ENABLE_FILE_TIMER=1"));
+}
+
 TEST_CASE("a kill -9 of ddprun leaves no flight recorder directory on /dev/shm", "[e2e][hang]") {
   const std::string id = "hang-kill9-" + std::to_string(::getpid());
   auto argv = ddprunArgs(id, 2, "30", TempDir().path());
