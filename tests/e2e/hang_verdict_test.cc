@@ -56,7 +56,7 @@ TEST_CASE("hang_timeout names the rank that never called all_reduce #N and takes
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.err, Catch::Contains("--hang_timeout: no rank on this node completed a collective for 3 s"));
+  CHECK_THAT(r.err, Catch::Contains("--hang_timeout: no rank on this node completed an operation for 3 s"));
   CHECK_THAT(r.err, Catch::Contains("hang: rank 1 has not called #5 (last completed all_reduce #4, "));
   CHECK_THAT(r.err, Catch::Contains("rank 0 waits in all_reduce #5 (started "));
   CHECK_THAT(r.err, Catch::Contains("— rank 1 is behind"));
