@@ -221,8 +221,9 @@ class ElasticAgent::Impl {
   // The hang verdict (hang_verdict.h) over this node's flight recorder rings, logged once per
   // attempt with what triggered it, before anyone is stopped. Returns it (empty: none).
   std::string judgeHang(const std::string& trigger);
-  // --hang_timeout: when no local rank has completed an operation for that long while one
-  // is pending, judges the hang and stops every running worker as hung (stacks first).
+  // --hang_timeout: when no local rank has completed an operation (a collective or a
+  // point-to-point message) for that long while one is pending, judges the hang and stops
+  // every running worker as hung (stacks first).
   void checkHangTimeout();
   std::vector<RankPosition> localPositions() const;
   // Another node judges a hang: publish where this node's ranks stand (once per round).
@@ -712,7 +713,7 @@ std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
   }
   const auto verdict = hangVerdict(positions);
   if (!verdict) {
-    log_->warn("{}; the flight recorder shows no collective pending on this node", trigger);
+    log_->warn("{}; the flight recorder shows no operation pending on this node", trigger);
     return {};
   }
   log_->error("{}; {}", trigger, verdict->text);
@@ -739,7 +740,7 @@ void ElasticAgent::Impl::checkHangTimeout() {
   }
   if (!noProgressFor(positions, timeout_s)) return;
   const std::string trigger = fmt::format(
-      "--hang_timeout: no rank on this node completed a collective for {:g} s while one was pending", timeout_s);
+      "--hang_timeout: no rank on this node completed an operation for {:g} s while one was pending", timeout_s);
   const std::string verdict = judgeHang(trigger);
   std::vector<std::pair<Worker*, pid_t>> targets;
   for (Worker& w : workers_) {
