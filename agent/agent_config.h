@@ -50,8 +50,9 @@ struct AgentConfig {
   std::optional<std::string> events_file;               // DDPRUN_EVENTS_FILE; unset: events only in --log_dir.
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's file timers on a named pipe (default off).
   bool file_timer = false;
-  // --hang_timeout: no local rank has completed a collective (flight recorder) for this long
-  // while one is pending: print the hang verdict, take stacks, stop and restart. Unset (default): off.
+  // --hang_timeout: no local rank has completed an operation (a collective or a point-to-point
+  // message, flight recorder) for this long while one is pending: print the hang verdict, take
+  // stacks, stop and restart. Unset (default): off.
   std::optional<std::chrono::milliseconds> hang_timeout;
   // The workers run Python (ddprun starts the interpreter, or the program is python*); default no.
   bool python_workers = false;

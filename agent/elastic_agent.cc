@@ -204,6 +204,12 @@ class ElasticAgent::Impl {
   std::vector<WorkerFailure> collectFailures() const;
   void addStderrTails(std::vector<WorkerFailure>& failures) const;
   void runFor(Clock::duration d);
+  // Runs the event loop while `busy()` holds, for at most `limit`.
+  template <typename Busy>
+  void runWhile(Busy busy, Clock::duration limit) {
+    for (const auto deadline = Clock::now() + limit; busy() && Clock::now() < deadline;)
+      runFor(deadline - Clock::now());
+  }
   int runRounds();
   // Hung workers (file timers; the hang verdict): stacks first, then the stop.
   void startFileTimers();
@@ -215,8 +221,9 @@ class ElasticAgent::Impl {
   // The hang verdict (hang_verdict.h) over this node's flight recorder rings, logged once per
   // attempt with what triggered it, before anyone is stopped. Returns it (empty: none).
   std::string judgeHang(const std::string& trigger);
-  // --hang_timeout: when no local rank has completed an operation for that long while one
-  // is pending, judges the hang and stops every running worker as hung (stacks first).
+  // --hang_timeout: when no local rank has completed an operation (a collective or a
+  // point-to-point message) for that long while one is pending, judges the hang and stops
+  // every running worker as hung (stacks first).
   void checkHangTimeout();
   std::vector<RankPosition> localPositions() const;
   // Another node judges a hang: publish where this node's ranks stand (once per round).
@@ -278,6 +285,8 @@ class ElasticAgent::Impl {
   bool hang_judged_ = false;                       // this attempt's verdict was given
   std::vector<int> hang_culprits_;                 // the ranks it blamed: the report's root cause
   Clock::time_point next_hang_check_{};            // --hang_timeout's next look at the rings
+  Clock::time_point attempt_started_{};            // when this attempt's workers were started
+  bool no_rings_warned_ = false;                   // --hang_timeout found no ring to watch (said once)
   Clock::time_point next_hang_request_check_{};    // the next look for another node's request
   HungWorkerStopper hung_stopper_{io_};
 };
@@ -386,6 +395,7 @@ void ElasticAgent::Impl::signalRunning(int signal) {
 }
 
 void ElasticAgent::Impl::startWorkers(int attempt, const rendezvous::RendezvousResult& rdzv) {
+  attempt_started_ = Clock::now();
   workers_.clear();
   forwarders_.clear();
   filtered_stdout_.reset();
@@ -561,8 +571,7 @@ void ElasticAgent::Impl::stopWorkers(int signal) {
     if (w.running) w.stopped_by_agent = true;
   }
   signalRunning(signal);
-  const auto deadline = Clock::now() + config_.term_timeout;
-  while (anyRunning() && Clock::now() < deadline) runFor(deadline - Clock::now());
+  runWhile([this] { return anyRunning(); }, config_.term_timeout);
   if (anyRunning()) {
     // Each with its state: a stopped (T) or uninterruptibly sleeping (D) worker is why.
     std::string states;
@@ -576,8 +585,7 @@ void ElasticAgent::Impl::stopWorkers(int signal) {
     signalRunning(SIGKILL);
     // A worker in uninterruptible sleep (D) dies only when its kernel call returns, which may
     // be never (a dead NFS server, a wedged driver): it must not hold up ddprun.
-    const auto kill_deadline = Clock::now() + killWait();
-    while (anyRunning() && Clock::now() < kill_deadline) runFor(kill_deadline - Clock::now());
+    runWhile([this] { return anyRunning(); }, killWait());
     for (Worker& w : workers_) {
       if (!w.running) continue;
       const std::string state = describeProcessState(w.pid);
@@ -705,7 +713,7 @@ std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
   }
   const auto verdict = hangVerdict(positions);
   if (!verdict) {
-    log_->warn("{}; the flight recorder shows no collective pending on this node", trigger);
+    log_->warn("{}; the flight recorder shows no operation pending on this node", trigger);
     return {};
   }
   log_->error("{}; {}", trigger, verdict->text);
@@ -716,9 +724,23 @@ std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
 
 void ElasticAgent::Impl::checkHangTimeout() {
   const double timeout_s = std::chrono::duration<double>(*config_.hang_timeout).count();
-  if (!noProgressFor(localPositions(), timeout_s)) return;
+  const std::vector<RankPosition> positions = localPositions();
+  if (positions.empty()) {
+    // Only workers on ddprun's C++ runtime keep a flight recorder: say so once, rather than
+    // let the user believe a Python job is watched.
+    if (!no_rings_warned_ && Clock::now() - attempt_started_ >= *config_.hang_timeout) {
+      no_rings_warned_ = true;
+      log_->warn(
+          "--hang_timeout {:g} s: no worker on this node keeps a flight recorder (only C++ workers on ddprun's "
+          "runtime do), so hangs cannot be judged here; Python workers can use torch's file timer "
+          "(TORCHELASTIC_ENABLE_FILE_TIMER=1)",
+          timeout_s);
+    }
+    return;
+  }
+  if (!noProgressFor(positions, timeout_s)) return;
   const std::string trigger = fmt::format(
-      "--hang_timeout: no rank on this node completed a collective for {:g} s while one was pending", timeout_s);
+      "--hang_timeout: no rank on this node completed an operation for {:g} s while one was pending", timeout_s);
   const std::string verdict = judgeHang(trigger);
   std::vector<std::pair<Worker*, pid_t>> targets;
   for (Worker& w : workers_) {
@@ -879,14 +901,13 @@ void ElasticAgent::Impl::stopAdoptedOrphans() {
 }
 
 void ElasticAgent::Impl::drainOutput() {
-  const auto deadline = Clock::now() + kDrainTimeout;
   auto pending = [this] {
     for (const auto& f : forwarders_) {
       if (!f->finished()) return true;
     }
     return false;
   };
-  while (pending() && Clock::now() < deadline) runFor(deadline - Clock::now());
+  runWhile(pending, kDrainTimeout);
   for (auto& f : forwarders_) f->close();
 }
 
@@ -1313,14 +1334,12 @@ int ElasticAgent::Impl::runRounds() {
     auto hungRunning = [this] {
       return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running && w.hang; });
     };
-    for (const auto deadline = Clock::now() + killWait(); hungRunning() && Clock::now() < deadline;) {
-      runFor(deadline - Clock::now());
-    }
+    runWhile(hungRunning, killWait());
     std::vector<WorkerFailure> failures = collectFailures();
     // A collective that timed out is a hang seen from inside: say where every rank stands,
     // then stop the others as hung (their stacks show where they were), before the round ends.
     for (const WorkerFailure& f : failures) {
-      if (f.hang_reason.empty() && f.error && f.error->message.find("timed out") != std::string::npos) {
+      if (f.hang_reason.empty() && f.error && reportsCollectiveTimeout(f.error->message)) {
         const std::string trigger = fmt::format("rank {} failed: a collective timed out", f.rank);
         const std::string verdict = judgeHang(trigger);
         std::vector<std::pair<Worker*, pid_t>> targets;
@@ -1329,8 +1348,7 @@ int ElasticAgent::Impl::runRounds() {
         }
         if (targets.empty()) break;
         stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
-        const auto deadline = Clock::now() + killWait();
-        while (anyRunning() && Clock::now() < deadline) runFor(deadline - Clock::now());
+        runWhile([this] { return anyRunning(); }, killWait());
         failures = collectFailures();
         break;
       }

@@ -39,7 +39,7 @@ std::vector<FlightRingSnapshot> FlightDir::read() const {
   if (path_.empty()) return rings;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(path_, ec)) {
-    if (entry.path().extension() != ".ring") continue;
+    if (!isFlightRingFileName(entry.path().filename().string())) continue;
     if (auto ring = readFlightRingFile(entry.path().string())) rings.push_back(std::move(*ring));
   }
   return rings;

@@ -25,7 +25,8 @@ class FlightDir {
   const std::string& path() const { return path_; }
   const std::string& problem() const { return problem_; }
 
-  // Every ring in the directory, as read now (files that are not rings are left out).
+  // Every ring in the directory, collective and point-to-point, as read now (files that are
+  // not rings are left out).
   // Never blocks on a worker and never throws.
   std::vector<FlightRingSnapshot> read() const;
   // Removes every ring (between attempts: a new attempt's rings start empty).

@@ -1,6 +1,8 @@
 #include "agent/hang_verdict.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -156,12 +158,138 @@ std::optional<HangVerdict> groupVerdict(const std::vector<const RankPosition*>& 
   return HangVerdict{out, behind_ranks};
 }
 
+// The peer of a message, named by its global rank when the group's positions say it (or
+// in the default group, where group and global ranks are one), else by its group rank.
+struct Peer {
+  int rank = -1;  // global; -1: not known
+  std::string name;
+  const RankPosition* messages = nullptr;
+  const RankPosition* collectives = nullptr;
+};
+
+const RankPosition* atGroupRank(const std::vector<const RankPosition*>& ps, int group_rank) {
+  for (const auto* p : ps) {
+    if (p->group_rank == group_rank) return p;
+  }
+  return nullptr;
+}
+
+// One line over a group's messages: where each rank with one pending waits, and for whom.
+std::optional<HangVerdict> messageVerdict(int group, const std::vector<const RankPosition*>& messages,
+                                          const std::vector<const RankPosition*>& collectives) {
+  std::vector<std::string> parts;
+  HangVerdict verdict;
+  for (const auto* p : messages) {
+    if (!p->pending) continue;
+    const FlightRecord& r = *p->pending;
+    Peer peer;
+    peer.messages = atGroupRank(messages, r.info.root);
+    peer.collectives = atGroupRank(collectives, r.info.root);
+    if (peer.messages) {
+      peer.rank = peer.messages->rank;
+    } else if (peer.collectives) {
+      peer.rank = peer.collectives->rank;
+    } else if (group == 0) {
+      peer.rank = r.info.root;
+    }
+    peer.name = peer.rank >= 0 ? fmt::format("rank {}", peer.rank) : fmt::format("group rank {}", r.info.root);
+    const std::string direction = r.info.op == FlightOp::kSend ? "send to" : "recv from";
+    std::string part = r.state == FlightState::kFailed
+                           ? fmt::format("rank {} failed in {} {} (#{})", p->rank, direction, peer.name, r.seq)
+                           : fmt::format("rank {} waits in {} {} (#{}, {} {:.0f} s ago)", p->rank, direction, peer.name,
+                                         r.seq, r.started_ns != 0 ? "started" : "enqueued", p->pending_age_s);
+    auto blame = [&] {
+      part += fmt::format(" — {} is behind", peer.name);
+      if (peer.rank >= 0) verdict.culprits.push_back(peer.rank);
+    };
+    if (peer.messages && peer.messages->pending) {
+      // The peer waits in a message of its own: its part says where.
+    } else if (peer.collectives && peer.collectives->pending) {
+      const RankPosition& c = *peer.collectives;
+      const FlightRecord& in = *c.pending;
+      const RankPosition* mine = atGroupRank(collectives, p->group_rank);
+      if (in.state == FlightState::kFailed) {
+        part += fmt::format(" while {} failed in {}", peer.name, opAt(in.info.op, in.seq));
+      } else if (mine && positionKey(*mine) < positionKey(c)) {
+        part += fmt::format(
+            " while {} waits in {} ({} {:.0f} s ago), which rank {} has not called — they wait for "
+            "each other",
+            peer.name, opAt(in.info.op, in.seq), in.started_ns != 0 ? "started" : "enqueued", c.pending_age_s, p->rank);
+      } else {
+        part += fmt::format(" while {} is in {} ({} {:.0f} s ago)", peer.name, opAt(in.info.op, in.seq),
+                            in.started_ns != 0 ? "started" : "enqueued", c.pending_age_s);
+        blame();
+      }
+    } else if (peer.messages || peer.collectives) {
+      part += fmt::format(" while {} has no operation pending", peer.name);
+      blame();
+    } else {
+      part += fmt::format(" while nothing is known of {}", peer.name);
+    }
+    parts.push_back(std::move(part));
+  }
+  if (parts.empty()) return std::nullopt;
+  verdict.text = "hang: ";
+  for (size_t i = 0; i < parts.size(); ++i) verdict.text += (i ? "; " : "") + parts[i];
+  return verdict;
+}
+
+bool parseInt(const std::string& token, auto& value) {
+  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  return ec == std::errc() && end == token.data() + token.size();
+}
+
+bool parseSeconds(const std::string& token, double& value) {
+  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  return ec == std::errc() && end == token.data() + token.size() && std::isfinite(value);
+}
+
+bool validOp(int op) { return op >= 0 && op <= static_cast<int>(FlightOp::kRecv); }
+bool validDType(int dtype) {
+  return (dtype >= 0 && dtype <= static_cast<int>(FlightDType::kUInt8)) ||
+         dtype == static_cast<int>(FlightDType::kNone);
+}
+bool validState(int state) { return state >= 0 && state <= static_cast<int>(FlightState::kFailed); }
+
 }  // namespace
 
 RankPosition positionOf(const FlightRingSnapshot& ring, int64_t now_ns) {
   RankPosition p;
+  p.kind = ring.kind;
   p.rank = ring.rank;
   p.group = ring.group;
+  p.group_rank = ring.group_rank;
+  if (ring.kind == FlightRingKind::kPointToPoint) {
+    // Messages to different peers complete in any order: progress is the latest completion,
+    // and the oldest message still moving is where the rank waits.
+    const FlightRecord* last = nullptr;
+    const FlightRecord* waiting = nullptr;
+    const FlightRecord* failed = nullptr;
+    auto later = [](const FlightRecord& a, const FlightRecord* b) {
+      return !b || a.ended_ns > b->ended_ns || (a.ended_ns == b->ended_ns && a.seq > b->seq);
+    };
+    for (const auto& r : ring.records) {
+      if (r.state == FlightState::kCompleted) {
+        if (later(r, last)) last = &r;
+      } else if (r.state == FlightState::kFailed) {
+        failed = &r;
+      } else if (!waiting) {
+        waiting = &r;
+      }
+    }
+    if (last) {
+      p.last_completed_seq = last->seq;
+      p.last_completed_op = last->info.op;
+      p.last_completed_age_s = secondsBetween(last->ended_ns, now_ns);
+    }
+    // A failure is where the rank stands until it completes a message after it.
+    if (!waiting && failed && later(*failed, last)) waiting = failed;
+    if (waiting) {
+      p.pending = *waiting;
+      p.pending_age_s = secondsBetween(waiting->started_ns != 0 ? waiting->started_ns : waiting->enqueued_ns, now_ns);
+    }
+    return p;
+  }
   for (const auto& r : ring.records) {
     if (r.state == FlightState::kCompleted && r.seq > p.last_completed_seq) {
       p.last_completed_seq = r.seq;
@@ -195,21 +323,40 @@ bool noProgressFor(const std::vector<RankPosition>& ranks, double timeout_s) {
 }
 
 std::optional<HangVerdict> hangVerdict(const std::vector<RankPosition>& ranks) {
-  std::map<int, std::vector<const RankPosition*>> by_group;
-  for (const auto& p : ranks) by_group[p.group].push_back(&p);
+  struct Group {
+    std::vector<const RankPosition*> collectives;
+    std::vector<const RankPosition*> messages;
+  };
+  std::map<int, Group> by_group;
+  for (const auto& p : ranks) {
+    Group& g = by_group[p.group];
+    (p.kind == FlightRingKind::kPointToPoint ? g.messages : g.collectives).push_back(&p);
+  }
+  auto byRank = [](const auto* a, const auto* b) { return a->rank < b->rank; };
   HangVerdict out;
-  for (auto& [group, ps] : by_group) {
-    std::sort(ps.begin(), ps.end(), [](const auto* a, const auto* b) { return a->rank < b->rank; });
-    auto v = groupVerdict(ps);
-    if (!v) continue;
+  auto add = [&](int group, std::optional<HangVerdict> v) {
+    if (!v) return;
     if (group != 0) v->text += fmt::format(" (group {})", group);
     out.text += (out.text.empty() ? "" : "\n") + v->text;
     out.culprits.insert(out.culprits.end(), v->culprits.begin(), v->culprits.end());
+  };
+  for (auto& [group, g] : by_group) {
+    std::sort(g.collectives.begin(), g.collectives.end(), byRank);
+    std::sort(g.messages.begin(), g.messages.end(), byRank);
+    add(group, groupVerdict(g.collectives));
+    add(group, messageVerdict(group, g.messages, g.collectives));
   }
   if (out.text.empty()) return std::nullopt;
   std::sort(out.culprits.begin(), out.culprits.end());
   out.culprits.erase(std::unique(out.culprits.begin(), out.culprits.end()), out.culprits.end());
   return out;
+}
+
+bool reportsCollectiveTimeout(std::string_view message) {
+  std::string lower(message);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return lower.find("timed out") != std::string::npos ||
+         lower.find("collective operation timeout") != std::string::npos;
 }
 
 std::string rankRanges(std::vector<int> ranks) {
@@ -227,8 +374,9 @@ std::string rankRanges(std::vector<int> ranks) {
 }
 
 std::string encodePosition(const RankPosition& p) {
-  std::string out = fmt::format("v1 {} {} {} {} {:.3f}", p.rank, p.group, p.last_completed_seq,
-                                static_cast<int>(p.last_completed_op), p.last_completed_age_s);
+  std::string out =
+      fmt::format("v2 {} {} {} {} {} {} {:.3f}", p.kind == FlightRingKind::kPointToPoint ? "p" : "c", p.rank, p.group,
+                  p.group_rank, p.last_completed_seq, static_cast<int>(p.last_completed_op), p.last_completed_age_s);
   if (p.pending) {
     const FlightRecord& r = *p.pending;
     out +=
@@ -240,26 +388,34 @@ std::string encodePosition(const RankPosition& p) {
 
 std::optional<RankPosition> decodePosition(const std::string& text) {
   std::istringstream in(text);
-  std::string tag;
+  std::vector<std::string> t;
+  for (std::string token; in >> token;) t.push_back(token);
+  // Exactly an idle position or one with its pending operation: anything else is another version or garbage.
+  if ((t.size() != 8 && t.size() != 16) || t[0] != "v2" || (t[1] != "c" && t[1] != "p")) return std::nullopt;
   RankPosition p;
+  p.kind = t[1] == "p" ? FlightRingKind::kPointToPoint : FlightRingKind::kCollective;
   int op = 0;
-  if (!(in >> tag >> p.rank >> p.group >> p.last_completed_seq >> op >> p.last_completed_age_s) || tag != "v1") {
+  if (!parseInt(t[2], p.rank) || !parseInt(t[3], p.group) || !parseInt(t[4], p.group_rank) ||
+      !parseInt(t[5], p.last_completed_seq) || !parseInt(t[6], op) || !validOp(op) ||
+      !parseSeconds(t[7], p.last_completed_age_s)) {
     return std::nullopt;
   }
   p.last_completed_op = static_cast<FlightOp>(op);
+  if (t.size() == 8) return p;
   FlightRecord r;
   int dtype = 0, state = 0, started = 0;
-  if (in >> r.seq) {
-    if (!(in >> op >> dtype >> r.info.count >> r.info.root >> state >> started >> p.pending_age_s)) {
-      return std::nullopt;
-    }
-    r.info.op = static_cast<FlightOp>(op);
-    r.info.dtype = static_cast<FlightDType>(dtype);
-    r.state = static_cast<FlightState>(state);
-    // Only whether it started matters once it has crossed hosts.
-    r.started_ns = started;
-    p.pending = r;
+  if (!parseInt(t[8], r.seq) || !parseInt(t[9], op) || !validOp(op) || !parseInt(t[10], dtype) || !validDType(dtype) ||
+      !parseInt(t[11], r.info.count) || !parseInt(t[12], r.info.root) || !parseInt(t[13], state) ||
+      !validState(state) || !parseInt(t[14], started) || (started != 0 && started != 1) ||
+      !parseSeconds(t[15], p.pending_age_s)) {
+    return std::nullopt;
   }
+  r.info.op = static_cast<FlightOp>(op);
+  r.info.dtype = static_cast<FlightDType>(dtype);
+  r.state = static_cast<FlightState>(state);
+  // Only whether it started matters once it has crossed hosts.
+  r.started_ns = started;
+  p.pending = r;
   return p;
 }
 

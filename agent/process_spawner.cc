@@ -1,20 +1,18 @@
 #include "agent/process_spawner.h"
 
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <boost/process/args.hpp>
-#include <boost/process/child.hpp>
-#include <boost/process/env.hpp>
-#include <boost/process/environment.hpp>
-#include <boost/process/exe.hpp>
-#include <boost/process/extend.hpp>
+#include <string>
+#include <vector>
 
 #include "agent/cpu_topology.h"
 #include "common/error.h"
@@ -22,45 +20,74 @@
 #include "common/unique_fd.h"
 
 namespace ddprun::agent {
-namespace bp = boost::process;
 namespace {
 
-// Runs in the forked child between fork and exec: only async-signal-safe calls.
-struct WorkerChildSetup : bp::extend::handler {
+// What the child reports through its error pipe when it fails before exec.
+struct ChildFailure {
+  int stage;  // kBindFailed or kExecFailed
+  int err;
+};
+constexpr int kBindFailed = 1;
+constexpr int kExecFailed = 2;
+
+// What the child does between clone and exec: only async-signal-safe calls, on memory the
+// parent prepared.
+struct ChildPlan {
   pid_t agent_pid;
   int stdout_fd;
   int stderr_fd;
-  int cgroup_procs_fd;
+  int cgroup_procs_fd;    // fork fallback: the child moves itself into the cgroup; else -1
   const cpu_set_t* cpus;  // nullptr: keep the agent's affinity.
   size_t cpus_bytes;
-  int bind_error_fd;  // gets the errno of a failed sched_setaffinity.
-
-  template <class Executor>
-  void on_exec_setup(Executor&) const {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    // The agent may have died between fork and prctl; then nobody would reap us.
-    if (::getppid() != agent_pid) ::_exit(127);
-    // Where Yama restricts ptrace to ancestors (ptrace_scope 1), the stack tools the agent
-    // starts are the worker's cousins, not its ancestors: allow the agent and what it starts.
-    // Fails harmlessly (EINVAL) without Yama.
-    ::prctl(PR_SET_PTRACER, agent_pid, 0, 0, 0);
-    // "0" moves the writer itself; before exec, so that every descendant starts inside.
-    if (cgroup_procs_fd >= 0) (void)!::write(cgroup_procs_fd, "0", 1);
-    if (cpus != nullptr && ::sched_setaffinity(0, cpus_bytes, cpus) != 0) {
-      const int err = errno;
-      (void)!::write(bind_error_fd, &err, sizeof err);
-      ::_exit(127);
-    }
-    if (stdout_fd >= 0) ::dup2(stdout_fd, STDOUT_FILENO);
-    if (stderr_fd >= 0) ::dup2(stderr_fd, STDERR_FILENO);
-    // Ignored signals stay ignored across exec; the agent ignores SIGPIPE for itself only.
-    ::signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  }
+  int error_fd;  // close-on-exec: gets a ChildFailure when the child fails before exec
+  const char* path;
+  char* const* argv;
+  char* const* envp;
 };
+
+[[noreturn]] void runChild(const ChildPlan& plan) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The agent may have died between clone and prctl; then nobody would reap us.
+  if (::getppid() != plan.agent_pid) ::_exit(127);
+  // Where Yama restricts ptrace to ancestors (ptrace_scope 1), the stack tools the agent
+  // starts are the worker's cousins, not its ancestors: allow the agent and what it starts.
+  // Fails harmlessly (EINVAL) without Yama.
+  ::prctl(PR_SET_PTRACER, plan.agent_pid, 0, 0, 0);
+  // "0" moves the writer itself; before exec, so that every descendant starts inside.
+  if (plan.cgroup_procs_fd >= 0) (void)!::write(plan.cgroup_procs_fd, "0", 1);
+  if (plan.cpus != nullptr && ::sched_setaffinity(0, plan.cpus_bytes, plan.cpus) != 0) {
+    const ChildFailure failure{kBindFailed, errno};
+    (void)!::write(plan.error_fd, &failure, sizeof failure);
+    ::_exit(127);
+  }
+  if (plan.stdout_fd >= 0) ::dup2(plan.stdout_fd, STDOUT_FILENO);
+  if (plan.stderr_fd >= 0) ::dup2(plan.stderr_fd, STDERR_FILENO);
+  // Ignored signals stay ignored across exec; the agent ignores SIGPIPE for itself only.
+  ::signal(SIGPIPE, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execve(plan.path, plan.argv, plan.envp);
+  const ChildFailure failure{kExecFailed, errno};
+  (void)!::write(plan.error_fd, &failure, sizeof failure);
+  ::_exit(127);
+}
+
+// clone3 with CLONE_INTO_CGROUP starts the child inside its cgroup (Linux 5.7+). Moving a
+// process in afterwards through cgroup.procs takes the kernel's cgroup threadgroup lock,
+// which waits for an RCU grace period: milliseconds per worker, paid on every restart.
+// Returns the child's pid in the parent (-1 with errno when clone3 or the flag is refused);
+// never returns in the child.
+pid_t cloneIntoCgroup(const ChildPlan& plan, int cgroup_fd) {
+  clone_args args{};
+  args.flags = CLONE_INTO_CGROUP;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<uint64_t>(cgroup_fd);
+  const long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid == 0) runChild(plan);
+  return static_cast<pid_t>(pid);
+}
 
 // A cpu_set_t sized for the highest CPU in `cpus` (hosts may have more than 1024).
 class CpuMask {
@@ -118,60 +145,78 @@ SpawnedProcess spawnWorker(const SpawnRequest& request) {
   openTarget(request.out, out_child, out_agent);
   openTarget(request.err, err_child, err_agent);
 
-  bp::environment env;
-  for (const auto& [key, value] : request.env) env[key] = value;
-  std::vector<std::string> args(request.argv.begin() + 1, request.argv.end());
+  // Everything the child needs is laid out here, before the clone: it may not allocate.
+  std::vector<std::string> env_entries;
+  env_entries.reserve(request.env.size());
+  for (const auto& [key, value] : request.env) env_entries.push_back(key + "=" + value);
+  std::vector<char*> argv, envp;
+  for (const std::string& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (std::string& e : env_entries) envp.push_back(e.data());
+  envp.push_back(nullptr);
 
-  UniqueFd cgroup_procs;
+  UniqueFd cgroup_dir;
   if (!request.cgroup.empty()) {
-    cgroup_procs.reset(::open((request.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-    if (cgroup_procs.get() < 0) warnNotInCgroup(request.cgroup, errno);
+    cgroup_dir.reset(::open(request.cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (cgroup_dir.get() < 0) warnNotInCgroup(request.cgroup, errno);
   }
 
-  // The child tells a failed binding apart from a failed exec through its own pipe.
   CpuMask cpus(request.cpus);
-  UniqueFd bind_error_read, bind_error_write;
-  if (cpus.get()) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw SystemError("pipe2()", errno);
-    bind_error_read.reset(fds[0]);
-    bind_error_write.reset(fds[1]);
-  }
+  int error_pipe[2];
+  if (::pipe2(error_pipe, O_CLOEXEC) != 0) throw SystemError("pipe2()", errno);
+  UniqueFd error_read(error_pipe[0]), error_write(error_pipe[1]);
 
-  std::error_code ec;
-  bp::child child(bp::exe = request.argv.front(), bp::args = args, env,
-                  WorkerChildSetup{{},
-                                   ::getpid(),
-                                   out_child.get(),
-                                   err_child.get(),
-                                   cgroup_procs.get(),
-                                   cpus.get(),
-                                   cpus.bytes(),
-                                   bind_error_write.get()},
-                  ec);
-  if (ec) throw SystemError("exec " + request.argv.front(), ec.value());
-  // A child that could not bind wrote its errno and exited before its exec pipe closed,
-  // so the number is here by now.
-  int bind_errno = 0;
-  if (cpus.get() && ::read(bind_error_read.get(), &bind_errno, sizeof bind_errno) == sizeof bind_errno) {
-    std::error_code ignored;
-    child.wait(ignored);
-    throw SystemError(
-        "bind worker " + request.argv.front() + " to CPUs " + formatCpuList(request.cpus) + " (sched_setaffinity)",
-        bind_errno);
+  ChildPlan plan{::getpid(),  out_child.get(), err_child.get(),   -1,
+                 cpus.get(),  cpus.bytes(),    error_write.get(), request.argv.front().c_str(),
+                 argv.data(), envp.data()};
+  pid_t pid = -1;
+  bool in_cgroup = false;
+  if (cgroup_dir.get() >= 0) {
+    pid = cloneIntoCgroup(plan, cgroup_dir.get());
+    in_cgroup = pid > 0;
+  }
+  UniqueFd cgroup_procs;
+  if (pid < 0) {
+    // No clone3 or no CLONE_INTO_CGROUP (an old kernel, a seccomp filter): fork, and the
+    // child moves itself into the cgroup before exec.
+    if (cgroup_dir.get() >= 0) {
+      cgroup_procs.reset(::openat(cgroup_dir.get(), "cgroup.procs", O_WRONLY | O_CLOEXEC));
+      if (cgroup_procs.get() < 0) warnNotInCgroup(request.cgroup, errno);
+      plan.cgroup_procs_fd = cgroup_procs.get();
+    }
+    pid = ::fork();
+    if (pid == 0) runChild(plan);
+    if (pid < 0) throw SystemError("fork()", errno);
+  }
+  // The child's error pipe closes at its exec; before that it says why it failed.
+  error_write.reset();
+  ChildFailure failure{};
+  ssize_t n;
+  do {
+    n = ::read(error_read.get(), &failure, sizeof failure);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof failure)) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (failure.stage == kBindFailed) {
+      throw SystemError(
+          "bind worker " + request.argv.front() + " to CPUs " + formatCpuList(request.cpus) + " (sched_setaffinity)",
+          failure.err);
+    }
+    throw SystemError("exec " + request.argv.front(), failure.err);
   }
 
   SpawnedProcess spawned;
-  spawned.pid = child.id();
-  // The child cannot report a failed write. Moving a process into the cgroup it is in
+  spawned.pid = pid;
+  spawned.in_cgroup = in_cgroup;
+  // The forked child cannot report a failed write. Moving a process into the cgroup it is in
   // already succeeds, so a second write here both checks and, failing that, retries.
   if (cgroup_procs.get() >= 0) {
-    const std::string pid = std::to_string(spawned.pid);
-    spawned.in_cgroup = ::write(cgroup_procs.get(), pid.data(), pid.size()) >= 0;
+    const std::string text = std::to_string(pid);
+    spawned.in_cgroup = ::write(cgroup_procs.get(), text.data(), text.size()) >= 0;
     if (!spawned.in_cgroup) warnNotInCgroup(request.cgroup, errno);
   }
-  // The agent reaps its workers itself (SIGCHLD + waitpid) so Boost must let go.
-  child.detach();
   spawned.stdout_pipe = out_agent.release();
   spawned.stderr_pipe = err_agent.release();
   return spawned;

@@ -1,7 +1,8 @@
 // Starting one worker process. Each worker leads its own process group (so signals reach
 // its children too), dies with the agent (PR_SET_PDEATHSIG) and lets the agent's stack
-// tools attach to it where Yama restricts ptrace (PR_SET_PTRACER). Given a cgroup, it enters
-// it before exec, so that nothing it starts is ever outside; given CPUs (--numa-binding),
+// tools attach to it where Yama restricts ptrace (PR_SET_PTRACER). Given a cgroup, it starts
+// inside it (clone3 with CLONE_INTO_CGROUP; where the kernel refuses that, fork and a move
+// before exec), so that nothing it starts is ever outside; given CPUs (--numa-binding),
 // it is bound to them before exec too, so its first thread already runs there. Its stdout
 // and stderr are either inherited, written straight to a file, or a pipe the agent reads.
 #pragma once

@@ -1,13 +1,14 @@
 // store_bench: ddprun's store server against torch's own TCPStore server, side by side in
-// one run, both driven by the SAME client code (LibTorch 1.13's c10d::TCPStore, isServer=false).
+// one run, both driven by the SAME client code (the c10d::TCPStore of the LibTorch it is built
+// against, isServer=false: 1.13 in build/, 2.6 in build-torch2/; bench/store_compare runs both).
 // Both servers run in this process, each on its own single I/O thread (ddprun's StoreServer;
 // torch's TCPStore master daemon, started by a c10d::TCPStore with isServer=true); a fresh
 // pair of servers is started for every round and every case, and the order alternates.
 //
 //   throughput: CLIENTS connections (one thread and one c10d::TCPStore each) loop over
 //       set(key_i, 64-byte value) then get(key_i) for SECONDS; every get is checked against
-//       what was set. ops/s counts each set and each get as one op (torch 1.13's get is a
-//       WAIT round trip then a GET round trip; its set expects no reply). Each round runs both
+//       what was set. ops/s counts each set and each get as one op (torch's get is a WAIT
+//       round trip then a GET round trip; its set expects no reply). Each round runs both
 //       servers back to back; the table shows medians over ROUNDS, and the ratio is the median
 //       of the per-round ratios (robust to load that drifts on a shared machine).
 //       Last line: `store ratio=<ours/torch>` (ops/s; goal: at least 1.5); the line before it,
@@ -42,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "rendezvous/store_server.h"
@@ -85,6 +87,17 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// Options for every torch store here. LibTorch 2.x defaults to its libuv backend, and Debian 13's
+// LibTorch 2.6 is built without libuv, where asking for it throws; the classic backend is the one
+// that build has (and the only one LibTorch 1.13 has).
+c10d::TCPStoreOptions torchStoreOptions() {
+  c10d::TCPStoreOptions options;
+#if TORCH_VERSION_MAJOR >= 2
+  options.useLibUV = false;
+#endif
+  return options;
+}
+
 // One server under test, started fresh for each measurement.
 class Server {
  public:
@@ -113,7 +126,7 @@ class OurServer final : public Server {
 class TorchServer final : public Server {
  public:
   TorchServer() {
-    c10d::TCPStoreOptions options;
+    c10d::TCPStoreOptions options = torchStoreOptions();
     options.port = 0;
     options.isServer = true;
     options.waitWorkers = false;
@@ -132,7 +145,7 @@ std::unique_ptr<Server> startServer(bool ours) {
 }
 
 c10::intrusive_ptr<c10d::TCPStore> connectClient(uint16_t port, std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions options;
+  c10d::TCPStoreOptions options = torchStoreOptions();
   options.port = port;
   options.isServer = false;
   options.waitWorkers = false;
@@ -392,8 +405,8 @@ int main(int argc, char** argv) {
   bool ok = true;
 
   // Throughput.
-  std::printf("# store_bench: TCPStore servers, clients = LibTorch 1.13 c10d::TCPStore, %d rounds x %.1f s, medians\n",
-              config.rounds, config.seconds);
+  std::printf("# store_bench: TCPStore servers, clients = LibTorch %s c10d::TCPStore, %d rounds x %.1f s, medians\n",
+              TORCH_VERSION, config.rounds, config.seconds);
   std::printf("# op: set(key_i, %zu B) + get(key_i), get checked; ops/s counts set and get as one op each\n",
               kValueBytes);
   std::printf(
@@ -494,9 +507,10 @@ int main(int argc, char** argv) {
   std::printf(
       "\n# connect(s): until every client is up; release(s): from the set until the last client's get\n"
       "# returned; heap(MiB): heap growth of this process (server + clients) while all wait;\n"
-      "# served: fewest clients served in a round. ddprun's server held %zu connections (torch\n"
-      "# 1.13's c10d::TCPStore opens 2 each: its store connection and an idle callback one)\n",
-      our_connections);
+      "# served: fewest clients served in a round. ddprun's server held %zu connections for %d\n"
+      "# clients (LibTorch 1.13's c10d::TCPStore opens 2 each: its store connection and an idle\n"
+      "# callback one; this is LibTorch %s)\n",
+      our_connections, config.waiters, TORCH_VERSION);
   if (config.torch_wait) {
     std::printf("store_wait clients=%d seconds=%.3f torch_seconds=%.3f\n", config.waiters, release[0], release[1]);
   } else {

@@ -44,6 +44,8 @@ std::string_view flightOpName(FlightOp op) {
     case FlightOp::kReduceScatter: return "reduce_scatter";
     case FlightOp::kAllToAll: return "all_to_all";
     case FlightOp::kBarrier: return "barrier";
+    case FlightOp::kSend: return "send";
+    case FlightOp::kRecv: return "recv";
   }
   return "operation";
 }
@@ -62,6 +64,20 @@ std::string_view flightDTypeName(FlightDType dtype) {
   return "bytes";
 }
 
+size_t flightDTypeBytes(FlightDType dtype) {
+  switch (dtype) {
+    case FlightDType::kFloat32: return 4;
+    case FlightDType::kFloat64: return 8;
+    case FlightDType::kFloat16: return 2;
+    case FlightDType::kBFloat16: return 2;
+    case FlightDType::kInt32: return 4;
+    case FlightDType::kInt64: return 8;
+    case FlightDType::kUInt8: return 1;
+    case FlightDType::kNone: return 1;
+  }
+  return 1;
+}
+
 std::string_view flightStateName(FlightState state) {
   switch (state) {
     case FlightState::kEnqueued: return "enqueued";
@@ -72,7 +88,8 @@ std::string_view flightStateName(FlightState state) {
   return "enqueued";
 }
 
-FlightRingWriter::FlightRingWriter(void* memory, uint32_t capacity, int rank, int group, int group_rank, int group_size)
+FlightRingWriter::FlightRingWriter(void* memory, uint32_t capacity, int rank, int group, int group_rank, int group_size,
+                                   FlightRingKind kind)
     : header_(static_cast<FlightRingHeader*>(memory)),
       entries_(reinterpret_cast<FlightEntry*>(static_cast<char*>(memory) + sizeof(FlightRingHeader))),
       capacity_(capacity),
@@ -84,6 +101,7 @@ FlightRingWriter::FlightRingWriter(void* memory, uint32_t capacity, int rank, in
         uint64_t{static_cast<uint32_t>(group_rank)} << 32 | static_cast<uint32_t>(group_size));
   store(header_->pid, static_cast<uint64_t>(::getpid()));
   store(header_->last_seq, 0);
+  store(header_->flags, kind == FlightRingKind::kPointToPoint ? kFlightRingFlagPointToPoint : 0);
   // The magic last: a reader that sees it sees a complete header.
   store(header_->magic, kFlightRingMagic, std::memory_order_release);
 }
@@ -150,6 +168,8 @@ std::optional<FlightRingSnapshot> readFlightRing(const void* memory, size_t byte
   const auto capacity = static_cast<uint32_t>(vc);
   if (vc >> 32 != kFlightRingVersion || capacity == 0 || bytes < flightRingBytes(capacity)) return std::nullopt;
   FlightRingSnapshot s;
+  s.kind =
+      (load(h->flags) & kFlightRingFlagPointToPoint) != 0 ? FlightRingKind::kPointToPoint : FlightRingKind::kCollective;
   s.rank = static_cast<int>(load(h->rank));
   s.group = static_cast<int>(load(h->group));
   const uint64_t grs = load(h->group_rank_size);
@@ -205,6 +225,15 @@ std::optional<FlightRingSnapshot> readFlightRingFile(const std::string& path, st
   return snapshot;
 }
 
-std::string flightRingFileName(int rank, int group) { return fmt::format("rank{}.group{}.ring", rank, group); }
+std::string flightRingFileName(int rank, int group, FlightRingKind kind) {
+  return fmt::format("rank{}.group{}.{}", rank, group, kind == FlightRingKind::kPointToPoint ? "p2pring" : "ring");
+}
+
+bool isFlightRingFileName(std::string_view name) {
+  auto endsWith = [name](std::string_view tail) {
+    return name.size() > tail.size() && name.substr(name.size() - tail.size()) == tail;
+  };
+  return endsWith(".ring") || endsWith(".p2pring");
+}
 
 }  // namespace ddprun

@@ -4,6 +4,13 @@
 // worker is stuck or stopped. This one header is the format for both sides: the worker's
 // runtime writes (FlightRingWriter), the agent reads (readFlightRing).
 //
+// A group keeps two rings: one for its collectives and one for its point-to-point messages
+// (send, recv), each with its own sequence numbers, so that messages, which ranks exchange
+// in patterns of their own, never shift the collective numbers the hang verdict compares
+// across ranks. The header's flags word says which kind a ring is; it was a reserved word,
+// always zero, in rings written before there were two kinds, which therefore read as
+// collective rings (the version did not change, so older readers still read collective rings).
+//
 // Layout: a FlightRingHeader, then `capacity` FlightEntry slots of 64 bytes; operation
 // `seq` (1, 2, ...) lives in slot (seq - 1) % capacity. Every field is a 64-bit word
 // accessed atomically, so a reader in another process (or thread) never sees a torn word.
@@ -38,23 +45,33 @@ enum class FlightOp : uint8_t {
   kScatter,
   kReduceScatter,
   kAllToAll,
-  kBarrier
+  kBarrier,
+  kSend,
+  kRecv
 };
 // Codes of runtime::DType plus one for operations without a data type (barrier, byte moves).
 enum class FlightDType : uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kNone = 255 };
 enum class FlightState : uint8_t { kEnqueued, kStarted, kCompleted, kFailed };
+// What a ring records: a group's collectives, or its point-to-point messages.
+enum class FlightRingKind : uint8_t { kCollective, kPointToPoint };
+// FlightRingHeader::flags: the ring records point-to-point messages.
+inline constexpr uint64_t kFlightRingFlagPointToPoint = 1;
 
-// torch's names: "all_reduce", "float32", "started".
+// torch's names: "all_reduce", "send", "float32", "started".
 std::string_view flightOpName(FlightOp op);
 std::string_view flightDTypeName(FlightDType dtype);
 std::string_view flightStateName(FlightState state);
+// Bytes of one element of `dtype` (1 for kNone, whose count is bytes).
+size_t flightDTypeBytes(FlightDType dtype);
 
 // What the writer records about one operation when it is enqueued.
 struct FlightOpInfo {
   FlightOp op = FlightOp::kUnknown;
   FlightDType dtype = FlightDType::kNone;
   uint64_t count = 0;  // elements (bytes when dtype is kNone)
-  int32_t root = -1;   // group rank of the root (broadcast, reduce, gather, scatter); -1: none
+  // Group rank of the root (broadcast, reduce, gather, scatter) or of the peer (send: the
+  // destination, recv: the source); -1: none.
+  int32_t root = -1;
 };
 
 // One operation as read back.
@@ -75,7 +92,7 @@ struct alignas(64) FlightRingHeader {
   uint64_t group_rank_size;   // group rank << 32 | group size
   uint64_t pid;
   uint64_t last_seq;  // the newest operation enqueued (0: none); written last, after its slot
-  uint64_t reserved;
+  uint64_t flags;     // kFlightRingFlagPointToPoint or 0 (collectives); other bits are 0
 };
 
 struct alignas(64) FlightEntry {
@@ -103,7 +120,8 @@ class FlightRingWriter {
  public:
   FlightRingWriter() = default;
   // Initialises the header at `memory` (flightRingBytes(capacity) bytes, zeroed, 64-aligned).
-  FlightRingWriter(void* memory, uint32_t capacity, int rank, int group, int group_rank, int group_size);
+  FlightRingWriter(void* memory, uint32_t capacity, int rank, int group, int group_rank, int group_size,
+                   FlightRingKind kind = FlightRingKind::kCollective);
 
   // Records a new operation as enqueued at `now_ns`; returns its sequence number.
   uint64_t enqueue(const FlightOpInfo& info, int64_t now_ns);
@@ -125,6 +143,7 @@ class FlightRingWriter {
 
 // A ring as read at one moment.
 struct FlightRingSnapshot {
+  FlightRingKind kind = FlightRingKind::kCollective;
   int rank = 0;
   int group = 0;
   int group_rank = 0;
@@ -141,7 +160,12 @@ std::optional<FlightRingSnapshot> readFlightRing(const void* memory, size_t byte
 // Reads the ring in file `path` (maps it read-only). nullopt with `error` set when it cannot.
 std::optional<FlightRingSnapshot> readFlightRingFile(const std::string& path, std::string* error = nullptr);
 
-// The ring file of one group of one rank inside the agent's directory: "rank5.group0.ring".
-std::string flightRingFileName(int rank, int group);
+// The ring file of one group of one rank inside the agent's directory: "rank5.group0.ring"
+// for its collectives, "rank5.group0.p2pring" for its point-to-point messages (another
+// extension, so that readers that know only collective rings, which look for ".ring",
+// never take one for a collective ring).
+std::string flightRingFileName(int rank, int group, FlightRingKind kind = FlightRingKind::kCollective);
+// Whether `name` (a file name, no directory) is one that flightRingFileName() makes.
+bool isFlightRingFileName(std::string_view name);
 
 }  // namespace ddprun

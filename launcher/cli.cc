@@ -465,8 +465,9 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   addOption(app, "", "--start_method", f.start_method,
             "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are native processes.");
   addOption(app, "", "--hang_timeout", f.hang_timeout,
-            "Seconds without any local rank completing a collective while one is pending before ddprun calls the "
-            "job hung: it prints where every rank stands, takes stacks and restarts (default: off).");
+            "Seconds without any local rank completing an operation (a collective or a point-to-point message) while "
+            "one is pending before ddprun calls the job hung: it prints where every rank stands, takes stacks and "
+            "restarts (default: off).");
   addOption(app, "", "--term_timeout", f.term_timeout, "Seconds between SIGTERM and SIGKILL when stopping workers.");
   addOption(app, "", "--shutdown_timeout", f.shutdown_timeout,
             "torchrun's name for --term_timeout (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30).");

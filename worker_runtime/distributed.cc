@@ -350,15 +350,17 @@ WorkPtr isend(const at::Tensor& tensor, int dst, const Group& group, int tag) {
   ProcessGroup& g = resolve(group);
   auto staged = std::make_shared<Staged>(stage(tensor, "isend"));
   // The callback owns the staged copy until the message is out.
-  return g.backend().p2p().send(g.local(dst, "isend"), tag, staged->data(), staged->bytes(),
-                                runtime::Clock::now() + g.backend().timeout(), [staged] {});
+  return g.backend().p2p().send(
+      g.local(dst, "isend"), tag, staged->data(), staged->bytes(), runtime::Clock::now() + g.backend().timeout(),
+      [staged] {}, static_cast<FlightDType>(dtypeOf(staged->buf)));
 }
 
 WorkPtr irecv(at::Tensor& tensor, int src, const Group& group, int tag) {
   ProcessGroup& g = resolve(group);
   auto staged = std::make_shared<Staged>(stage(tensor, "irecv"));
-  return g.backend().p2p().recv(g.local(src, "irecv"), tag, staged->data(), staged->bytes(),
-                                runtime::Clock::now() + g.backend().timeout(), [staged] { staged->finish(); });
+  return g.backend().p2p().recv(
+      g.local(src, "irecv"), tag, staged->data(), staged->bytes(), runtime::Clock::now() + g.backend().timeout(),
+      [staged] { staged->finish(); }, static_cast<FlightDType>(dtypeOf(staged->buf)));
 }
 
 void send(const at::Tensor& tensor, int dst, const Group& group, int tag) { isend(tensor, dst, group, tag)->wait(); }

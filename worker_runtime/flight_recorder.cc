@@ -32,10 +32,10 @@ int64_t nowNs() {
 }  // namespace
 
 FlightRecorder::FlightRecorder(const std::string& dir, int rank, int group, int group_rank, int group_size,
-                               uint32_t capacity)
+                               FlightRingKind kind, uint32_t capacity)
     : bytes_(flightRingBytes(capacity)) {
   if (!dir.empty()) {
-    const std::string path = dir + "/" + flightRingFileName(rank, group);
+    const std::string path = dir + "/" + flightRingFileName(rank, group, kind);
     // A restarted worker takes over the same name: truncating first zeroes the old ring.
     UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     void* m = MAP_FAILED;
@@ -55,12 +55,13 @@ FlightRecorder::FlightRecorder(const std::string& dir, int rank, int group, int 
     memory_ = std::aligned_alloc(64, bytes_);
     std::memset(memory_, 0, bytes_);
   }
-  writer_ = FlightRingWriter(memory_, capacity, rank, group, group_rank, group_size);
+  writer_ = FlightRingWriter(memory_, capacity, rank, group, group_rank, group_size, kind);
 }
 
-FlightRecorder FlightRecorder::fromEnvironment(int rank, int group, int group_rank, int group_size) {
+FlightRecorder FlightRecorder::fromEnvironment(int rank, int group, int group_rank, int group_size,
+                                               FlightRingKind kind) {
   if (!env::booleanOr(env::kFlightRecorder, true)) return FlightRecorder();
-  return FlightRecorder(env::stringOr(env::kFlightDir, ""), rank, group, group_rank, group_size);
+  return FlightRecorder(env::stringOr(env::kFlightDir, ""), rank, group, group_rank, group_size, kind);
 }
 
 FlightRecorder::~FlightRecorder() { release(); }

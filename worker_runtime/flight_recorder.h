@@ -3,6 +3,8 @@
 // that the agent reads without this process's help. Under ddprun the ring is a file in
 // the agent's DDPRUN_FLIGHT_DIR (the agent removes it after the job); without that
 // variable it lives in this process's memory only. DDPRUN_FLIGHT_RECORDER=0 turns it off.
+// A group has two: one for its collectives (written by the host backend) and one for its
+// point-to-point messages (written by the P2P engine), each a ring of its own kind.
 #pragma once
 
 #include <cstdint>
@@ -16,15 +18,16 @@ class FlightRecorder {
  public:
   // Off: records nothing.
   FlightRecorder() = default;
-  // Records into `dir`/rank<R>.group<G>.ring when `dir` is not empty (falling back to
-  // private memory, with a warning, when the file cannot be made), else into private memory.
-  // Never throws for I/O.
+  // Records into `dir`/flightRingFileName(rank, group, kind) (rank<R>.group<G>.ring for
+  // collectives) when `dir` is not empty (falling back to private memory, with a warning,
+  // when the file cannot be made), else into private memory. Never throws for I/O.
   FlightRecorder(const std::string& dir, int rank, int group, int group_rank, int group_size,
-                 uint32_t capacity = kFlightRingDefaultCapacity);
+                 FlightRingKind kind = FlightRingKind::kCollective, uint32_t capacity = kFlightRingDefaultCapacity);
   // The recorder a group gets from the environment: off when DDPRUN_FLIGHT_RECORDER=0,
   // else on, in DDPRUN_FLIGHT_DIR when set. Throws UsageError when DDPRUN_FLIGHT_RECORDER is
   // not a boolean.
-  static FlightRecorder fromEnvironment(int rank, int group, int group_rank, int group_size);
+  static FlightRecorder fromEnvironment(int rank, int group, int group_rank, int group_size,
+                                        FlightRingKind kind = FlightRingKind::kCollective);
   ~FlightRecorder();
   FlightRecorder(FlightRecorder&& other) noexcept;
   FlightRecorder& operator=(FlightRecorder&& other) noexcept;
@@ -34,7 +37,8 @@ class FlightRecorder {
   const std::string& path() const { return path_; }
 
   // As FlightRingWriter's, stamped with steady_clock now. Not thread-safe: the caller
-  // serialises (the host backend calls them under its queue's lock). No-ops when off.
+  // serialises (the host backend calls them under its queue's lock, the P2P engine under
+  // its own). No-ops when off.
   uint64_t enqueue(const FlightOpInfo& info);
   void start(uint64_t seq);
   void finish(uint64_t seq, bool ok);

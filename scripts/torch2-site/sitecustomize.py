@@ -2,28 +2,40 @@
 # 13's torch 2.6, not something ddprun needs (pip's torch has libuv). That build lacks libuv,
 # yet TCPStore still defaults to use_libuv=True, so every store a worker makes through
 # torch.distributed.rendezvous (init_process_group's env:// path, which passes no use_libuv)
-# fails with "use_libuv was requested but PyTorch was build without libuv support".
-# Here that module's TCPStore defaults to use_libuv=False. The module is patched when it is
-# first imported, so Python programs that never import torch pay nothing.
+# fails with "use_libuv was requested but PyTorch was build without libuv support", and so does
+# torchrun's own store (dynamic_rendezvous calls torch.distributed.TCPStore, the c10d rendezvous
+# backend its imported TCPStore, neither with use_libuv). Here the TCPStore of each of those
+# modules becomes a subclass that defaults use_libuv to False (a subclass rather than a function,
+# so what it makes is still an instance of torch's own TCPStore class). Each module is patched
+# when it is first imported, so Python programs that never import torch pay nothing.
 import importlib.abc
 import sys
 
-_TARGET = "torch.distributed.rendezvous"
+_TARGETS = (
+    "torch.distributed",
+    "torch.distributed.rendezvous",
+    "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
+)
 
 
 def _patch(module):
     real = module.TCPStore
+    if getattr(real, "_libuv_off_by_default", False):
+        return
 
-    def TCPStore(*args, **kwargs):
-        kwargs.setdefault("use_libuv", False)
-        return real(*args, **kwargs)
+    class TCPStore(real):
+        _libuv_off_by_default = True
+
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("use_libuv", False)
+            super().__init__(*args, **kwargs)
 
     module.TCPStore = TCPStore
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name != _TARGET:
+        if name not in _TARGETS:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -42,6 +43,33 @@ TEST_CASE("the flight directory holds the rings and is emptied between attempts 
     std::ofstream(path + "/" + flightRingFileName(7, 0)) << "left by a worker";
   }
   CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("the flight directory reads a group's point-to-point ring beside its collective ring") {
+  testing::TempDir parent;
+  FlightDir dir("job", parent.path());
+  REQUIRE(!dir.path().empty());
+  for (auto kind : {FlightRingKind::kCollective, FlightRingKind::kPointToPoint}) {
+    std::vector<char> memory(flightRingBytes(4) + 64);
+    void* aligned = memory.data() + (64 - reinterpret_cast<uintptr_t>(memory.data()) % 64) % 64;
+    FlightRingWriter writer(aligned, 4, 2, 0, 2, 4, kind);
+    writer.enqueue({kind == FlightRingKind::kCollective ? FlightOp::kBarrier : FlightOp::kRecv, FlightDType::kNone, 0,
+                    kind == FlightRingKind::kCollective ? -1 : 3},
+                   1);
+    std::ofstream(dir.path() + "/" + flightRingFileName(2, 0, kind), std::ios::binary)
+        .write(static_cast<const char*>(aligned), static_cast<std::streamsize>(flightRingBytes(4)));
+  }
+  auto rings = dir.read();
+  REQUIRE(rings.size() == 2);
+  std::sort(rings.begin(), rings.end(), [](const auto& a, const auto& b) { return a.kind < b.kind; });
+  CHECK(rings[0].kind == FlightRingKind::kCollective);
+  REQUIRE(rings[0].records.size() == 1);
+  CHECK(rings[0].records[0].info.op == FlightOp::kBarrier);
+  CHECK(rings[1].kind == FlightRingKind::kPointToPoint);
+  CHECK(rings[1].rank == 2);
+  REQUIRE(rings[1].records.size() == 1);
+  CHECK(rings[1].records[0].info.op == FlightOp::kRecv);
+  CHECK(rings[1].records[0].info.root == 3);
 }
 
 TEST_CASE("a flight directory that cannot be made says why and reads nothing") {

@@ -151,6 +151,77 @@ TEST_CASE("flight ring: a reader racing the writer sees only whole records") {
   CHECK(s->records.back().seq == 100000);
 }
 
+TEST_CASE("flight ring: a point-to-point ring says so in its flags word and numbers its messages apart") {
+  Ring p2p(4);
+  FlightRingWriter w(p2p.memory.get(), 4, 3, 1, 0, 2, FlightRingKind::kPointToPoint);
+  const uint64_t a = w.enqueue({FlightOp::kSend, FlightDType::kFloat32, 16, 1}, 10);
+  const uint64_t b = w.enqueue({FlightOp::kRecv, FlightDType::kNone, 5, 1}, 11);
+  w.start(a, 12);
+  w.finish(a, true, 13);
+  w.start(b, 14);
+  CHECK(reinterpret_cast<const FlightRingHeader*>(p2p.memory.get())->flags == kFlightRingFlagPointToPoint);
+  auto s = readFlightRing(p2p.memory.get(), p2p.bytes);
+  REQUIRE(s);
+  CHECK(s->kind == FlightRingKind::kPointToPoint);
+  REQUIRE(s->records.size() == 2);
+  CHECK(s->records[0].seq == 1);
+  CHECK(s->records[0].info.op == FlightOp::kSend);
+  CHECK(s->records[0].info.root == 1);
+  CHECK(s->records[0].state == FlightState::kCompleted);
+  CHECK(s->records[1].seq == 2);
+  CHECK(s->records[1].info.op == FlightOp::kRecv);
+  CHECK(s->records[1].info.count == 5);
+  CHECK(s->records[1].state == FlightState::kStarted);
+  CHECK(flightOpName(FlightOp::kSend) == "send");
+  CHECK(flightOpName(FlightOp::kRecv) == "recv");
+
+  Ring collective(4);
+  FlightRingWriter c(collective.memory.get(), 4, 3, 1, 0, 2);
+  c.enqueue(allReduce(1), 1);
+  CHECK(reinterpret_cast<const FlightRingHeader*>(collective.memory.get())->flags == 0);
+  s = readFlightRing(collective.memory.get(), collective.bytes);
+  REQUIRE(s);
+  CHECK(s->kind == FlightRingKind::kCollective);
+}
+
+TEST_CASE("flight ring: a ring written before the flags word existed reads as a collective ring") {
+  // The version-1 layout as an older writer left it: the last header word reserved and zero.
+  Ring ring(2);
+  auto* h = reinterpret_cast<FlightRingHeader*>(ring.memory.get());
+  h->magic = kFlightRingMagic;
+  h->version_capacity = uint64_t{1} << 32 | 2;
+  h->rank = 6;
+  h->group_rank_size = uint64_t{6} << 32 | 8;
+  h->last_seq = 1;
+  FlightEntry* e = ring.entry(0);
+  e->version = 2;
+  e->seq = 1;
+  e->meta = uint64_t{static_cast<uint8_t>(FlightOp::kAllReduce)} |
+            uint64_t{static_cast<uint8_t>(FlightState::kStarted)} << 16 | uint64_t{0xffffffffu} << 32;
+  e->count = 9;
+  auto s = readFlightRing(ring.memory.get(), ring.bytes);
+  REQUIRE(s);
+  CHECK(s->kind == FlightRingKind::kCollective);
+  CHECK(s->rank == 6);
+  REQUIRE(s->records.size() == 1);
+  CHECK(s->records[0].info.op == FlightOp::kAllReduce);
+  CHECK(s->records[0].info.root == -1);
+  CHECK(s->records[0].info.count == 9);
+}
+
+TEST_CASE("flight ring: the point-to-point ring has a file name of its own that readers of rings recognise") {
+  CHECK(flightRingFileName(3, 1, FlightRingKind::kPointToPoint) == "rank3.group1.p2pring");
+  CHECK(flightRingFileName(3, 1, FlightRingKind::kCollective) == "rank3.group1.ring");
+  CHECK(isFlightRingFileName("rank3.group1.ring"));
+  CHECK(isFlightRingFileName("rank3.group1.p2pring"));
+  CHECK_FALSE(isFlightRingFileName("rank3.group1.ring.tmp"));
+  CHECK_FALSE(isFlightRingFileName(".ring"));
+  CHECK_FALSE(isFlightRingFileName("notes.txt"));
+  CHECK(flightDTypeBytes(FlightDType::kFloat64) == 8);
+  CHECK(flightDTypeBytes(FlightDType::kBFloat16) == 2);
+  CHECK(flightDTypeBytes(FlightDType::kNone) == 1);
+}
+
 TEST_CASE("flight ring: a ring in a file is read through the file") {
   char dir_template[] = "/tmp/flight_ring_test.XXXXXX";
   REQUIRE(::mkdtemp(dir_template));

@@ -2,7 +2,8 @@
 // host backend (test_worker's `collectives` mode): --hang_timeout names the rank that is
 // behind and the operation, takes the stacks, restarts the job; a slow job that keeps
 // completing collectives is never called hung; mismatched collectives are named; and
-// nothing is left in /dev/shm. The two-node verdict runs on network-namespace nodes
+// nothing is left in /dev/shm; a rank waiting in a point-to-point receive is named with
+// the peer that never sent (test_worker's `p2p-recv` mode). The two-node verdict runs on network-namespace nodes
 // (netns_multihost_test.sh's hang scenario).
 #include <csignal>
 #include <filesystem>
@@ -34,13 +35,13 @@ int flightDirsOf(const std::string& run_id) {
 }
 
 std::vector<std::string> ddprunArgs(const std::string& run_id, int nproc, const std::string& hang_timeout,
-                                    const std::string& log_dir) {
+                                    const std::string& log_dir, const std::string& mode = "collectives") {
   return {ddprunPath(),           "--nnodes=1",
           "--rdzv_backend=c10d",  "--rdzv_endpoint=127.0.0.1:" + std::to_string(freePort()),
           "--rdzv_id=" + run_id,  "--nproc_per_node=" + std::to_string(nproc),
           "--max_restarts=1",     "--hang_timeout=" + hang_timeout,
           "--log_dir=" + log_dir, "--no_python",
-          testWorkerPath(),       "collectives"};
+          testWorkerPath(),       mode};
 }
 
 }  // namespace
@@ -56,7 +57,7 @@ TEST_CASE("hang_timeout names the rank that never called all_reduce #N and takes
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.err, Catch::Contains("--hang_timeout: no rank on this node completed a collective for 3 s"));
+  CHECK_THAT(r.err, Catch::Contains("--hang_timeout: no rank on this node completed an operation for 3 s"));
   CHECK_THAT(r.err, Catch::Contains("hang: rank 1 has not called #5 (last completed all_reduce #4, "));
   CHECK_THAT(r.err, Catch::Contains("rank 0 waits in all_reduce #5 (started "));
   CHECK_THAT(r.err, Catch::Contains("— rank 1 is behind"));
@@ -69,6 +70,28 @@ TEST_CASE("hang_timeout names the rank that never called all_reduce #N and takes
   const std::string text = readFile(stacks);
   CHECK_THAT(text, Catch::Contains("hang: rank 1 has not called #5"));
   if (stackToolInstalled()) CHECK_THAT(text, Catch::Contains("sleepBeforeCollective"));
+  CHECK(flightDirsOf(id) == 0);
+}
+
+TEST_CASE("hang_timeout names a rank waiting in recv from a peer that never sends and restarts the job",
+          "[e2e][hang]") {
+  TempDir logs;
+  const std::string id = "hang-recv-" + std::to_string(::getpid());
+  auto argv = ddprunArgs(id, 2, "3", logs.path(), "p2p-recv");
+  // On attempt 0 rank 1 sleeps 10 min instead of sending; no collective is pending meanwhile.
+  argv.push_back("1");
+  auto r = run(argv, {}, 120s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("--hang_timeout: no rank on this node completed an operation for 3 s"));
+  CHECK_THAT(r.err, Catch::Contains("hang: rank 0 waits in recv from rank 1 (#1, started "));
+  CHECK_THAT(r.err, Catch::Contains("while rank 1 has no operation pending — rank 1 is behind"));
+  CHECK_THAT(r.err, Catch::Contains("restarting the worker group after rank 1 failed"));
+  CHECK(countOf(r.out, "done rank=") == 2);  // attempt 1 finished
+  const std::string stacks = findFile(logs.path(), "/attempt_0/1/stacks.txt");
+  REQUIRE(!stacks.empty());
+  if (stackToolInstalled()) CHECK_THAT(readFile(stacks), Catch::Contains("sleepInsteadOfSend"));
   CHECK(flightDirsOf(id) == 0);
 }
 
@@ -121,6 +144,17 @@ TEST_CASE("a collective that times out brings the hang verdict and the others ar
   const std::string stacks = findFile(logs.path(), "/attempt_0/1/stacks.txt");
   REQUIRE(!stacks.empty());
   if (stackToolInstalled()) CHECK_THAT(readFile(stacks), Catch::Contains("sleepBeforeCollective"));
+}
+
+TEST_CASE("hang_timeout over workers without a flight recorder says once that it cannot judge them", "[e2e][hang]") {
+  // `sleep` keeps no ring, as a Python worker keeps none: nothing to judge, and the user is told.
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--hang_timeout=1", "--no_python", "sleep", "3"},
+               {}, 60s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.err, "--hang_timeout 1 s: no worker on this node keeps a flight recorder") == 1);
+  CHECK_THAT(r.err, Catch::Contains("TORCHELASTIC_ENABLE_FILE_TIMER=1"));
 }
 
 TEST_CASE("a kill -9 of ddprun leaves no flight recorder directory on /dev/shm", "[e2e][hang]") {

@@ -22,26 +22,15 @@ scenarios=(kill grow cut host)
 [[ $# -gt 0 ]] && scenarios=("$@")
 ddprun="$bin/ddprun"
 
-if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
-  echo "SKIP: network namespaces need root and iproute2"
-  exit 77
-fi
+source "$(dirname "$0")/../support/netns.sh"
 tag="ddpt$$"
-if ! ip netns add "$tag-probe" 2>/dev/null; then
-  echo "SKIP: cannot create network namespaces here"
-  exit 77
-fi
-ip netns del "$tag-probe"
+netns_require "$tag"
 
 work=$(mktemp -d)
 hub="$tag-hub"
 nodes=4
 cleanup() {
-  for ns in $(ip netns list | awk '{print $1}' | grep "^$tag-" || true); do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-  done
-  sleep 0.2
-  for ns in $(ip netns list | awk '{print $1}' | grep "^$tag-" || true); do ip netns del "$ns" 2>/dev/null || true; done
+  netns_remove_all "$tag"
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -47,3 +47,33 @@ TEST_CASE("a Python worker's exception reaches the report through torch's @recor
   CHECK_THAT(r.err, Catch::Contains("Traceback (most recent call last):"));
   CHECK_THAT(r.err, Catch::Contains("boom.py"));
 }
+
+TEST_CASE("a gloo collective that times out in a Python worker stops the rank it waited for with its traceback",
+          "[e2e][torch]") {
+  TempDir dir;
+  std::string script = dir.file("stuck.py");
+  std::ofstream(script) << "import datetime, time, torch, torch.distributed as dist\n"
+                           "from torch.distributed.elastic.multiprocessing.errors import record\n"
+                           "def stuck_before_second_all_reduce():\n"
+                           "    time.sleep(120)\n"
+                           "@record\n"
+                           "def main():\n"
+                           "    dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=3))\n"
+                           "    t = torch.ones(4)\n"
+                           "    dist.all_reduce(t)\n"
+                           "    if dist.get_rank() == 1:\n"
+                           "        stuck_before_second_all_reduce()\n"
+                           "    dist.all_reduce(t)\n"
+                           "main()\n";
+  auto r =
+      run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir=" + dir.path(), script}, kTorchPython, 120s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  // Rank 0's gloo timeout ("Timed out waiting 3000ms") is a hang seen from inside: rank 1, still
+  // in its sleep, is stopped as hung (SIGABRT first) and its Python traceback shows where it was.
+  CHECK_THAT(r.err, Catch::Contains("rank 0 failed: a collective timed out"));
+  CHECK_THAT(r.err, Catch::Contains("  hung      : rank 0 failed: a collective timed out"));
+  CHECK_THAT(r.err, Catch::Contains("Python printed every thread's traceback"));
+  CHECK_THAT(r.err, Catch::Contains("in stuck_before_second_all_reduce"));
+}

@@ -448,6 +448,32 @@ TEST_CASE("the ring_allreduce trainer matches all_reduce with 3 workers", "[e2e]
   CHECK(countOf(r.out, "ring allreduce [6, 12, 18, 24, 30, 36, ...] == dist::all_reduce") == 3);
 }
 
+TEST_CASE("ddprun::dist records each message in the point-to-point ring with its peer count and dtype",
+          "[e2e][collectives]") {
+  auto r = runWorkers(2, {"--ops", "send_recv,isend_irecv,all_reduce", "--dtypes", "int64", "--reduce-ops", "SUM",
+                          "--sizes", "7", "--async", "never", "--flight-summary"});
+  requireAllOk(r, 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string peer = std::to_string(1 - rank);
+    auto lineOf = [&](const std::string& prefix) {
+      const auto at = r.out.find(prefix);
+      return at == std::string::npos ? std::string() : r.out.substr(at, r.out.find('\n', at) - at);
+    };
+    const std::string messages = lineOf("flight p2p rank " + std::to_string(rank) + ": ");
+    const std::string collectives = lineOf("flight rank " + std::to_string(rank) + ": ");
+    INFO(messages << "\n" << collectives);
+    REQUIRE(!messages.empty());
+    CHECK_THAT(messages, Catch::Contains(" send int64 n=7 peer=" + peer + " x"));
+    CHECK_THAT(messages, Catch::Contains(" recv int64 n=7 peer=" + peer + " x"));
+    CHECK_THAT(messages, !Catch::Contains("all_reduce") && !Catch::Contains("bytes"));
+    CHECK_THAT(messages, Catch::EndsWith(" pending=0"));
+    // The collectives' ring holds collectives only.
+    REQUIRE(!collectives.empty());
+    CHECK_THAT(collectives, Catch::Contains(" all_reduce int64 x"));
+    CHECK_THAT(collectives, !Catch::Contains("send") && !Catch::Contains("recv"));
+  }
+}
+
 TEST_CASE("ddprun::dist labels each collective in the flight recorder with its op and dtype", "[e2e][collectives]") {
   auto r = runWorkers(2, {"--ops", "broadcast,all_reduce,all_gather,barrier", "--dtypes", "int64", "--reduce-ops",
                           "SUM", "--sizes", "7", "--async", "never", "--flight-summary"});

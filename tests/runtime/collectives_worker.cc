@@ -27,9 +27,10 @@
 //   --self-test-corrupt OP   rank 0 adds 1 to the middle element of OP's first non-empty
 //                       result before checking it: the check itself must catch that
 //   --verbose           print each op's time on the team's first rank
-//   --flight-summary    at the end, read this rank's flight recorder ring of the default group
-//                       (in DDPRUN_FLIGHT_DIR) and print one line: "flight rank R: OP DTYPE xN, ...
-//                       pending=K", the labels ddprun::dist gave the operations it recorded
+//   --flight-summary    at the end, read this rank's flight recorder rings of the default group
+//                       (in DDPRUN_FLIGHT_DIR) and print one line each: "flight rank R: OP DTYPE xN, ...
+//                       pending=K" for the collectives, "flight p2p rank R: OP DTYPE n=COUNT peer=P xN,
+//                       ... pending=K" for the messages: the labels ddprun::dist gave what it recorded
 //
 // Exit codes: 0 every check passed; 1 a mismatch (one line: MISMATCH op=... reduce=...
 // dtype=... size=... rank=... index=... got=... expected=...) or another error; 3 a
@@ -884,18 +885,22 @@ std::vector<Team> makeTeams(const Options& o, int rank, int world) {
   return teams;
 }
 
-// The labels of the operations in this rank's ring, counted in order of first appearance.
-void printFlightSummary(int rank) {
+// The labels of the operations in this rank's ring of the default group, counted in order of
+// first appearance: "flight rank R: all_reduce int64 x3, ... pending=K" for the collectives,
+// "flight p2p rank R: send int64 n=7 peer=1 x2, ... pending=K" for the messages.
+void printFlightSummary(int rank, ddprun::FlightRingKind kind) {
   const char* dir = std::getenv("DDPRUN_FLIGHT_DIR");
   if (!dir) throw UsageError("--flight-summary needs DDPRUN_FLIGHT_DIR (run under ddprun)");
   std::string error;
-  auto ring = ddprun::readFlightRingFile(std::string(dir) + "/" + ddprun::flightRingFileName(rank, 0), &error);
+  auto ring = ddprun::readFlightRingFile(std::string(dir) + "/" + ddprun::flightRingFileName(rank, 0, kind), &error);
   if (!ring) throw std::runtime_error(error);
+  if (ring->kind != kind) throw std::runtime_error("the ring's flags say it is of the other kind");
+  const bool messages = kind == ddprun::FlightRingKind::kPointToPoint;
   std::vector<std::pair<std::string, int>> counts;
   int pending = 0;
   for (const auto& r : ring->records) {
-    const std::string label =
-        fmt::format("{} {}", ddprun::flightOpName(r.info.op), ddprun::flightDTypeName(r.info.dtype));
+    std::string label = fmt::format("{} {}", ddprun::flightOpName(r.info.op), ddprun::flightDTypeName(r.info.dtype));
+    if (messages) label += fmt::format(" n={} peer={}", r.info.count, r.info.root);
     auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == label; });
     if (it == counts.end()) {
       counts.emplace_back(label, 1);
@@ -904,7 +909,7 @@ void printFlightSummary(int rank) {
     }
     if (r.state != ddprun::FlightState::kCompleted) ++pending;
   }
-  std::string line = fmt::format("flight rank {}:", rank);
+  std::string line = fmt::format("flight {}rank {}:", messages ? "p2p " : "", rank);
   for (const auto& [label, n] : counts) line += fmt::format(" {} x{},", label, n);
   std::printf("%s pending=%d\n", line.c_str(), pending);
   std::fflush(stdout);
@@ -932,7 +937,10 @@ int runMatrix(const Options& o) {
     }
   }
   dist::barrier();
-  if (o.flight_summary) printFlightSummary(rank);
+  if (o.flight_summary) {
+    printFlightSummary(rank, ddprun::FlightRingKind::kCollective);
+    printFlightSummary(rank, ddprun::FlightRingKind::kPointToPoint);
+  }
   dist::destroy_process_group();
   std::printf("rank %d of %d: collectives ok, %lld checks in %.2f s\n", rank, world,
               static_cast<long long>(check.checks()),

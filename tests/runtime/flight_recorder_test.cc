@@ -1,6 +1,8 @@
 // The flight recorder of a host-backend group, with ranks as threads: every collective
 // leaves a record with its label and final state in the rank's ring file, a failed one
-// is recorded as failed, and DDPRUN_FLIGHT_RECORDER=0 turns recording off.
+// is recorded as failed, and DDPRUN_FLIGHT_RECORDER=0 turns recording off. Point-to-point
+// messages go to the group's second ring, with the peer, count, dtype and state of each, and
+// leave the collectives' sequence numbers alone.
 #include "worker_runtime/flight_recorder.h"
 
 #include <stdlib.h>
@@ -20,7 +22,10 @@ namespace {
 
 using namespace ddprun::runtime;
 using namespace ddprun::testing;
+using ddprun::FlightDType;
 using ddprun::FlightOp;
+using ddprun::FlightRecord;
+using ddprun::FlightRingKind;
 using ddprun::FlightState;
 
 struct TempFlightDir {
@@ -101,4 +106,132 @@ TEST_CASE("DDPRUN_FLIGHT_RECORDER=0 turns the recorder off and a value that is n
   auto private_recorder = FlightRecorder::fromEnvironment(4, 0, 0, 1);
   CHECK(private_recorder.on());
   CHECK(private_recorder.path().empty());
+}
+
+namespace {
+
+// Throws (rank bodies must not use Catch2) unless `r` is what `what` says.
+void expectRecord(const FlightRecord& r, uint64_t seq, FlightOp op, int peer, uint64_t count, FlightDType dtype,
+                  FlightState state, const std::string& what) {
+  if (r.seq != seq || r.info.op != op || r.info.root != peer || r.info.count != count || r.info.dtype != dtype ||
+      r.state != state) {
+    throw std::runtime_error(fmt::format("{}: #{} {} peer {} {} {} {}", what, r.seq, ddprun::flightOpName(r.info.op),
+                                         r.info.root, r.info.count, ddprun::flightDTypeName(r.info.dtype),
+                                         ddprun::flightStateName(r.state)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("point-to-point messages are recorded in the group's second ring and leave the collective numbers alone") {
+  TempFlightDir dir;
+  ScopedEnv flight_dir("DDPRUN_FLIGHT_DIR", dir.path);
+  ScopedEnv on("DDPRUN_FLIGHT_RECORDER", std::nullopt);
+  HostBackendOptions options;
+  options.flight_group = 2;
+  REQUIRE_NOTHROW(runRanks(2, options, [&](HostBackend& b) {
+    const auto deadline = [&] { return Clock::now() + kRankOpTimeout; };
+    std::vector<float> sum(8, 1.0f);
+    auto allReduce8 = [&] {
+      b.enqueue(
+           [&](CollectiveContext& ctx) { allReduce(ctx, sum.data(), sum.size(), DType::kFloat32, ReduceOp::kSum); },
+           {FlightOp::kAllReduce, FlightDType::kFloat32, sum.size(), -1})
+          ->wait();
+    };
+    auto barrierNow = [&] {
+      b.enqueue([](CollectiveContext& ctx) { barrier(ctx); }, {FlightOp::kBarrier, FlightDType::kNone, 0, -1})->wait();
+    };
+    std::vector<float> four(4, 2.0f);
+    std::vector<int64_t> three(3, 7);
+    std::vector<char> five(5, 'x');
+    allReduce8();
+    if (b.rank() == 0) {
+      // Two receives from rank 1, posted before it sends (it waits in the barrier): the first
+      // is started, the second waits behind it.
+      auto a = b.p2p().recv(1, 1, four.data(), 16, deadline(), {}, FlightDType::kFloat32);
+      auto c = b.p2p().recv(1, 2, three.data(), 24, deadline(), {}, FlightDType::kInt64);
+      auto ring = ddprun::readFlightRingFile(b.p2p().flightRecorder().path());
+      if (!ring || ring->kind != FlightRingKind::kPointToPoint || ring->records.size() != 2) {
+        throw std::runtime_error("no point-to-point ring with two messages at " + b.p2p().flightRecorder().path());
+      }
+      expectRecord(ring->records[0], 1, FlightOp::kRecv, 1, 4, FlightDType::kFloat32, FlightState::kStarted, "first");
+      expectRecord(ring->records[1], 2, FlightOp::kRecv, 1, 3, FlightDType::kInt64, FlightState::kEnqueued, "second");
+      barrierNow();
+      a->wait();
+      c->wait();
+      b.p2p().send(1, 3, five.data(), five.size(), deadline())->wait();
+      allReduce8();
+      // A receive nobody sends for, with its deadline already passed: it fails.
+      try {
+        b.p2p().recv(1, 4, five.data(), five.size(), Clock::now())->wait();
+      } catch (const PeerError&) {
+      }
+    } else {
+      barrierNow();
+      auto a = b.p2p().send(0, 1, four.data(), 16, deadline(), {}, FlightDType::kFloat32);
+      b.p2p().send(0, 2, three.data(), 24, deadline(), {}, FlightDType::kInt64)->wait();
+      a->wait();
+      b.p2p().recv(0, 3, five.data(), five.size(), deadline())->wait();
+      allReduce8();
+    }
+  }));
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    // The collectives: all_reduce, barrier, all_reduce, numbered 1-3 whatever the messages between them.
+    auto collectives = ddprun::readFlightRingFile(fmt::format("{}/rank{}.group2.ring", dir.path, rank));
+    REQUIRE(collectives);
+    CHECK(collectives->kind == FlightRingKind::kCollective);
+    CHECK(collectives->last_seq == 3);
+    REQUIRE(collectives->records.size() == 3);
+    CHECK(collectives->records[0].info.op == FlightOp::kAllReduce);
+    CHECK(collectives->records[1].info.op == FlightOp::kBarrier);
+    CHECK(collectives->records[2].info.op == FlightOp::kAllReduce);
+    CHECK(collectives->records[2].seq == 3);
+
+    auto messages = ddprun::readFlightRingFile(fmt::format("{}/rank{}.group2.p2pring", dir.path, rank));
+    REQUIRE(messages);
+    CHECK(messages->kind == FlightRingKind::kPointToPoint);
+    CHECK(messages->rank == rank);
+    CHECK(messages->group == 2);
+    CHECK(messages->group_rank == rank);
+    const int peer = 1 - rank;
+    const auto& m = messages->records;
+    REQUIRE(m.size() == (rank == 0 ? 4u : 3u));
+    const FlightOp in = FlightOp::kRecv, out = FlightOp::kSend;
+    CHECK(m[0].info.op == (rank == 0 ? in : out));
+    CHECK(m[1].info.op == (rank == 0 ? in : out));
+    CHECK(m[2].info.op == (rank == 0 ? out : in));
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(m[i].seq == i + 1);
+      CHECK(m[i].info.root == peer);
+      CHECK(m[i].state == FlightState::kCompleted);
+      CHECK(m[i].enqueued_ns <= m[i].started_ns);
+      CHECK(m[i].started_ns <= m[i].ended_ns);
+    }
+    CHECK(m[0].info.dtype == FlightDType::kFloat32);
+    CHECK(m[0].info.count == 4);
+    CHECK(m[1].info.dtype == FlightDType::kInt64);
+    CHECK(m[1].info.count == 3);
+    CHECK(m[2].info.dtype == FlightDType::kNone);
+    CHECK(m[2].info.count == 5);
+    if (rank == 0) {
+      CHECK(m[3].info.op == FlightOp::kRecv);
+      CHECK(m[3].state == FlightState::kFailed);
+      CHECK(m[3].ended_ns != 0);
+    }
+  }
+}
+
+TEST_CASE("DDPRUN_FLIGHT_RECORDER=0 turns off the point-to-point ring too") {
+  TempFlightDir dir;
+  ScopedEnv flight_dir("DDPRUN_FLIGHT_DIR", dir.path);
+  ScopedEnv off("DDPRUN_FLIGHT_RECORDER", "0");
+  REQUIRE_NOTHROW(runRanks(2, HostBackendOptions{}, [&](HostBackend& b) {
+    char byte = 1;
+    auto w = b.rank() == 0 ? b.p2p().send(1, 0, &byte, 1, Clock::now() + kRankOpTimeout)
+                           : b.p2p().recv(0, 0, &byte, 1, Clock::now() + kRankOpTimeout);
+    w->wait();
+    if (b.p2p().flightRecorder().on() || b.flightRecorder().on()) throw std::runtime_error("a recorder is on");
+  }));
+  CHECK(std::filesystem::is_empty(dir.path));
 }

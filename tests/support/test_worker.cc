@@ -24,6 +24,11 @@
 //                                #SLOW_AT (0: before every one), or with `broadcast` calls broadcast from
 //                                rank 0 there instead; the group's timeout is TIMEOUT_MS (default 60000);
 //                                prints "step I rank=R", then "done rank=R"
+//   p2p-recv ATTEMPTS [TIMEOUT_MS]
+//                                on a host backend (group timeout TIMEOUT_MS, default 60000): all_reduce #1,
+//                                then rank 0 receives 16 float32 from rank 1, which first sleeps 10 min (in
+//                                sleepInsteadOfSend) while TORCHELASTIC_RESTART_COUNT < ATTEMPTS; then
+//                                all_reduce #2; prints "done rank=R"
 #include <signal.h>
 #include <unistd.h>
 
@@ -33,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -149,20 +155,61 @@ __attribute__((noinline)) void sleepBeforeCollective(int ms) {
   asm volatile("");
 }
 
+__attribute__((noinline)) void sleepInsteadOfSend(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  asm volatile("");
+}
+
 namespace {
 
-int modeCollectives(int steps, int step_ms, int slow_rank, int slow_at, int slow_ms, int attempts, bool broadcast,
-                    int timeout_ms, int attempt) {
-  using namespace ddprun::runtime;
-  const auto e = StoreEnv::fromEnvironment();
+std::unique_ptr<ddprun::rendezvous::TcpStoreClient> connectToAgentStore(const ddprun::runtime::StoreEnv& e) {
   ddprun::rendezvous::StoreClientOptions options;
   options.host = e.master_addr;
   options.port = e.master_port;
   options.timeout = std::chrono::seconds(60);
   options.connect_timeout = std::chrono::seconds(60);
-  ddprun::rendezvous::TcpStoreClient store(options);
-  HostBackend backend(store, "test/collectives/" + std::to_string(attempt) + "/", e.rank, e.world_size,
-                      store.localAddress(), std::chrono::milliseconds(timeout_ms));
+  return std::make_unique<ddprun::rendezvous::TcpStoreClient>(options);
+}
+
+int modeP2PRecv(int attempts, int timeout_ms, int attempt) {
+  using namespace ddprun::runtime;
+  const auto e = StoreEnv::fromEnvironment();
+  if (e.world_size < 2) throw std::invalid_argument("p2p-recv needs 2 ranks or more");
+  auto store = connectToAgentStore(e);
+  HostBackend backend(*store, "test/p2p/" + std::to_string(attempt) + "/", e.rank, e.world_size, store->localAddress(),
+                      std::chrono::milliseconds(timeout_ms));
+  std::vector<float> buf(16, 1.0f);
+  auto allReduceOnce = [&] {
+    backend
+        .enqueue(
+            [&](CollectiveContext& ctx) { allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum); },
+            {ddprun::FlightOp::kAllReduce, ddprun::FlightDType::kFloat32, buf.size(), -1})
+        ->wait();
+  };
+  allReduceOnce();
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  if (e.rank == 0) {
+    std::vector<float> got(16, 0.0f);
+    backend.p2p().recv(1, 5, got.data(), got.size() * 4, deadline, {}, ddprun::FlightDType::kFloat32)->wait();
+    if (got[15] != 7.0f) throw std::runtime_error("recv from rank 1 gave " + std::to_string(got[15]));
+  } else if (e.rank == 1) {
+    if (attempt < attempts) sleepInsteadOfSend(600000);
+    std::vector<float> out(16, 7.0f);
+    backend.p2p().send(0, 5, out.data(), out.size() * 4, deadline, {}, ddprun::FlightDType::kFloat32)->wait();
+  }
+  allReduceOnce();
+  std::printf("done rank=%d\n", e.rank);
+  std::fflush(stdout);
+  return 0;
+}
+
+int modeCollectives(int steps, int step_ms, int slow_rank, int slow_at, int slow_ms, int attempts, bool broadcast,
+                    int timeout_ms, int attempt) {
+  using namespace ddprun::runtime;
+  const auto e = StoreEnv::fromEnvironment();
+  auto store = connectToAgentStore(e);
+  HostBackend backend(*store, "test/collectives/" + std::to_string(attempt) + "/", e.rank, e.world_size,
+                      store->localAddress(), std::chrono::milliseconds(timeout_ms));
   std::vector<float> buf(1024);
   const ddprun::FlightOpInfo all_reduce{ddprun::FlightOp::kAllReduce, ddprun::FlightDType::kFloat32, buf.size(), -1};
   for (int step = 1; step <= steps; ++step) {
@@ -240,6 +287,7 @@ int main(int argc, char** argv) {
                              std::stoi(arg(6)), std::stoi(arg(7)), argc > 8 && std::string(argv[8]) == "broadcast",
                              argc > 9 ? std::stoi(arg(9)) : 60000, attempt);
     }
+    if (mode == "p2p-recv") return modeP2PRecv(std::stoi(arg(2)), argc > 3 ? std::stoi(arg(3)) : 60000, attempt);
     if (mode == "stop-self") {
       std::printf("ready pid=%d\n", static_cast<int>(::getpid()));
       std::fflush(stdout);

@@ -20,28 +20,17 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 ddprun="$bin/ddprun"
 python="$src/scripts/torch2-python"
 
-if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
-  echo "SKIP: network namespaces need root and iproute2"
-  exit 77
-fi
+source "$src/tests/support/netns.sh"
+tag="t2n$$"
+netns_require "$tag"
 if ! probe=$("$src/scripts/in-torch2-root" true 2>&1); then
   echo "SKIP: $probe"
   exit 77
 fi
-tag="t2n$$"
-if ! ip netns add "$tag-probe" 2>/dev/null; then
-  echo "SKIP: cannot create network namespaces here"
-  exit 77
-fi
-ip netns del "$tag-probe"
 
 work=$(mktemp -d)
 cleanup() {
-  for ns in $(ip netns list | awk '{print $1}' | grep "^$tag-" || true); do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-  done
-  sleep 0.2
-  for ns in $(ip netns list | awk '{print $1}' | grep "^$tag-" || true); do ip netns del "$ns" 2>/dev/null || true; done
+  netns_remove_all "$tag"
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -13,15 +13,26 @@
 
 namespace ddprun::runtime {
 
+namespace {
+
+// One of the group's two recorders (off when the options say so; then the environment is not read).
+FlightRecorder recorderOf(const HostBackendOptions& options, int rank, int size, FlightRingKind kind) {
+  if (!options.flight_recorder) return FlightRecorder();
+  return FlightRecorder::fromEnvironment(options.flight_rank >= 0 ? options.flight_rank : rank, options.flight_group,
+                                         rank, size, kind);
+}
+
+}  // namespace
+
 HostBackend::HostBackend(rendezvous::Store& store, const std::string& prefix, int rank, int size,
                          const std::string& address, std::chrono::milliseconds timeout,
                          const HostBackendOptions& options)
-    : timeout_(timeout), options_(options), mesh_(store, prefix, rank, size, address, timeout), p2p_(mesh_) {
+    : timeout_(timeout),
+      options_(options),
+      mesh_(store, prefix, rank, size, address, timeout),
+      p2p_(mesh_, recorderOf(options, rank, size, FlightRingKind::kPointToPoint)) {
   if (options_.shared_memory != HostBackendOptions::SharedMemory::kOff) setUpSharedMemory(store, prefix);
-  if (options_.flight_recorder) {
-    recorder_ = FlightRecorder::fromEnvironment(options_.flight_rank >= 0 ? options_.flight_rank : rank,
-                                                options_.flight_group, rank, size);
-  }
+  recorder_ = recorderOf(options_, rank, size, FlightRingKind::kCollective);
   thread_ = std::thread([this] { loop(); });
 }
 

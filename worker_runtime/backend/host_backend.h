@@ -40,8 +40,9 @@ struct HostBackendOptions {
   size_t shm_slot_bytes = ShmAllReduce::kDefaultSlotBytes;
   // The capacity of each pairwise ring of the shared-memory links (positive). Default 512 KiB.
   size_t shm_ring_bytes = ShmLinks::kDefaultRingBytes;
-  // Whether the group keeps a flight recorder (flight_recorder.h; then DDPRUN_FLIGHT_RECORDER=0
-  // still turns it off). Default true. The bench turns it off to measure its cost.
+  // Whether the group keeps its flight recorders, one for collectives and one for
+  // point-to-point messages (flight_recorder.h; then DDPRUN_FLIGHT_RECORDER=0 still turns
+  // both off). Default true. The bench turns them off to measure their cost.
   bool flight_recorder = true;
   // Which group the ring belongs to (0: the default group) and the global rank that owns it
   // (-1: the group rank), for the ring's file name. Defaults 0 and -1.
@@ -72,7 +73,8 @@ class HostBackend {
   // enqueue() and waited for. Blocks until it is done (the deadlines of the ops before it,
   // then its own). Thread-safe; ordering is as for enqueue().
   WorkPtr run(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info = {});
-  // The group's flight recorder (off when the options or the environment say so).
+  // The group's flight recorder of collectives (off when the options or the environment say
+  // so); its point-to-point messages are in p2p().flightRecorder().
   const FlightRecorder& flightRecorder() const { return recorder_; }
   P2PEngine& p2p() { return p2p_; }
   // Whether collectives go through shared memory (every rank on this host, DDPRUN_SHM is

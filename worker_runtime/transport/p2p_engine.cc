@@ -29,7 +29,8 @@ void checkPeer(const TcpMesh& mesh, int peer, const char* what) {
 
 }  // namespace
 
-P2PEngine::P2PEngine(TcpMesh& mesh) : mesh_(mesh), peers_(mesh.size()) {
+P2PEngine::P2PEngine(TcpMesh& mesh, FlightRecorder recorder)
+    : mesh_(mesh), peers_(mesh.size()), recorder_(std::move(recorder)) {
   wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_fd_) throw DdprunError(std::string("eventfd: ") + std::strerror(errno));
   thread_ = std::thread([this] { run(); });
@@ -50,7 +51,7 @@ void P2PEngine::wake() {
 }
 
 WorkPtr P2PEngine::send(int peer, int64_t tag, const void* data, size_t bytes, Clock::time_point deadline,
-                        std::function<void()> on_success) {
+                        std::function<void()> on_success, FlightDType dtype) {
   checkPeer(mesh_, peer, "send to");
   auto work = std::make_shared<Work>();
   Op op{work, tag, const_cast<char*>(static_cast<const char*>(data)), bytes, deadline, {}, 0, std::move(on_success)};
@@ -59,31 +60,36 @@ WorkPtr P2PEngine::send(int peer, int64_t tag, const void* data, size_t bytes, C
   std::memcpy(op.header + 8, &size, 8);
   {
     std::lock_guard lock(mutex_);
-    if (!peers_[peer].broken.empty()) {
-      work->complete(std::make_exception_ptr(PeerError(peers_[peer].broken)));
-      return work;
-    }
-    peers_[peer].sends.push_back(op);
+    post(peer, peers_[peer].sends, std::move(op), FlightOp::kSend, dtype);
   }
   wake();
   return work;
 }
 
 WorkPtr P2PEngine::recv(int peer, int64_t tag, void* data, size_t bytes, Clock::time_point deadline,
-                        std::function<void()> on_success) {
+                        std::function<void()> on_success, FlightDType dtype) {
   checkPeer(mesh_, peer, "receive from");
   auto work = std::make_shared<Work>();
   {
     std::lock_guard lock(mutex_);
-    if (!peers_[peer].broken.empty()) {
-      work->complete(std::make_exception_ptr(PeerError(peers_[peer].broken)));
-      return work;
-    }
-    peers_[peer].recvs.push_back(
-        Op{work, tag, static_cast<char*>(data), bytes, deadline, {}, 0, std::move(on_success)});
+    post(peer, peers_[peer].recvs,
+         Op{work, tag, static_cast<char*>(data), bytes, deadline, {}, 0, std::move(on_success)}, FlightOp::kRecv,
+         dtype);
   }
   wake();
   return work;
+}
+
+void P2PEngine::post(int peer, std::deque<Op>& queue, Op op, FlightOp kind, FlightDType dtype) {
+  op.seq = recorder_.enqueue(FlightOpInfo{kind, dtype, op.bytes / flightDTypeBytes(dtype), peer});
+  if (!peers_[peer].broken.empty()) {
+    recorder_.finish(op.seq, false);
+    op.work->complete(std::make_exception_ptr(PeerError(peers_[peer].broken)));
+    return;
+  }
+  queue.push_back(std::move(op));
+  // Messages to one peer in one direction move one after another: only the first is started.
+  if (queue.size() == 1) recorder_.start(queue.front().seq);
 }
 
 // A failed or timed-out message leaves the stream at an unknown position: nothing more
@@ -92,8 +98,12 @@ void P2PEngine::failPeer(int peer, const std::string& why) {
   Peer& p = peers_[peer];
   if (p.broken.empty()) p.broken = why;
   auto error = std::make_exception_ptr(PeerError(p.broken));
-  for (auto& op : p.sends) op.work->complete(error);
-  for (auto& op : p.recvs) op.work->complete(error);
+  for (auto* queue : {&p.sends, &p.recvs}) {
+    for (auto& op : *queue) {
+      recorder_.finish(op.seq, false);
+      op.work->complete(error);
+    }
+  }
   p.sends.clear();
   p.recvs.clear();
 }
@@ -142,13 +152,19 @@ bool P2PEngine::progressRecv(int peer, Op& op) {
   return true;
 }
 
-void P2PEngine::succeed(Op& op) {
+void P2PEngine::succeedFront(std::deque<Op>& queue) {
+  Op& op = queue.front();
+  std::exception_ptr error;
   try {
     if (op.on_success) op.on_success();
-    op.work->complete();
   } catch (...) {
-    op.work->complete(std::current_exception());
+    error = std::current_exception();
   }
+  // The ring before the Work: a waiter that goes on never finds this message still started.
+  recorder_.finish(op.seq, !error);
+  op.work->complete(error);
+  queue.pop_front();
+  if (!queue.empty()) recorder_.start(queue.front().seq);
 }
 
 void P2PEngine::run() {
@@ -187,14 +203,8 @@ void P2PEngine::run() {
       const int peer = fd_peer[i];
       Peer& p = peers_[peer];
       try {
-        while (!p.sends.empty() && progressSend(peer, p.sends.front())) {
-          succeed(p.sends.front());
-          p.sends.pop_front();
-        }
-        while (!p.recvs.empty() && progressRecv(peer, p.recvs.front())) {
-          succeed(p.recvs.front());
-          p.recvs.pop_front();
-        }
+        while (!p.sends.empty() && progressSend(peer, p.sends.front())) succeedFront(p.sends);
+        while (!p.recvs.empty() && progressRecv(peer, p.recvs.front())) succeedFront(p.recvs);
       } catch (const IoError& e) {
         failPeer(peer, fmt::format("point-to-point with rank {} ({}): {}", peer, mesh_.peerAddress(peer), e.what));
       }
