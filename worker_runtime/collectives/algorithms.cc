@@ -158,7 +158,6 @@ void allReduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, Redu
 
 void broadcast(CollectiveContext ctx, void* buf, size_t bytes, int root) {
   const int p = ctx.links.size();
-  if (ctx.shm && p > 1 && ctx.shm->broadcastSmall(buf, bytes, root, ctx.deadline)) return;
   const int v = mod(ctx.links.rank() - root, p);
   int mask = 1;
   while (mask < p) {
@@ -198,7 +197,6 @@ void reduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceO
 
 void allGather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank) {
   const int p = ctx.links.size(), r = ctx.links.rank();
-  if (ctx.shm && p > 1 && ctx.shm->allGatherSmall(in, out, bytes_per_rank, ctx.deadline)) return;
   auto* o = static_cast<uint8_t*>(out);
   if (bytes_per_rank > 0 && in != o + r * bytes_per_rank) std::memcpy(o + r * bytes_per_rank, in, bytes_per_rank);
   // This rank starts by sending its own block; after p-1 steps it has every block.
@@ -244,7 +242,6 @@ void scatter(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_
 
 void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op) {
   const int p = ctx.links.size(), r = ctx.links.rank();
-  if (ctx.shm && p > 1 && ctx.shm->reduceScatterSmall(in, out, count_per_rank, dtype, op, ctx.deadline)) return;
   const size_t esize = dtypeSize(dtype);
   const size_t total = count_per_rank * p * esize;
   // The ring reduces in place: it works on a copy so the caller's input stays intact.
@@ -295,10 +292,6 @@ void allToAllV(CollectiveContext ctx, std::span<const std::span<const uint8_t>> 
 
 void barrier(CollectiveContext ctx) {
   const int p = ctx.links.size(), r = ctx.links.rank();
-  if (ctx.shm && p > 1) {
-    ctx.shm->barrier(ctx.deadline, "barrier");
-    return;
-  }
   uint8_t token = 1, got = 0;
   for (int k = 1; k < p; k <<= 1) {
     sendRecv(ctx, mod(r + k, p), &token, 1, mod(r - k, p), &got, 1, "barrier");

@@ -8,7 +8,7 @@
 //     then all-gather for large ones (bandwidth), the reduction following the data in;
 //   broadcast / reduce: binomial trees; all_gather / reduce_scatter: rings;
 //   gather / scatter / all_to_all (even or uneven): direct transfers, all in flight at once;
-//   barrier: dissemination (one shared counter on shared memory).
+//   barrier: dissemination.
 // The sizes that choose between algorithms are CollectiveOptions, so tests reach every
 // algorithm with small buffers (as gloo's tests do with maxSegmentSize).
 #pragma once

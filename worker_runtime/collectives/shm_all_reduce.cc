@@ -159,37 +159,4 @@ void ShmAllReduce::run(void* buf, size_t count, DType dtype, ReduceOp op, Clock:
   }
 }
 
-bool ShmAllReduce::broadcastSmall(void* buf, size_t bytes, int root, Clock::time_point deadline) {
-  if (!fits(bytes)) return false;
-  uint8_t* set = nextSet();
-  if (rank_ == root) std::memcpy(set + root * slot_bytes_, buf, bytes);
-  barrier(deadline, "broadcast");
-  if (rank_ != root) std::memcpy(buf, set + root * slot_bytes_, bytes);
-  return true;
-}
-
-bool ShmAllReduce::allGatherSmall(const void* in, void* out, size_t bytes_per_rank, Clock::time_point deadline) {
-  if (!fits(bytes_per_rank)) return false;
-  uint8_t* set = nextSet();
-  auto* o = static_cast<uint8_t*>(out);
-  std::memcpy(set + rank_ * slot_bytes_, in, bytes_per_rank);
-  barrier(deadline, "all_gather");
-  for (int q = 0; q < size_; ++q) std::memcpy(o + q * bytes_per_rank, set + q * slot_bytes_, bytes_per_rank);
-  return true;
-}
-
-bool ShmAllReduce::reduceScatterSmall(const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
-                                      Clock::time_point deadline) {
-  const size_t block = count_per_rank * dtypeSize(dtype);
-  if (!fits(block * size_)) return false;
-  uint8_t* set = nextSet();
-  std::memcpy(set + rank_ * slot_bytes_, in, block * size_);
-  barrier(deadline, "reduce_scatter");
-  // Block rank_ of every slot, summed in rank order.
-  std::memcpy(out, set + rank_ * block, block);
-  for (int q = 1; q < size_; ++q) reduceInto(out, set + q * slot_bytes_ + rank_ * block, count_per_rank, dtype, op);
-  if (op == ReduceOp::kAvg) divideBy(out, count_per_rank, dtype, size_);
-  return true;
-}
-
 }  // namespace ddprun::runtime

@@ -3,8 +3,7 @@
 // (vectorised loops, one rank per share, so every rank gets bitwise the same result) from
 // what the others copied into their slots, publishes it, and copies the others' shares
 // out (see run()). Two slot sets alternate, so one barrier per phase suffices. Buffers up
-// to kOneBarrierBytes skip the split: every rank sums every slot after a single barrier.
-// Small broadcasts, all_gathers and reduce_scatters go through the same slots the same way. Barriers
+// to kOneBarrierBytes skip the split: every rank sums every slot after a single barrier. Barriers
 // spin briefly, then sleep on a futex; a rank that never arrives is reported by rank and
 // address within the deadline (sooner when its TCP connection shows it died).
 // Thread-safety: run() is called by one thread at a time (the group's collective thread, or a
@@ -38,20 +37,12 @@ class ShmAllReduce {
   // Same contract as allReduce() in algorithms.h. Throws PeerError.
   void run(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline);
 
-  // The small cases of three other collectives through the same slots, one barrier each:
-  // every rank writes only its own slot before the barrier and reads after it. Each returns
-  // false, doing nothing, when the data is empty or does not fit (more than kOneBarrierBytes
-  // or one slot); the decision depends only on sizes, so every rank takes the same path.
-  // Same contracts as broadcast(), allGather() (`in` may alias its block of `out`) and
-  // reduceScatter() in algorithms.h. Throw PeerError.
-  bool broadcastSmall(void* buf, size_t bytes, int root, Clock::time_point deadline);
-  bool allGatherSmall(const void* in, void* out, size_t bytes_per_rank, Clock::time_point deadline);
-  bool reduceScatterSmall(const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
-                          Clock::time_point deadline);
-
-  // A barrier of the group (also the barrier collective on shared memory: one shared
-  // counter instead of messages through the rings). Throws PeerError naming `what` and the
-  // missing ranks when one died or the deadline passed.
+  // A barrier of the slots' users. Throws PeerError naming `what` and the missing ranks when
+  // one died or the deadline passed. Only run() uses it: another collective through the same
+  // slots and barrier would meet a mismatched all_reduce and complete with its data instead
+  // of hanging where the hang verdict can name the mismatch (small broadcast, all_gather,
+  // reduce_scatter and the barrier collective were routed here once and were taken back for
+  // that); doing it safely needs each rank's op, size and root compared at the barrier.
   void barrier(Clock::time_point deadline, const char* what = "all_reduce");
 
   static constexpr size_t kDefaultSlotBytes = 1 << 20;
