@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/e2e/ops_support.h"
+#include "tests/e2e/stacks_support.h"
 
 using namespace ddprun::testing;
 
@@ -14,19 +15,6 @@ namespace {
 
 const std::map<std::string, std::string> kTimersOn = {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}};
 constexpr const char* kNoToolNote = "no native stacks: neither eu-stack (Debian package elfutils) nor gdb is installed";
-
-// The one file called `name` under `dir`, at any depth; "" when there is none.
-std::string findFile(const std::string& dir, const std::string& relative) {
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    const std::string path = entry.path().string();
-    if (path.size() >= relative.size() && path.compare(path.size() - relative.size(), relative.size(), relative) == 0) {
-      return path;
-    }
-  }
-  return "";
-}
-
-bool stackToolInstalled() { return !run({"/bin/sh", "-c", "command -v eu-stack || command -v gdb"}).out.empty(); }
 
 }  // namespace
 

@@ -12,22 +12,11 @@
 #include <catch2/catch.hpp>
 
 #include "tests/e2e/ops_support.h"
+#include "tests/e2e/stacks_support.h"
 
 using namespace ddprun::testing;
 
 namespace {
-
-std::string findFile(const std::string& dir, const std::string& relative) {
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    const std::string path = entry.path().string();
-    if (path.size() >= relative.size() && path.compare(path.size() - relative.size(), relative.size(), relative) == 0) {
-      return path;
-    }
-  }
-  return "";
-}
-
-bool stackToolInstalled() { return !run({"/bin/sh", "-c", "command -v eu-stack || command -v gdb"}).out.empty(); }
 
 // This run's flight recorder directories left on /dev/shm (named after --rdzv_id).
 int flightDirsOf(const std::string& run_id) {
