@@ -1,6 +1,7 @@
 // The host backend with ranks as threads: its choice of transport, collectives queued
 // together running in issue order, and a failed collective (a peer that left, an error in
 // the collective itself) failing every later one with the same error.
+#include <functional>
 #include <regex>
 #include <thread>
 
@@ -34,6 +35,30 @@ std::string failureOf(const WorkPtr& work, const std::string& pattern) {
     return e.what();
   }
   throw std::runtime_error("a collective expected to fail succeeded");
+}
+
+// Two ranks build the group over `setup`'s transport; rank 1 then leaves (destroys its
+// backend), and rank 0 runs `survivor` with its backend and the error its collectives must
+// fail with: the TCP mesh sees the closed connection; shared memory sees the rank missing at
+// a barrier or ring, and its TCP connection closed.
+void afterRankOneLeft(const TransportSetup& setup,
+                      const std::function<void(HostBackend&, const std::string& pattern)>& survivor) {
+  const std::string pattern = setup.shared_memory
+                                  ? "all_reduce \\(shared memory\\): rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) died"
+                                  : "all_reduce: (sending to|receiving from) rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) "
+                                    "closed the connection \\(peer died\\?\\)";
+  runThreads(2, [&](int rank, ddprun::rendezvous::Store& store) {
+    auto b = std::make_unique<HostBackend>(store, "pg/", rank, 2, "127.0.0.1", kRankOpTimeout, setup.options);
+    checkTransport(*b, setup);
+    storeBarrier(store, "built", 2);
+    if (rank == 1) {
+      b.reset();
+      store.set("left", "1");
+      return;
+    }
+    store.wait({"left"}, kRankOpTimeout);
+    survivor(*b, pattern);
+  });
 }
 
 }  // namespace
@@ -82,30 +107,14 @@ TEST_CASE("collectives queued together run in the order they were issued") {
 TEST_CASE("a rank that left fails its peers' next collective naming it and every later one alike") {
   for (const auto& setup : transportSetups()) {
     INFO(setup.name);
-    // What each transport says: the TCP mesh sees the closed connection; shared memory sees
-    // the rank missing at a barrier or ring, and its TCP connection closed.
-    const std::string pattern = setup.shared_memory
-                                    ? "all_reduce \\(shared memory\\): rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) died"
-                                    : "all_reduce: (sending to|receiving from) rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) "
-                                      "closed the connection \\(peer died\\?\\)";
-    REQUIRE_NOTHROW(runThreads(2, [&](int rank, ddprun::rendezvous::Store& store) {
-      auto b = std::make_unique<HostBackend>(store, "pg/", rank, 2, "127.0.0.1", kRankOpTimeout, setup.options);
-      checkTransport(*b, setup);
-      storeBarrier(store, "built", 2);
-      if (rank == 1) {
-        b.reset();
-        store.set("left", "1");
-        return;
-      }
-      store.wait({"left"}, kRankOpTimeout);
+    REQUIRE_NOTHROW(afterRankOneLeft(setup, [](HostBackend& b, const std::string& pattern) {
       std::vector<float> buf(67, 1.0f);
-      auto all_reduce = [&] {
-        return b->enqueue(
-            [&](CollectiveContext& ctx) { allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum); });
-      };
-      const std::string first = failureOf(all_reduce(), pattern);
+      const std::string first = failureOf(b.enqueue([&](CollectiveContext& ctx) {
+        allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+      }),
+                                          pattern);
       // The streams are at unknown positions now: later collectives must not run at all.
-      const std::string second = failureOf(b->enqueue([](CollectiveContext& ctx) { barrier(ctx); }), pattern);
+      const std::string second = failureOf(b.enqueue([](CollectiveContext& ctx) { barrier(ctx); }), pattern);
       if (second != first) throw std::runtime_error(fmt::format("'{}' after '{}'", second, first));
     }));
   }
@@ -235,30 +244,17 @@ TEST_CASE("synchronous and asynchronous collectives mixed run in the order they 
 TEST_CASE("a rank that left fails its peers' next synchronous collective naming it and every later one alike") {
   for (const auto& setup : transportSetups()) {
     INFO(setup.name);
-    const std::string pattern = setup.shared_memory
-                                    ? "all_reduce \\(shared memory\\): rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) died"
-                                    : "all_reduce: (sending to|receiving from) rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) "
-                                      "closed the connection \\(peer died\\?\\)";
-    REQUIRE_NOTHROW(runThreads(2, [&](int rank, ddprun::rendezvous::Store& store) {
-      auto b = std::make_unique<HostBackend>(store, "pg/", rank, 2, "127.0.0.1", kRankOpTimeout, setup.options);
-      checkTransport(*b, setup);
-      storeBarrier(store, "built", 2);
-      if (rank == 1) {
-        b.reset();
-        store.set("left", "1");
-        return;
-      }
-      store.wait({"left"}, kRankOpTimeout);
+    REQUIRE_NOTHROW(afterRankOneLeft(setup, [](HostBackend& b, const std::string& pattern) {
       // A small message: the inline path of run() on an idle group.
       std::vector<float> buf(16, 1.0f);
-      const std::string first = failureOf(b->run([&](CollectiveContext& ctx) {
+      const std::string first = failureOf(b.run([&](CollectiveContext& ctx) {
         allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
       }),
                                           pattern);
       // Later collectives, synchronous or queued, must not run at all.
       bool ran = false;
-      const std::string second = failureOf(b->run([&](CollectiveContext&) { ran = true; }), pattern);
-      const std::string third = failureOf(b->enqueue([&](CollectiveContext&) { ran = true; }), pattern);
+      const std::string second = failureOf(b.run([&](CollectiveContext&) { ran = true; }), pattern);
+      const std::string third = failureOf(b.enqueue([&](CollectiveContext&) { ran = true; }), pattern);
       if (ran) throw std::runtime_error("a collective ran after the group broke");
       if (second != first || third != first) {
         throw std::runtime_error(fmt::format("'{}' and '{}' after '{}'", second, third, first));
