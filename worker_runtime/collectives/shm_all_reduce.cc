@@ -47,7 +47,7 @@ ShmAllReduce::ShmAllReduce(rendezvous::Store& store, const std::string& prefix, 
 
 ShmAllReduce::~ShmAllReduce() = default;
 
-void ShmAllReduce::barrier(Clock::time_point deadline, const char* what) {
+void ShmAllReduce::barrier(Clock::time_point deadline) {
   const uint32_t target = ++generation_;
   const int32_t cpu = shm_wait::currentCpu();
   control_->reached[rank_].cpu.store(cpu, std::memory_order_relaxed);
@@ -97,11 +97,11 @@ void ShmAllReduce::barrier(Clock::time_point deadline, const char* what) {
     std::string missing;
     for (int q = 0; q < size_; ++q) {
       if (control_->reached[q].generation.load(std::memory_order_relaxed) >= target) continue;
-      if (peer_gone_(q)) throw PeerError(fmt::format("{} (shared memory): {} died", what, peer_name_(q)));
+      if (peer_gone_(q)) throw PeerError(fmt::format("all_reduce (shared memory): {} died", peer_name_(q)));
       missing += (missing.empty() ? "" : ", ") + peer_name_(q);
     }
     if (Clock::now() >= deadline) {
-      throw PeerError(fmt::format("{} (shared memory): timed out waiting for {}", what, missing));
+      throw PeerError(fmt::format("all_reduce (shared memory): timed out waiting for {}", missing));
     }
   }
 }

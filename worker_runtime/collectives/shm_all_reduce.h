@@ -37,14 +37,6 @@ class ShmAllReduce {
   // Same contract as allReduce() in algorithms.h. Throws PeerError.
   void run(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline);
 
-  // A barrier of the slots' users. Throws PeerError naming `what` and the missing ranks when
-  // one died or the deadline passed. Only run() uses it: another collective through the same
-  // slots and barrier would meet a mismatched all_reduce and complete with its data instead
-  // of hanging where the hang verdict can name the mismatch (small broadcast, all_gather,
-  // reduce_scatter and the barrier collective were routed here once and were taken back for
-  // that); doing it safely needs each rank's op, size and root compared at the barrier.
-  void barrier(Clock::time_point deadline, const char* what = "all_reduce");
-
   static constexpr size_t kDefaultSlotBytes = 1 << 20;
   // Up to this many bytes (and at most one slot) take the one-barrier path: every rank sums
   // every slot, which beats a second barrier at these sizes.
@@ -52,6 +44,13 @@ class ShmAllReduce {
 
  private:
   struct Control;
+  // A barrier of the slots' users. Throws PeerError naming the missing ranks when one died or
+  // the deadline passed. Only run() may use it: another collective through the same slots and
+  // barrier would meet a mismatched all_reduce and complete with its data instead of hanging
+  // where the hang verdict can name the mismatch (small broadcast, all_gather, reduce_scatter
+  // and the barrier collective were routed here once and were taken back for that); doing it
+  // safely needs each rank's op, size and root compared at the barrier.
+  void barrier(Clock::time_point deadline);
   bool fits(size_t bytes) const { return bytes > 0 && bytes <= std::min(kOneBarrierBytes, slot_bytes_); }
   // The slot set of the next phase (they alternate; see run()).
   uint8_t* nextSet() { return slots_ + (chunks_done_++ % 2) * size_ * slot_bytes_; }
@@ -63,10 +62,10 @@ class ShmAllReduce {
   Control* control_;
   uint8_t* slots_;
   uint32_t generation_ = 0;
-  uint64_t chunks_done_ = 0;
+  uint64_t chunks_done_ = 0;  // selects the slot set; advances identically on every rank
   // The last time a barrier slept to move off a core it shared with a peer (see barrier()).
   static constexpr auto kSeparateEvery = std::chrono::milliseconds(10);
-  Clock::time_point last_separation_{};  // selects the slot set; advances identically on every rank
+  Clock::time_point last_separation_{};
   std::function<bool(int)> peer_gone_;
   std::function<std::string(int)> peer_name_;
 };
