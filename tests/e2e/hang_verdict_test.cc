@@ -1,7 +1,8 @@
 // The hang verdict through the real ddprun with C++ workers whose collectives run on the
 // host backend (test_worker's `collectives` mode): --hang_timeout names the rank that is
 // behind and the operation, takes the stacks, restarts the job; a slow job that keeps
-// completing collectives is never called hung; mismatched collectives are named; and
+// completing collectives is never called hung; mismatched collectives are named (small ones
+// on shared memory fail at once); and
 // nothing is left in /dev/shm; a rank waiting in a point-to-point receive is named with
 // the peer that never sent (test_worker's `p2p-recv` mode). The two-node verdict runs on network-namespace nodes
 // (netns_multihost_test.sh's hang scenario).
@@ -104,13 +105,33 @@ TEST_CASE("hang_timeout names a rank that called broadcast where the others call
   TempDir logs;
   const std::string id = "hang-mismatch-" + std::to_string(::getpid());
   auto argv = ddprunArgs(id, 3, "3", logs.path());
-  for (const char* a : {"5", "10", "2", "3", "0", "1", "broadcast"}) argv.push_back(a);
+  // 32 KiB: above shared memory's one-barrier size, where the broadcast waits on the ring
+  // links and the all_reduces on their barrier (small ones meet and fail at once, below).
+  for (const char* a : {"5", "10", "2", "3", "0", "1", "broadcast", "60000", "8192"}) argv.push_back(a);
   auto r = run(argv, {}, 120s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.err, Catch::Contains("hang: rank 2 called broadcast where the others called all_reduce (#3)"));
   CHECK(countOf(r.out, "done rank=") == 3);
+  CHECK(flightDirsOf(id) == 0);
+}
+
+TEST_CASE("a small broadcast where the others call all_reduce fails at once naming both calls", "[e2e][hang]") {
+  TempDir logs;
+  const std::string id = "small-mismatch-" + std::to_string(::getpid());
+  auto argv = ddprunArgs(id, 3, "60", logs.path());
+  for (const char* a : {"5", "10", "2", "3", "0", "1", "broadcast"}) argv.push_back(a);
+  auto r = run(argv, {}, 120s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("mismatched collectives (shared memory): rank 2 (") &&
+                        Catch::Contains(") called broadcast of 4096 bytes from rank 0 where rank 0 (") &&
+                        Catch::Contains(") called all_reduce of 4096 bytes (float32, sum)"));
+  // Not left to hang: --hang_timeout (60 s) never fired.
+  CHECK_THAT(r.err, !Catch::Contains("--hang_timeout:"));
+  CHECK(countOf(r.out, "done rank=") == 3);  // attempt 1 finished
   CHECK(flightDirsOf(id) == 0);
 }
 

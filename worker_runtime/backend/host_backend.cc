@@ -68,7 +68,7 @@ void HostBackend::setUpSharedMemory(rendezvous::Store& store, const std::string&
   auto name = [this](int q) { return fmt::format("rank {} ({})", q, mesh_.peerAddress(q)); };
   try {
     shm_ =
-        std::make_unique<ShmAllReduce>(store, prefix, mesh_.rank(), n, timeout_, gone, name, options_.shm_slot_bytes);
+        std::make_unique<ShmCollectives>(store, prefix, mesh_.rank(), n, timeout_, gone, name, options_.shm_slot_bytes);
     shm_links_ =
         std::make_unique<ShmLinks>(store, prefix, mesh_.rank(), n, timeout_, gone, name, options_.shm_ring_bytes);
   } catch (const DdprunError& e) {

@@ -17,7 +17,7 @@
 #include "common/flight_ring.h"
 #include "rendezvous/store.h"
 #include "worker_runtime/collectives/algorithms.h"
-#include "worker_runtime/collectives/shm_all_reduce.h"
+#include "worker_runtime/collectives/shm_collectives.h"
 #include "worker_runtime/flight_recorder.h"
 #include "worker_runtime/transport/p2p_engine.h"
 #include "worker_runtime/transport/shm_links.h"
@@ -37,7 +37,7 @@ struct HostBackendOptions {
   SharedMemory shared_memory = SharedMemory::kAuto;
   // Each rank's slot in the shared-memory all_reduce (its chunk size; a positive multiple
   // of 64). Default 1 MiB.
-  size_t shm_slot_bytes = ShmAllReduce::kDefaultSlotBytes;
+  size_t shm_slot_bytes = ShmCollectives::kDefaultSlotBytes;
   // The capacity of each pairwise ring of the shared-memory links (positive). Default 512 KiB.
   size_t shm_ring_bytes = ShmLinks::kDefaultRingBytes;
   // Whether the group keeps its flight recorders, one for collectives and one for
@@ -91,7 +91,7 @@ class HostBackend {
   HostBackendOptions options_;
   TcpMesh mesh_;
   P2PEngine p2p_;
-  std::unique_ptr<ShmAllReduce> shm_;
+  std::unique_ptr<ShmCollectives> shm_;
   std::unique_ptr<ShmLinks> shm_links_;  // the other collectives, when every rank is local
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
-#include "worker_runtime/collectives/shm_all_reduce.h"
+#include "worker_runtime/collectives/shm_collectives.h"
 
 namespace ddprun::runtime {
 namespace {
@@ -142,7 +142,7 @@ void doublingAllReduce(CollectiveContext& ctx, uint8_t* buf, size_t count, DType
 void allReduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceOp op) {
   const int p = ctx.links.size();
   if (ctx.shm && p > 1) {
-    ctx.shm->run(buf, count, dtype, op, ctx.deadline);
+    ctx.shm->allReduce(buf, count, dtype, op, ctx.deadline);
     return;
   }
   if (p > 1 && count > 0) {
@@ -158,6 +158,10 @@ void allReduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, Redu
 
 void broadcast(CollectiveContext ctx, void* buf, size_t bytes, int root) {
   const int p = ctx.links.size();
+  if (ctx.shm && p > 1 && ctx.shm->small(bytes)) {
+    ctx.shm->broadcast(buf, bytes, root, ctx.deadline);
+    return;
+  }
   const int v = mod(ctx.links.rank() - root, p);
   int mask = 1;
   while (mask < p) {
@@ -197,6 +201,10 @@ void reduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceO
 
 void allGather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank) {
   const int p = ctx.links.size(), r = ctx.links.rank();
+  if (ctx.shm && p > 1 && ctx.shm->small(bytes_per_rank)) {
+    ctx.shm->allGather(in, out, bytes_per_rank, ctx.deadline);
+    return;
+  }
   auto* o = static_cast<uint8_t*>(out);
   if (bytes_per_rank > 0 && in != o + r * bytes_per_rank) std::memcpy(o + r * bytes_per_rank, in, bytes_per_rank);
   // This rank starts by sending its own block; after p-1 steps it has every block.
@@ -244,6 +252,10 @@ void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t coun
   const int p = ctx.links.size(), r = ctx.links.rank();
   const size_t esize = dtypeSize(dtype);
   const size_t total = count_per_rank * p * esize;
+  if (ctx.shm && p > 1 && ctx.shm->small(total)) {
+    ctx.shm->reduceScatter(in, out, count_per_rank, dtype, op, ctx.deadline);
+    return;
+  }
   // The ring reduces in place: it works on a copy so the caller's input stays intact.
   const size_t tmp_bytes = count_per_rank * esize;
   std::vector<uint8_t> acc(static_cast<const uint8_t*>(in), static_cast<const uint8_t*>(in) + total);
@@ -292,6 +304,10 @@ void allToAllV(CollectiveContext ctx, std::span<const std::span<const uint8_t>> 
 
 void barrier(CollectiveContext ctx) {
   const int p = ctx.links.size(), r = ctx.links.rank();
+  if (ctx.shm && p > 1) {
+    ctx.shm->barrier(ctx.deadline);
+    return;
+  }
   uint8_t token = 1, got = 0;
   for (int k = 1; k < p; k <<= 1) {
     sendRecv(ctx, mod(r + k, p), &token, 1, mod(r - k, p), &got, 1, "barrier");

@@ -22,7 +22,7 @@
 
 namespace ddprun::runtime {
 
-class ShmAllReduce;
+class ShmCollectives;
 
 // Every rank of a group must use the same values (they choose the algorithm each rank runs).
 struct CollectiveOptions {
@@ -38,7 +38,9 @@ struct CollectiveContext {
   Links& links;
   Clock::time_point deadline;
   std::vector<uint8_t>& scratch;  // reused between calls; grows as needed
-  ShmAllReduce* shm = nullptr;    // set when every rank is on this host: all_reduce goes through it
+  // Set when every rank is on this host: all_reduce, the barrier and small broadcast,
+  // all_gather and reduce_scatter go through it.
+  ShmCollectives* shm = nullptr;
   CollectiveOptions options = {};
 };
 

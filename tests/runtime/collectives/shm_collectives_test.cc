@@ -1,0 +1,206 @@
+// The shared-memory collectives on their own, ranks as threads: all_reduce over several
+// chunks of the default slot size, calls of changing sizes back to back (the two slot sets
+// alternate across calls), the one-barrier broadcast, all_gather, reduce_scatter and barrier
+// among them, mismatched calls named on every rank, and the ranks named when one is dead or
+// does not come.
+#include <algorithm>
+#include <atomic>
+
+#include <catch2/catch.hpp>
+
+#include "tests/runtime/support/reference_values.h"
+#include "tests/runtime/support/thread_ranks.h"
+#include "worker_runtime/collectives/shm_collectives.h"
+
+namespace {
+
+using namespace ddprun::runtime;
+using namespace ddprun::testing;
+
+std::unique_ptr<ShmCollectives> shmOf(
+    ddprun::rendezvous::Store& store, int rank, int size, size_t slot_bytes,
+    std::function<bool(int)> peer_gone = [](int) { return false; }) {
+  return std::make_unique<ShmCollectives>(
+      store, "shm/", rank, size, kRankOpTimeout, std::move(peer_gone),
+      [](int q) { return "rank " + std::to_string(q); }, slot_bytes);
+}
+
+}  // namespace
+
+TEST_CASE("the shared-memory all_reduce spans chunks of the default slot size") {
+  REQUIRE_NOTHROW(runThreads(3, [](int rank, ddprun::rendezvous::Store& store) {
+    auto shm = shmOf(store, rank, 3, ShmCollectives::kDefaultSlotBytes);
+    // Two full chunks and an odd part of a third, in each element size.
+    int salt = 0;
+    for (DType dtype : {DType::kFloat64, DType::kFloat16, DType::kUInt8}) {
+      const size_t count = 2 * ShmCollectives::kDefaultSlotBytes / elementBytes(dtype) + 12345;
+      auto buf = inputBuffer(ReduceOp::kSum, dtype, rank, count, ++salt);
+      shm->allReduce(buf.data(), count, dtype, ReduceOp::kSum, Clock::now() + kRankOpTimeout);
+      checkReduced("shared-memory all_reduce", buf.data(), count, ReduceOp::kSum, dtype, 3, salt);
+    }
+  }));
+}
+
+TEST_CASE("shared-memory all_reduce calls of changing sizes follow each other without waiting") {
+  for (int p : {2, 5}) {
+    INFO("world size " << p);
+    REQUIRE_NOTHROW(runThreads(p, [&](int rank, ddprun::rendezvous::Store& store) {
+      auto shm = shmOf(store, rank, p, 64);
+      int salt = 0;
+      // Odd and even chunk counts in turn, so a fast rank's next call starts on either set.
+      for (int round = 0; round < 3; ++round) {
+        for (size_t count : {size_t{67}, size_t{1}, size_t{0}, size_t{16}, size_t{33}, size_t{200}, size_t{3}}) {
+          auto buf = inputBuffer(ReduceOp::kMax, DType::kFloat32, rank, count, ++salt);
+          shm->allReduce(buf.data(), count, DType::kFloat32, ReduceOp::kMax, Clock::now() + kRankOpTimeout);
+          checkReduced("shared-memory all_reduce", buf.data(), count, ReduceOp::kMax, DType::kFloat32, p, salt);
+        }
+      }
+    }));
+  }
+}
+
+TEST_CASE("the shared-memory all_reduce names a rank known dead") {
+  std::atomic<bool> rank1_gone{false};
+  REQUIRE_THROWS_WITH(runThreads(2,
+                                 [&](int rank, ddprun::rendezvous::Store& store) {
+                                   auto shm = shmOf(store, rank, 2, 64, [&](int q) { return q == 1 && rank1_gone; });
+                                   if (rank == 1) {
+                                     rank1_gone = true;
+                                     return;
+                                   }
+                                   float x = 1;
+                                   shm->allReduce(&x, 1, DType::kFloat32, ReduceOp::kSum,
+                                                  Clock::now() + kRankOpTimeout);
+                                 }),
+                      "rank 0: all_reduce (shared memory): rank 1 died");
+}
+
+TEST_CASE("the shared-memory all_reduce names the ranks that did not come by the deadline") {
+  REQUIRE_THROWS_WITH(runThreads(4,
+                                 [](int rank, ddprun::rendezvous::Store& store) {
+                                   auto shm = shmOf(store, rank, 4, 64);
+                                   if (rank == 1 || rank == 3) return;
+                                   float x = 1;
+                                   shm->allReduce(&x, 1, DType::kFloat32, ReduceOp::kSum,
+                                                  Clock::now() + std::chrono::milliseconds(50));
+                                 }),
+                      Catch::Matches("rank [02]: all_reduce \\(shared memory\\): timed out waiting for "
+                                     "rank 1, rank 3"));
+}
+
+TEST_CASE("small broadcast all_gather reduce_scatter and barrier through the slots between all_reduces") {
+  for (int p : {2, 3, 5}) {
+    INFO("world size " << p);
+    REQUIRE_NOTHROW(runThreads(p, [&](int rank, ddprun::rendezvous::Store& store) {
+      auto shm = shmOf(store, rank, p, 256);
+      const auto deadline = [] { return Clock::now() + kRankOpTimeout; };
+      int salt = 0;
+      // Each one-barrier op takes one slot set, an all_reduce of several chunks several: the
+      // ops below land on either set, and a fast rank's next op writes one a slow rank may read.
+      for (int round = 0; round < 4; ++round) {
+        const size_t count = 1 + round * 19;  // up to 58 floats: one 256-byte slot
+        auto reduced = inputBuffer(ReduceOp::kSum, DType::kFloat32, rank, 200 + round, ++salt);
+        shm->allReduce(reduced.data(), 200 + round, DType::kFloat32, ReduceOp::kSum, deadline());
+        checkReduced("all_reduce", reduced.data(), 200 + round, ReduceOp::kSum, DType::kFloat32, p, salt);
+
+        const int root = round % p;
+        std::vector<float> b(count);
+        for (size_t i = 0; i < count; ++i) b[i] = rank == root ? static_cast<float>(i * 3 + round) : -1.f;
+        shm->broadcast(b.data(), count * 4, root, deadline());
+        for (size_t i = 0; i < count; ++i) REQUIRE(b[i] == static_cast<float>(i * 3 + round));
+
+        std::vector<float> mine(count, static_cast<float>(rank * 100 + round)), all(count * p, -1.f);
+        shm->allGather(mine.data(), all.data(), count * 4, deadline());
+        for (int q = 0; q < p; ++q) REQUIRE(all[q * count + count - 1] == static_cast<float>(q * 100 + round));
+
+        const size_t block = 256 / 4 / p;  // the whole input fills at most one slot
+        std::vector<float> in(block * p), out(block, -1.f);
+        for (int q = 0; q < p; ++q) std::fill_n(in.begin() + q * block, block, static_cast<float>(rank + q));
+        shm->reduceScatter(in.data(), out.data(), block, DType::kFloat32, ReduceOp::kMax, deadline());
+        REQUIRE(std::all_of(out.begin(), out.end(), [&](float v) { return v == static_cast<float>(p - 1 + rank); }));
+
+        shm->barrier(deadline());
+      }
+    }));
+  }
+}
+
+TEST_CASE("mismatched collectives on shared memory fail on every rank naming both calls") {
+  struct Case {
+    const char* name;
+    std::function<void(ShmCollectives&)> others, rank1;
+    const char* message;
+  };
+  const auto deadline = [] { return Clock::now() + kRankOpTimeout; };
+  const std::vector<Case> cases = {
+      {"broadcast where the others all_reduce",
+       [&](ShmCollectives& s) {
+         float x[4] = {};
+         s.allReduce(x, 4, DType::kFloat32, ReduceOp::kSum, deadline());
+       },
+       [&](ShmCollectives& s) {
+         float x[4] = {};
+         s.broadcast(x, 16, 0, deadline());
+       },
+       "mismatched collectives (shared memory): rank 1 called broadcast of 16 bytes from rank 0 where rank 0 "
+       "called all_reduce of 16 bytes (float32, sum)"},
+      {"another size",
+       [&](ShmCollectives& s) {
+         float x[4] = {};
+         s.allReduce(x, 4, DType::kFloat32, ReduceOp::kSum, deadline());
+       },
+       [&](ShmCollectives& s) {
+         float x[4] = {};
+         s.allReduce(x, 3, DType::kFloat32, ReduceOp::kSum, deadline());
+       },
+       "mismatched collectives (shared memory): rank 1 called all_reduce of 12 bytes (float32, sum) where rank 0 "
+       "called all_reduce of 16 bytes (float32, sum)"},
+      {"another root",
+       [&](ShmCollectives& s) {
+         float x[4] = {};
+         s.broadcast(x, 16, 0, deadline());
+       },
+       [&](ShmCollectives& s) {
+         float x[4] = {};
+         s.broadcast(x, 16, 2, deadline());
+       },
+       "mismatched collectives (shared memory): rank 1 called broadcast of 16 bytes from rank 2 where rank 0 "
+       "called broadcast of 16 bytes from rank 0"},
+      {"barrier where the others reduce_scatter with max",
+       [&](ShmCollectives& s) {
+         float in[3] = {}, out[1] = {};
+         s.reduceScatter(in, out, 1, DType::kFloat32, ReduceOp::kMax, deadline());
+       },
+       [&](ShmCollectives& s) { s.barrier(deadline()); },
+       "mismatched collectives (shared memory): rank 1 called barrier where rank 0 called reduce_scatter of 4 "
+       "bytes per rank (float32, max)"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    std::vector<std::string> errors(3);
+    REQUIRE_NOTHROW(runThreads(3, [&](int rank, ddprun::rendezvous::Store& store) {
+      auto shm = shmOf(store, rank, 3, 64);
+      try {
+        (rank == 1 ? c.rank1 : c.others)(*shm);
+      } catch (const ddprun::DdprunError& e) {
+        errors[rank] = e.what();
+      }
+    }));
+    for (const auto& e : errors) CHECK(e == c.message);
+  }
+}
+
+TEST_CASE("a small shared-memory broadcast names a rank known dead") {
+  std::atomic<bool> rank1_gone{false};
+  REQUIRE_THROWS_WITH(runThreads(2,
+                                 [&](int rank, ddprun::rendezvous::Store& store) {
+                                   auto shm = shmOf(store, rank, 2, 64, [&](int q) { return q == 1 && rank1_gone; });
+                                   if (rank == 1) {
+                                     rank1_gone = true;
+                                     return;
+                                   }
+                                   float x = 1;
+                                   shm->broadcast(&x, 4, 0, Clock::now() + kRankOpTimeout);
+                                 }),
+                      "rank 0: broadcast (shared memory): rank 1 died");
+}

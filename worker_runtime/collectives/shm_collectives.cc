@@ -1,0 +1,259 @@
+#include "worker_runtime/collectives/shm_collectives.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "worker_runtime/transport/shm_wait.h"
+
+namespace ddprun::runtime {
+
+// Each rank's words on a cache line of its own: ranks writing neighbouring words would
+// pass the line back and forth on every barrier.
+struct alignas(64) Reached {
+  std::atomic<uint32_t> generation;
+  std::atomic<int32_t> cpu;  // where the rank ran when it last arrived at a barrier
+  // The call the rank made at barrier generation g (Call) in [g % 2], written before it
+  // arrives. Two, because a rank that has passed barrier g may name its next call before a
+  // slower one has read this one; it cannot name a third before all have reached g + 1.
+  std::atomic<uint64_t> what[2];
+  std::atomic<uint64_t> bytes[2];
+};
+
+struct ShmCollectives::Control {
+  alignas(64) std::atomic<uint32_t> arrived;
+  alignas(64) std::atomic<uint32_t> generation;
+  std::atomic<uint32_t> sleepers;  // ranks (about to be) asleep on `generation`
+  // Last barrier generation each rank reached: names the ranks that are missing.
+  Reached reached[1];
+};
+
+ShmCollectives::ShmCollectives(rendezvous::Store& store, const std::string& prefix, int rank, int size,
+                               std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
+                               std::function<std::string(int)> peer_name, size_t slot_bytes)
+    : rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      peer_gone_(std::move(peer_gone)),
+      peer_name_(std::move(peer_name)) {
+  // Multiples of 64 keep every slot aligned for any element type (and on its own cache lines).
+  DDPRUN_CHECK(slot_bytes > 0 && slot_bytes % 64 == 0,
+               "shared-memory collectives' slot of " + std::to_string(slot_bytes) + " bytes");
+  const size_t control = (sizeof(Control) + sizeof(Reached) * size + 4095) / 4096 * 4096;
+  segment_ = std::make_unique<ShmSegment>(store, prefix, rank, size, control + 2 * size * slot_bytes_, timeout);
+  // A fresh segment is zero-filled: every counter starts at 0.
+  control_ = static_cast<Control*>(segment_->data());
+  slots_ = static_cast<uint8_t*>(segment_->data()) + control;
+}
+
+ShmCollectives::~ShmCollectives() = default;
+
+ShmCollectives::Call ShmCollectives::callOf(Op op, uint64_t bytes, DType dtype, ReduceOp reduce, int root) {
+  const uint64_t what = static_cast<uint64_t>(op) | static_cast<uint64_t>(dtype) << 8 |
+                        static_cast<uint64_t>(reduce) << 16 | static_cast<uint64_t>(static_cast<uint32_t>(root)) << 32;
+  return Call{what, bytes};
+}
+
+const char* ShmCollectives::opName(const Call& call) {
+  switch (static_cast<Op>(call.what & 0xff)) {
+    case Op::kAllReduce: return "all_reduce";
+    case Op::kBroadcast: return "broadcast";
+    case Op::kAllGather: return "all_gather";
+    case Op::kReduceScatter: return "reduce_scatter";
+    case Op::kBarrier: return "barrier";
+  }
+  return "collective";
+}
+
+std::string ShmCollectives::describe(const Call& call) {
+  const auto op = static_cast<Op>(call.what & 0xff);
+  const auto dtype = static_cast<DType>((call.what >> 8) & 0xff);
+  const auto reduce = static_cast<ReduceOp>((call.what >> 16) & 0xff);
+  const auto root = static_cast<int32_t>(call.what >> 32);
+  switch (op) {
+    case Op::kAllReduce:
+      return fmt::format("all_reduce of {} bytes ({}, {})", call.bytes, dtypeName(dtype), reduceOpName(reduce));
+    case Op::kBroadcast: return fmt::format("broadcast of {} bytes from rank {}", call.bytes, root);
+    case Op::kAllGather: return fmt::format("all_gather of {} bytes per rank", call.bytes);
+    case Op::kReduceScatter:
+      return fmt::format("reduce_scatter of {} bytes per rank ({}, {})", call.bytes, dtypeName(dtype),
+                         reduceOpName(reduce));
+    case Op::kBarrier: return "barrier";
+  }
+  return fmt::format("an unknown call ({:#x})", call.what);
+}
+
+void ShmCollectives::meet(const Call& call, Clock::time_point deadline) {
+  const uint32_t target = ++generation_;
+  Reached& mine = control_->reached[rank_];
+  mine.cpu.store(shm_wait::currentCpu(), std::memory_order_relaxed);
+  const int named = target % 2;
+  mine.what[named].store(call.what, std::memory_order_relaxed);
+  mine.bytes[named].store(call.bytes, std::memory_order_relaxed);
+  mine.generation.store(target, std::memory_order_relaxed);
+  // The arrival's release (a chain of read-modify-writes up to the last rank's, whose
+  // generation store the waiters acquire) publishes every rank's call and slot writes.
+  if (control_->arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(size_ - 1)) {
+    control_->arrived.store(0, std::memory_order_relaxed);
+    control_->generation.store(target, std::memory_order_seq_cst);
+    shm_wait::wakeSleepers(&control_->generation, &control_->sleepers);
+  } else {
+    wait(target, call, deadline);
+  }
+  // Every rank compares every call with rank 0's, so every rank throws the same line (and
+  // the slot sets stay in step).
+  auto callAt = [&](int q) {
+    const Reached& r = control_->reached[q];
+    return q == rank_
+               ? call
+               : Call{r.what[named].load(std::memory_order_relaxed), r.bytes[named].load(std::memory_order_relaxed)};
+  };
+  const Call first = callAt(0);
+  for (int q = 1; q < size_; ++q) {
+    const Call other = callAt(q);
+    if (other == first) continue;
+    throw DdprunError(fmt::format("mismatched collectives (shared memory): {} called {} where {} called {}",
+                                  peer_name_(q), describe(other), peer_name_(0), describe(first)));
+  }
+}
+
+void ShmCollectives::wait(uint32_t target, const Call& call, Clock::time_point deadline) {
+  const int32_t cpu = control_->reached[rank_].cpu.load(std::memory_order_relaxed);
+  // A missing rank last seen on this CPU is not running: spinning would only delay it.
+  auto missing_here = [&] {
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_ && control_->reached[q].generation.load(std::memory_order_relaxed) < target &&
+          control_->reached[q].cpu.load(std::memory_order_relaxed) == cpu) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const auto start = Clock::now();
+  bool yield_now = false;
+  for (int spin = 0;; ++spin) {
+    const uint32_t seen = control_->generation.load(std::memory_order_acquire);
+    if (seen == target) return;
+    if (!yield_now && (spin & 63) != 0) continue;
+    const auto waited = Clock::now() - start;
+    yield_now = yield_now || missing_here();
+    // Long waits (a late or dead peer) go on to the checks below.
+    if (yield_now && waited < shm_wait::kYieldFor && Clock::now() - last_separation_ > kSeparateEvery) {
+      // Yielding back and forth keeps both ranks on this core: each always has just run,
+      // so the kernel's balancer never moves one. Sleeping instead lets the peer run alone,
+      // and its wake-up of this rank places it on an idle core if there is one. Only now
+      // and then: when no core is idle, the futex round trip costs more than the yield.
+      shm_wait::sleepWhile(&control_->generation, seen, &control_->sleepers);
+      last_separation_ = Clock::now();
+      continue;
+    }
+    if (waited < shm_wait::kSpinFor && !yield_now) continue;
+    if (waited < shm_wait::kYieldFor) {
+      std::this_thread::yield();
+      continue;
+    }
+    shm_wait::sleepWhile(&control_->generation, seen, &control_->sleepers);
+    if (control_->generation.load(std::memory_order_acquire) == target) return;
+    // Who is missing, and is it dead or just late?
+    std::string missing;
+    for (int q = 0; q < size_; ++q) {
+      if (control_->reached[q].generation.load(std::memory_order_relaxed) >= target) continue;
+      if (peer_gone_(q)) throw PeerError(fmt::format("{} (shared memory): {} died", opName(call), peer_name_(q)));
+      missing += (missing.empty() ? "" : ", ") + peer_name_(q);
+    }
+    if (Clock::now() >= deadline) {
+      throw PeerError(fmt::format("{} (shared memory): timed out waiting for {}", opName(call), missing));
+    }
+  }
+}
+
+// Per chunk, with share q = elements [len*q/n, len*(q+1)/n): each rank copies into its
+// slot only the shares the others reduce (its own share stays in its buffer), reduces its
+// own share in its own buffer (own data first, then ranks in order: one rank computes each
+// share, so every rank gets the same bits), publishes that result in its slot, and after
+// a barrier copies the others' results out. About half the memory traffic of copying
+// whole chunks in and out.
+void ShmCollectives::allReduce(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline) {
+  const size_t esize = dtypeSize(dtype);
+  const size_t bytes = count * esize;
+  const Call call = callOf(Op::kAllReduce, bytes, dtype, op);
+  if (small(bytes)) {
+    // Small: latency is barriers (each a cache-line round trip, or a context switch when
+    // both ranks share a core), not bandwidth. Every rank copies its whole buffer into its
+    // slot and, after one barrier, sums all slots itself, in rank order (so every rank gets
+    // the same bits). One barrier suffices because the sets alternate: a rank can only
+    // write this set again after the next call's barrier, which every rank reaches only
+    // once it has read this one. The other one-barrier collectives below rely on the same.
+    uint8_t* set = nextSet();
+    std::memcpy(slot(set, rank_), buf, bytes);
+    meet(call, deadline);
+    std::memcpy(buf, set, bytes);
+    for (int q = 1; q < size_; ++q) reduceInto(buf, slot(set, q), count, dtype, op);
+    if (op == ReduceOp::kAvg) divideBy(buf, count, dtype, size_);
+    return;
+  }
+  const size_t per_chunk = slot_bytes_ / esize;
+  auto* user = static_cast<uint8_t*>(buf);
+  for (size_t offset = 0; offset < count; offset += per_chunk) {
+    const size_t len = std::min(per_chunk, count - offset);
+    // Sets alternate across calls too: a fast rank starting the next call (whose shares
+    // may fall elsewhere) writes the other set while a slow one still reads this one.
+    uint8_t* set = nextSet();
+    uint8_t* chunk = user + offset * esize;
+    auto begin = [&](int q) { return len * q / size_ * esize; };
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) std::memcpy(slot(set, rank_) + begin(q), chunk + begin(q), begin(q + 1) - begin(q));
+    }
+    meet(call, deadline);
+    const size_t mine = begin(rank_), mine_bytes = begin(rank_ + 1) - mine;
+    if (mine_bytes > 0) {
+      for (int q = 0; q < size_; ++q) {
+        if (q != rank_) reduceInto(chunk + mine, slot(set, q) + mine, mine_bytes / esize, dtype, op);
+      }
+      if (op == ReduceOp::kAvg) divideBy(chunk + mine, mine_bytes / esize, dtype, size_);
+      std::memcpy(slot(set, rank_) + mine, chunk + mine, mine_bytes);
+    }
+    meet(call, deadline);
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) std::memcpy(chunk + begin(q), slot(set, q) + begin(q), begin(q + 1) - begin(q));
+    }
+  }
+}
+
+void ShmCollectives::barrier(Clock::time_point deadline) { meet(callOf(Op::kBarrier, 0), deadline); }
+
+void ShmCollectives::broadcast(void* buf, size_t bytes, int root, Clock::time_point deadline) {
+  DDPRUN_CHECK(small(bytes), "shared-memory broadcast of " + std::to_string(bytes) + " bytes");
+  uint8_t* set = nextSet();
+  if (rank_ == root) std::memcpy(slot(set, root), buf, bytes);
+  meet(callOf(Op::kBroadcast, bytes, DType::kUInt8, ReduceOp::kSum, root), deadline);
+  if (rank_ != root) std::memcpy(buf, slot(set, root), bytes);
+}
+
+void ShmCollectives::allGather(const void* in, void* out, size_t bytes_per_rank, Clock::time_point deadline) {
+  DDPRUN_CHECK(small(bytes_per_rank), "shared-memory all_gather of " + std::to_string(bytes_per_rank) + " bytes");
+  uint8_t* set = nextSet();
+  auto* o = static_cast<uint8_t*>(out);
+  std::memcpy(slot(set, rank_), in, bytes_per_rank);
+  meet(callOf(Op::kAllGather, bytes_per_rank), deadline);
+  for (int q = 0; q < size_; ++q) std::memcpy(o + q * bytes_per_rank, slot(set, q), bytes_per_rank);
+}
+
+void ShmCollectives::reduceScatter(const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
+                                   Clock::time_point deadline) {
+  const size_t block = count_per_rank * dtypeSize(dtype);
+  DDPRUN_CHECK(small(block * size_), "shared-memory reduce_scatter of " + std::to_string(block * size_) + " bytes");
+  uint8_t* set = nextSet();
+  std::memcpy(slot(set, rank_), in, block * size_);
+  meet(callOf(Op::kReduceScatter, block, dtype, op), deadline);
+  // Rank order from rank 0's block, as all_reduce sums: the same bits as an all_reduce.
+  std::memcpy(out, slot(set, 0) + rank_ * block, block);
+  for (int q = 1; q < size_; ++q) reduceInto(out, slot(set, q) + rank_ * block, count_per_rank, dtype, op);
+  if (op == ReduceOp::kAvg) divideBy(out, count_per_rank, dtype, size_);
+}
+
+}  // namespace ddprun::runtime

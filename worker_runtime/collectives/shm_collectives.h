@@ -1,0 +1,101 @@
+// Collectives through shared memory, for a group whose ranks all live on one host: every
+// rank has a slot (two sets of them, alternating) and a cache line of its own, and the ranks
+// meet at a counter barrier.
+//   all_reduce: the buffer goes through in chunks; for each chunk every rank reduces its 1/n
+//     share (vectorised loops, one rank per share, so every rank gets bitwise the same result)
+//     from what the others copied into their slots, publishes it, and copies the others'
+//     shares out (see allReduce()). Buffers up to kOneBarrierBytes skip the split: every rank
+//     sums every slot after a single barrier.
+//   broadcast, all_gather, reduce_scatter up to kOneBarrierBytes, and the barrier collective:
+//     one barrier each (the ranks copy into their slots, meet, copy out). Larger ones take the
+//     ring and tree algorithms over ShmLinks (algorithms.h).
+// Each rank names what it calls (op, size, type, operator, root) on its line before every
+// barrier, and checks everyone's after it: mismatched collectives throw a DdprunError naming
+// both calls on every rank, where they would otherwise complete with each other's data.
+// Barriers spin briefly, then sleep on a futex; a rank that never arrives is reported by rank
+// and address within the deadline (sooner when its TCP connection shows it died).
+// Thread-safety: one thread at a time (the group's collective thread, or a caller running a
+// synchronous collective inline: the backend serialises them); generation_ and chunks_done_
+// advance in step on every rank and are not locked.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+
+#include "rendezvous/store.h"
+#include "worker_runtime/collectives/dtype.h"
+#include "worker_runtime/transport/links.h"
+#include "worker_runtime/transport/shm_segment.h"
+
+namespace ddprun::runtime {
+
+class ShmCollectives {
+ public:
+  // Collective over the group. Throws DdprunError when shared memory is not usable here.
+  // `peer_gone(q)` answers whether rank q is known dead; `peer_name(q)` names it.
+  // `slot_bytes` (a positive multiple of 64, equal on every rank; else DDPRUN_CHECK fails) is
+  // each rank's slot, the chunk the buffer goes through in: kDefaultSlotBytes unless a test
+  // wants many chunks.
+  ShmCollectives(rendezvous::Store& store, const std::string& prefix, int rank, int size,
+                 std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
+                 std::function<std::string(int)> peer_name, size_t slot_bytes = kDefaultSlotBytes);
+  ~ShmCollectives();
+
+  // Same contracts as in algorithms.h; each throws PeerError (a peer died or the deadline
+  // passed) or DdprunError (the ranks called different collectives).
+  void allReduce(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline);
+  void barrier(Clock::time_point deadline);
+  // Only for small(bytes) (bytes, bytes_per_rank and the whole input respectively).
+  void broadcast(void* buf, size_t bytes, int root, Clock::time_point deadline);
+  void allGather(const void* in, void* out, size_t bytes_per_rank, Clock::time_point deadline);
+  void reduceScatter(const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
+                     Clock::time_point deadline);
+
+  // Whether a buffer of `bytes` goes through the slots in one barrier (every rank decides
+  // alike, from sizes that match on every rank).
+  bool small(size_t bytes) const { return bytes > 0 && bytes <= std::min(kOneBarrierBytes, slot_bytes_); }
+
+  static constexpr size_t kDefaultSlotBytes = 1 << 20;
+  // Up to this many bytes (and at most one slot) take the one-barrier paths: every rank reads
+  // every slot, which beats a second barrier at these sizes.
+  static constexpr size_t kOneBarrierBytes = 16 << 10;
+
+ private:
+  struct Control;
+  // What a rank calls, as it names it on its line at each barrier.
+  struct Call {
+    uint64_t what;   // op, dtype, operator, root
+    uint64_t bytes;  // the buffer (all_reduce, broadcast), or per rank (all_gather, reduce_scatter)
+    bool operator==(const Call&) const = default;
+  };
+  enum class Op : uint8_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+  static Call callOf(Op op, uint64_t bytes, DType dtype = DType::kUInt8, ReduceOp reduce = ReduceOp::kSum,
+                     int root = -1);
+  static const char* opName(const Call& call);
+  static std::string describe(const Call& call);
+  // Meets every rank of the group having named `call`. Throws PeerError naming the missing
+  // ranks when one died or the deadline passed, and DdprunError when a rank named another call.
+  void meet(const Call& call, Clock::time_point deadline);
+  // Until the barrier's generation reaches `target` (the rest of meet()).
+  void wait(uint32_t target, const Call& call, Clock::time_point deadline);
+  // The slot set of the next phase (they alternate; see allReduce()).
+  uint8_t* nextSet() { return slots_ + (chunks_done_++ % 2) * size_ * slot_bytes_; }
+  uint8_t* slot(uint8_t* set, int q) const { return set + q * slot_bytes_; }
+
+  int rank_;
+  int size_;
+  size_t slot_bytes_;
+  std::unique_ptr<ShmSegment> segment_;
+  Control* control_;
+  uint8_t* slots_;
+  uint32_t generation_ = 0;
+  uint64_t chunks_done_ = 0;  // selects the slot set; advances identically on every rank
+  // The last time a barrier slept to move off a core it shared with a peer (see wait()).
+  static constexpr auto kSeparateEvery = std::chrono::milliseconds(10);
+  Clock::time_point last_separation_{};
+  std::function<bool(int)> peer_gone_;
+  std::function<std::string(int)> peer_name_;
+};
+
+}  // namespace ddprun::runtime
