@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <climits>
 #include <cstring>
@@ -162,6 +163,19 @@ void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& list) {
       list[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(list[i].sizes()));
     }
   }
+}
+
+bool allContiguous(const std::vector<at::Tensor>& list) {
+  return std::all_of(list.begin(), list.end(), [](const at::Tensor& t) { return t.is_contiguous(); });
+}
+
+// The data pointers of a list of contiguous tensors (void or const void).
+template <typename T>
+std::vector<T*> pointersOf(const std::vector<at::Tensor>& list) {
+  std::vector<T*> pointers;
+  pointers.reserve(list.size());
+  for (const auto& t : list) pointers.push_back(t.data_ptr());
+  return pointers;
 }
 
 // Queues an async op; runs a synchronous one (inline when the group is idle) and waits.
@@ -414,15 +428,25 @@ WorkPtr all_gather(std::vector<at::Tensor>& tensor_list, const at::Tensor& tenso
   ProcessGroup& g = resolve(group);
   checkList(tensor_list, tensor, g.size(), "all_gather");
   auto in = stage(tensor, "all_gather");
-  auto flat = at::empty({static_cast<int64_t>(g.size()) * tensor.numel()}, tensor.options());
+  const FlightOpInfo info = flightInfo(FlightOp::kAllGather, in.buf);
   auto outputs = tensor_list;
+  if (allContiguous(outputs)) {
+    // Straight into the caller's tensors: no flat buffer to allocate and copy out of.
+    return issue(
+        g,
+        [in, outputs](CollectiveContext& ctx) {
+          runtime::allGatherInto(ctx, in.buf.data_ptr(), pointersOf<void>(outputs).data(), in.bytes());
+        },
+        info, async_op);
+  }
+  auto flat = at::empty({static_cast<int64_t>(g.size()) * tensor.numel()}, tensor.options());
   return issue(
       g,
       [in, flat, outputs](CollectiveContext& ctx) mutable {
         runtime::allGather(ctx, in.data(), flat.data_ptr(), in.bytes());
         unflatten(flat, outputs);
       },
-      flightInfo(FlightOp::kAllGather, in.buf), async_op);
+      info, async_op);
 }
 
 WorkPtr gather(const at::Tensor& tensor, std::vector<at::Tensor>* gather_list, int dst, const Group& group,
@@ -469,16 +493,28 @@ WorkPtr reduce_scatter(at::Tensor& output, const std::vector<at::Tensor>& input_
                        bool async_op) {
   ProcessGroup& g = resolve(group);
   checkList(input_list, output, g.size(), "reduce_scatter");
-  auto flat = flatten(input_list);
   auto out = stage(output, "reduce_scatter");
   const DType dtype = dtypeOf(output);
+  const FlightOpInfo info = flightInfo(FlightOp::kReduceScatter, out.buf);
+  if (allContiguous(input_list)) {
+    // Straight from the caller's tensors: no flat copy of the input to allocate and fill.
+    return issue(
+        g,
+        [out, inputs = input_list, dtype, op](CollectiveContext& ctx) mutable {
+          runtime::reduceScatterFrom(ctx, pointersOf<const void>(inputs).data(), out.data(), out.buf.numel(), dtype,
+                                     opOf(op));
+          out.finish();
+        },
+        info, async_op);
+  }
+  auto flat = flatten(input_list);
   return issue(
       g,
       [out, flat, dtype, op](CollectiveContext& ctx) mutable {
         runtime::reduceScatter(ctx, flat.data_ptr(), out.data(), out.buf.numel(), dtype, opOf(op));
         out.finish();
       },
-      flightInfo(FlightOp::kReduceScatter, out.buf), async_op);
+      info, async_op);
 }
 
 WorkPtr all_to_all(std::vector<at::Tensor>& output_tensor_list, const std::vector<at::Tensor>& input_tensor_list,

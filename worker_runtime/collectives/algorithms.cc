@@ -1,6 +1,7 @@
 #include "worker_runtime/collectives/algorithms.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -199,19 +200,31 @@ void reduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceO
   if (r == root && op == ReduceOp::kAvg) divideBy(buf, count, dtype, p);
 }
 
+// The blocks of a flat buffer of `p` blocks of `bytes` each.
+template <typename T>  // void or const void
+std::vector<T*> blocksOf(T* flat, int p, size_t bytes) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const uint8_t, uint8_t>;
+  std::vector<T*> blocks(p);
+  for (int q = 0; q < p; ++q) blocks[q] = static_cast<Byte*>(flat) + q * bytes;
+  return blocks;
+}
+
 void allGather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank) {
+  allGatherInto(ctx, in, blocksOf<void>(out, ctx.links.size(), bytes_per_rank).data(), bytes_per_rank);
+}
+
+void allGatherInto(CollectiveContext ctx, const void* in, void* const* outs, size_t bytes_per_rank) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   if (ctx.shm && p > 1 && ctx.shm->small(bytes_per_rank)) {
-    ctx.shm->allGather(in, out, bytes_per_rank, ctx.deadline);
+    ctx.shm->allGather(in, outs, bytes_per_rank, ctx.deadline);
     return;
   }
-  auto* o = static_cast<uint8_t*>(out);
-  if (bytes_per_rank > 0 && in != o + r * bytes_per_rank) std::memcpy(o + r * bytes_per_rank, in, bytes_per_rank);
+  if (bytes_per_rank > 0 && in != outs[r]) std::memcpy(outs[r], in, bytes_per_rank);
   // This rank starts by sending its own block; after p-1 steps it has every block.
   for (int s = 0; s < p - 1; ++s) {
     const int send_block = mod(r - s, p), recv_block = mod(r - s - 1, p);
-    sendRecv(ctx, mod(r + 1, p), o + send_block * bytes_per_rank, bytes_per_rank, mod(r - 1, p),
-             o + recv_block * bytes_per_rank, bytes_per_rank, "all_gather");
+    sendRecv(ctx, mod(r + 1, p), outs[send_block], bytes_per_rank, mod(r - 1, p), outs[recv_block], bytes_per_rank,
+             "all_gather");
   }
 }
 
@@ -249,20 +262,25 @@ void scatter(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_
 }
 
 void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op) {
+  reduceScatterFrom(ctx, blocksOf<const void>(in, ctx.links.size(), count_per_rank * dtypeSize(dtype)).data(), out,
+                    count_per_rank, dtype, op);
+}
+
+void reduceScatterFrom(CollectiveContext ctx, const void* const* ins, void* out, size_t count_per_rank, DType dtype,
+                       ReduceOp op) {
   const int p = ctx.links.size(), r = ctx.links.rank();
-  const size_t esize = dtypeSize(dtype);
-  const size_t total = count_per_rank * p * esize;
-  if (ctx.shm && p > 1 && ctx.shm->small(total)) {
-    ctx.shm->reduceScatter(in, out, count_per_rank, dtype, op, ctx.deadline);
+  const size_t block = count_per_rank * dtypeSize(dtype);
+  if (ctx.shm && p > 1 && ctx.shm->small(block * p)) {
+    ctx.shm->reduceScatter(ins, out, count_per_rank, dtype, op, ctx.deadline);
     return;
   }
   // The ring reduces in place: it works on a copy so the caller's input stays intact.
-  const size_t tmp_bytes = count_per_rank * esize;
-  std::vector<uint8_t> acc(static_cast<const uint8_t*>(in), static_cast<const uint8_t*>(in) + total);
+  std::vector<uint8_t> acc(block * p);
+  for (int q = 0; q < p && block > 0; ++q) std::memcpy(acc.data() + q * block, ins[q], block);
   std::vector<size_t> begins(p + 1);
   for (int i = 0; i <= p; ++i) begins[i] = i * count_per_rank;
   if (p > 1 && count_per_rank > 0) ringReduceScatter(ctx, acc.data(), begins.data(), dtype, op, "reduce_scatter");
-  if (tmp_bytes > 0) std::memcpy(out, acc.data() + r * tmp_bytes, tmp_bytes);
+  if (block > 0) std::memcpy(out, acc.data() + r * block, block);
   if (op == ReduceOp::kAvg) divideBy(out, count_per_rank, dtype, p);
 }
 

@@ -50,12 +50,18 @@ void broadcast(CollectiveContext ctx, void* buf, size_t bytes, int root);
 void reduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceOp op, int root);
 // `out` holds size() blocks of `bytes_per_rank`, in rank order.
 void allGather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank);
+// The same into blocks anywhere: outs[q] (size() of them) gets rank q's block. (Not an
+// overload: any T** would silently convert to the flat form's void*.)
+void allGatherInto(CollectiveContext ctx, const void* in, void* const* outs, size_t bytes_per_rank);
 // `out` is used on root only (size() blocks).
 void gather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank, int root);
 // `in` is used on root only (size() blocks).
 void scatter(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank, int root);
 // `in` holds size() blocks of `count_per_rank` elements; block r, reduced, lands in `out`.
 void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op);
+// The same from blocks anywhere: ins[q] (size() of them) is block q.
+void reduceScatterFrom(CollectiveContext ctx, const void* const* ins, void* out, size_t count_per_rank, DType dtype,
+                       ReduceOp op);
 // Block j of `in` goes to rank j; block j of `out` comes from rank j.
 void allToAll(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank);
 // Uneven all_to_all: in[j] goes to rank j, out[j] comes from rank j; both hold size()

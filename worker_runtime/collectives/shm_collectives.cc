@@ -234,21 +234,20 @@ void ShmCollectives::broadcast(void* buf, size_t bytes, int root, Clock::time_po
   if (rank_ != root) std::memcpy(buf, slot(set, root), bytes);
 }
 
-void ShmCollectives::allGather(const void* in, void* out, size_t bytes_per_rank, Clock::time_point deadline) {
+void ShmCollectives::allGather(const void* in, void* const* outs, size_t bytes_per_rank, Clock::time_point deadline) {
   DDPRUN_CHECK(small(bytes_per_rank), "shared-memory all_gather of " + std::to_string(bytes_per_rank) + " bytes");
   uint8_t* set = nextSet();
-  auto* o = static_cast<uint8_t*>(out);
   std::memcpy(slot(set, rank_), in, bytes_per_rank);
   meet(callOf(Op::kAllGather, bytes_per_rank), deadline);
-  for (int q = 0; q < size_; ++q) std::memcpy(o + q * bytes_per_rank, slot(set, q), bytes_per_rank);
+  for (int q = 0; q < size_; ++q) std::memcpy(outs[q], slot(set, q), bytes_per_rank);
 }
 
-void ShmCollectives::reduceScatter(const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
+void ShmCollectives::reduceScatter(const void* const* ins, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
                                    Clock::time_point deadline) {
   const size_t block = count_per_rank * dtypeSize(dtype);
   DDPRUN_CHECK(small(block * size_), "shared-memory reduce_scatter of " + std::to_string(block * size_) + " bytes");
   uint8_t* set = nextSet();
-  std::memcpy(slot(set, rank_), in, block * size_);
+  for (int q = 0; q < size_; ++q) std::memcpy(slot(set, rank_) + q * block, ins[q], block);
   meet(callOf(Op::kReduceScatter, block, dtype, op), deadline);
   // Rank order from rank 0's block, as all_reduce sums: the same bits as an all_reduce.
   std::memcpy(out, slot(set, 0) + rank_ * block, block);

@@ -46,10 +46,11 @@ class ShmCollectives {
   // passed) or DdprunError (the ranks called different collectives).
   void allReduce(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline);
   void barrier(Clock::time_point deadline);
-  // Only for small(bytes) (bytes, bytes_per_rank and the whole input respectively).
+  // Only for small(bytes) (bytes, bytes_per_rank and the whole input respectively); the
+  // blocks of all_gather and reduce_scatter are in rank order, size() of them.
   void broadcast(void* buf, size_t bytes, int root, Clock::time_point deadline);
-  void allGather(const void* in, void* out, size_t bytes_per_rank, Clock::time_point deadline);
-  void reduceScatter(const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
+  void allGather(const void* in, void* const* outs, size_t bytes_per_rank, Clock::time_point deadline);
+  void reduceScatter(const void* const* ins, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
                      Clock::time_point deadline);
 
   // Whether a buffer of `bytes` goes through the slots in one barrier (every rank decides

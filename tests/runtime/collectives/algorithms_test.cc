@@ -190,6 +190,37 @@ TEST_CASE("all_gather puts every rank's block in rank order and works in place")
   });
 }
 
+TEST_CASE("all_gather and reduce_scatter take their blocks from separate buffers") {
+  onEveryTransport([](HostBackend& b) {
+    int salt = 0;
+    const int p = b.size(), r = b.rank();
+    for (size_t bytes : kBytes) {
+      const auto mine = patternBlock(r, -1, bytes, ++salt);
+      std::vector<std::vector<uint8_t>> blocks(p, std::vector<uint8_t>(bytes, 0xEE));
+      std::vector<void*> outs;
+      for (auto& block : blocks) outs.push_back(block.data());
+      runOn(b, [&](CollectiveContext& ctx) { allGatherInto(ctx, mine.data(), outs.data(), bytes); });
+      for (int j = 0; j < p; ++j) checkPattern("all_gather into blocks", blocks[j].data(), bytes, j, -1, salt);
+    }
+    for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{40}}) {
+      const auto in = inputBuffer(ReduceOp::kSum, DType::kFloat64, r, count * p, ++salt);
+      const size_t block = count * elementBytes(DType::kFloat64);
+      std::vector<std::vector<uint8_t>> blocks(p);
+      std::vector<const void*> ins;
+      for (int j = 0; j < p; ++j) {
+        blocks[j].assign(in.begin() + j * block, in.begin() + (j + 1) * block);
+        ins.push_back(blocks[j].data());
+      }
+      std::vector<uint8_t> out(block, 0xEE);
+      runOn(b, [&](CollectiveContext& ctx) {
+        reduceScatterFrom(ctx, ins.data(), out.data(), count, DType::kFloat64, ReduceOp::kSum);
+      });
+      checkReduced("reduce_scatter from blocks", out.data(), count, ReduceOp::kSum, DType::kFloat64, p, salt,
+                   r * count);
+    }
+  });
+}
+
 TEST_CASE("gather collects every rank's block on every root") {
   onEveryTransport([](HostBackend& b) {
     int salt = 0;

@@ -109,15 +109,21 @@ TEST_CASE("small broadcast all_gather reduce_scatter and barrier through the slo
         shm->broadcast(b.data(), count * 4, root, deadline());
         for (size_t i = 0; i < count; ++i) REQUIRE(b[i] == static_cast<float>(i * 3 + round));
 
-        std::vector<float> mine(count, static_cast<float>(rank * 100 + round)), all(count * p, -1.f);
-        shm->allGather(mine.data(), all.data(), count * 4, deadline());
-        for (int q = 0; q < p; ++q) REQUIRE(all[q * count + count - 1] == static_cast<float>(q * 100 + round));
+        // Blocks anywhere (each its own vector), as a torch user's list of tensors.
+        std::vector<float> mine(count, static_cast<float>(rank * 100 + round));
+        std::vector<std::vector<float>> all(p, std::vector<float>(count, -1.f));
+        std::vector<void*> outs;
+        for (auto& a : all) outs.push_back(a.data());
+        shm->allGather(mine.data(), outs.data(), count * 4, deadline());
+        for (int q = 0; q < p; ++q) REQUIRE(all[q] == std::vector<float>(count, static_cast<float>(q * 100 + round)));
 
         const size_t block = 256 / 4 / p;  // the whole input fills at most one slot
-        std::vector<float> in(block * p), out(block, -1.f);
-        for (int q = 0; q < p; ++q) std::fill_n(in.begin() + q * block, block, static_cast<float>(rank + q));
-        shm->reduceScatter(in.data(), out.data(), block, DType::kFloat32, ReduceOp::kMax, deadline());
-        REQUIRE(std::all_of(out.begin(), out.end(), [&](float v) { return v == static_cast<float>(p - 1 + rank); }));
+        std::vector<std::vector<float>> in(p);
+        std::vector<const void*> ins;
+        for (int q = 0; q < p; ++q) in[q].assign(block, static_cast<float>(rank + q)), ins.push_back(in[q].data());
+        std::vector<float> out(block, -1.f);
+        shm->reduceScatter(ins.data(), out.data(), block, DType::kFloat32, ReduceOp::kMax, deadline());
+        REQUIRE(out == std::vector<float>(block, static_cast<float>(p - 1 + rank)));
 
         shm->barrier(deadline());
       }
@@ -169,7 +175,8 @@ TEST_CASE("mismatched collectives on shared memory fail on every rank naming bot
       {"barrier where the others reduce_scatter with max",
        [&](ShmCollectives& s) {
          float in[3] = {}, out[1] = {};
-         s.reduceScatter(in, out, 1, DType::kFloat32, ReduceOp::kMax, deadline());
+         const void* ins[3] = {in, in + 1, in + 2};
+         s.reduceScatter(ins, out, 1, DType::kFloat32, ReduceOp::kMax, deadline());
        },
        [&](ShmCollectives& s) { s.barrier(deadline()); },
        "mismatched collectives (shared memory): rank 1 called barrier where rank 0 called reduce_scatter of 4 "
