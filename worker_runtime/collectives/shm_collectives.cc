@@ -25,10 +25,13 @@ struct alignas(64) Reached {
 };
 
 struct ShmCollectives::Control {
-  alignas(64) std::atomic<uint32_t> arrived;
-  alignas(64) std::atomic<uint32_t> generation;
-  std::atomic<uint32_t> sleepers;  // ranks (about to be) asleep on `generation`
-  // Last barrier generation each rank reached: names the ranks that are missing.
+  // Sleeping waiters' futex word, rung by arriving ranks when someone sleeps.
+  alignas(64) std::atomic<uint32_t> bell;
+  std::atomic<uint32_t> sleepers;  // ranks (about to be) asleep on `bell`
+  // Each rank's arrivals: a rank passes barrier g once every rank's generation reached g.
+  // Reading the peers' own lines (rather than one shared counter that every rank increments
+  // and one generation word the last one writes) costs one cache-line transfer per peer, and
+  // brings each peer's call along on the same line.
   Reached reached[1];
 };
 
@@ -90,20 +93,14 @@ std::string ShmCollectives::describe(const Call& call) {
 void ShmCollectives::meet(const Call& call, Clock::time_point deadline) {
   const uint32_t target = ++generation_;
   Reached& mine = control_->reached[rank_];
-  mine.cpu.store(shm_wait::currentCpu(), std::memory_order_relaxed);
   const int named = target % 2;
+  mine.cpu.store(shm_wait::currentCpu(), std::memory_order_relaxed);
   mine.what[named].store(call.what, std::memory_order_relaxed);
   mine.bytes[named].store(call.bytes, std::memory_order_relaxed);
-  mine.generation.store(target, std::memory_order_relaxed);
-  // The arrival's release (a chain of read-modify-writes up to the last rank's, whose
-  // generation store the waiters acquire) publishes every rank's call and slot writes.
-  if (control_->arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(size_ - 1)) {
-    control_->arrived.store(0, std::memory_order_relaxed);
-    control_->generation.store(target, std::memory_order_seq_cst);
-    shm_wait::wakeSleepers(&control_->generation, &control_->sleepers);
-  } else {
-    wait(target, call, deadline);
-  }
+  // Releases this rank's call and slot writes to the peers that acquire it (seq_cst for ring()).
+  mine.generation.store(target, std::memory_order_seq_cst);
+  shm_wait::ring(&control_->bell, &control_->sleepers);
+  wait(target, call, deadline);
   // Every rank compares every call with rank 0's, so every rank throws the same line (and
   // the slot sets stay in step).
   auto callAt = [&](int q) {
@@ -121,13 +118,24 @@ void ShmCollectives::meet(const Call& call, Clock::time_point deadline) {
   }
 }
 
+bool ShmCollectives::reached(int q, uint32_t target) const {
+  // Wrap-safe: ranks are never more than one generation apart.
+  return static_cast<int32_t>(control_->reached[q].generation.load(std::memory_order_acquire) - target) >= 0;
+}
+
 void ShmCollectives::wait(uint32_t target, const Call& call, Clock::time_point deadline) {
   const int32_t cpu = control_->reached[rank_].cpu.load(std::memory_order_relaxed);
+  int next = rank_ == 0 ? 1 : 0;  // the first rank not known to have arrived
+  auto all_here = [&] {
+    for (; next < size_; ++next) {
+      if (next != rank_ && !reached(next, target)) return false;
+    }
+    return true;
+  };
   // A missing rank last seen on this CPU is not running: spinning would only delay it.
   auto missing_here = [&] {
-    for (int q = 0; q < size_; ++q) {
-      if (q != rank_ && control_->reached[q].generation.load(std::memory_order_relaxed) < target &&
-          control_->reached[q].cpu.load(std::memory_order_relaxed) == cpu) {
+    for (int q = next; q < size_; ++q) {
+      if (q != rank_ && !reached(q, target) && control_->reached[q].cpu.load(std::memory_order_relaxed) == cpu) {
         return true;
       }
     }
@@ -136,8 +144,7 @@ void ShmCollectives::wait(uint32_t target, const Call& call, Clock::time_point d
   const auto start = Clock::now();
   bool yield_now = false;
   for (int spin = 0;; ++spin) {
-    const uint32_t seen = control_->generation.load(std::memory_order_acquire);
-    if (seen == target) return;
+    if (all_here()) return;
     if (!yield_now && (spin & 63) != 0) continue;
     const auto waited = Clock::now() - start;
     yield_now = yield_now || missing_here();
@@ -147,7 +154,7 @@ void ShmCollectives::wait(uint32_t target, const Call& call, Clock::time_point d
       // so the kernel's balancer never moves one. Sleeping instead lets the peer run alone,
       // and its wake-up of this rank places it on an idle core if there is one. Only now
       // and then: when no core is idle, the futex round trip costs more than the yield.
-      shm_wait::sleepWhile(&control_->generation, seen, &control_->sleepers);
+      shm_wait::sleepUnless(&control_->bell, &control_->sleepers, all_here);
       last_separation_ = Clock::now();
       continue;
     }
@@ -156,12 +163,12 @@ void ShmCollectives::wait(uint32_t target, const Call& call, Clock::time_point d
       std::this_thread::yield();
       continue;
     }
-    shm_wait::sleepWhile(&control_->generation, seen, &control_->sleepers);
-    if (control_->generation.load(std::memory_order_acquire) == target) return;
+    shm_wait::sleepUnless(&control_->bell, &control_->sleepers, all_here);
+    if (all_here()) return;
     // Who is missing, and is it dead or just late?
     std::string missing;
     for (int q = 0; q < size_; ++q) {
-      if (control_->reached[q].generation.load(std::memory_order_relaxed) >= target) continue;
+      if (q == rank_ || reached(q, target)) continue;
       if (peer_gone_(q)) throw PeerError(fmt::format("{} (shared memory): {} died", opName(call), peer_name_(q)));
       missing += (missing.empty() ? "" : ", ") + peer_name_(q);
     }

@@ -1,6 +1,6 @@
 // Collectives through shared memory, for a group whose ranks all live on one host: every
 // rank has a slot (two sets of them, alternating) and a cache line of its own, and the ranks
-// meet at a counter barrier.
+// meet at a barrier where each waits for the others' lines to show the barrier's generation.
 //   all_reduce: the buffer goes through in chunks; for each chunk every rank reduces its 1/n
 //     share (vectorised loops, one rank per share, so every rank gets bitwise the same result)
 //     from what the others copied into their slots, publishes it, and copies the others'
@@ -78,8 +78,10 @@ class ShmCollectives {
   // Meets every rank of the group having named `call`. Throws PeerError naming the missing
   // ranks when one died or the deadline passed, and DdprunError when a rank named another call.
   void meet(const Call& call, Clock::time_point deadline);
-  // Until the barrier's generation reaches `target` (the rest of meet()).
+  // Until every rank has arrived at barrier generation `target` (the rest of meet()).
   void wait(uint32_t target, const Call& call, Clock::time_point deadline);
+  // Whether rank q has arrived at generation `target`.
+  bool reached(int q, uint32_t target) const;
   // The slot set of the next phase (they alternate; see allReduce()).
   uint8_t* nextSet() { return slots_ + (chunks_done_++ % 2) * size_ * slot_bytes_; }
   uint8_t* slot(uint8_t* set, int q) const { return set + q * slot_bytes_; }

@@ -58,4 +58,23 @@ inline void wakeSleepers(std::atomic<uint32_t>* word, std::atomic<uint32_t>* sle
   if (sleepers->load(std::memory_order_seq_cst) != 0) wakeAll(word);
 }
 
+// For a wait on a condition of several words (done()): sleeps on `bell` (one slice) unless
+// done() holds once the sleeper is counted. Pairs with ring(): a rank that may complete the
+// condition stores its part with seq_cst and then rings; either the ringer sees the count
+// (and changes the bell, so the futex call returns at once or is woken), or the sleeper's
+// done() sees the ringer's store.
+template <typename Done>
+void sleepUnless(std::atomic<uint32_t>* bell, std::atomic<uint32_t>* sleepers, Done done) {
+  sleepers->fetch_add(1, std::memory_order_seq_cst);
+  const uint32_t seen = bell->load(std::memory_order_seq_cst);
+  if (!done()) sleepWhile(bell, seen);
+  sleepers->fetch_sub(1, std::memory_order_seq_cst);
+}
+
+inline void ring(std::atomic<uint32_t>* bell, std::atomic<uint32_t>* sleepers) {
+  if (sleepers->load(std::memory_order_seq_cst) == 0) return;
+  bell->fetch_add(1, std::memory_order_seq_cst);
+  wakeAll(bell);
+}
+
 }  // namespace ddprun::runtime::shm_wait
