@@ -159,7 +159,7 @@ void allReduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, Redu
 
 void broadcast(CollectiveContext ctx, void* buf, size_t bytes, int root) {
   const int p = ctx.links.size();
-  if (ctx.shm && p > 1 && ctx.shm->small(bytes)) {
+  if (ctx.shm && p > 1 && bytes > 0) {
     ctx.shm->broadcast(buf, bytes, root, ctx.deadline);
     return;
   }
@@ -215,7 +215,7 @@ void allGather(CollectiveContext ctx, const void* in, void* out, size_t bytes_pe
 
 void allGatherInto(CollectiveContext ctx, const void* in, void* const* outs, size_t bytes_per_rank) {
   const int p = ctx.links.size(), r = ctx.links.rank();
-  if (ctx.shm && p > 1 && ctx.shm->small(bytes_per_rank)) {
+  if (ctx.shm && p > 1 && bytes_per_rank > 0) {
     ctx.shm->allGather(in, outs, bytes_per_rank, ctx.deadline);
     return;
   }
@@ -270,7 +270,7 @@ void reduceScatterFrom(CollectiveContext ctx, const void* const* ins, void* out,
                        ReduceOp op) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   const size_t block = count_per_rank * dtypeSize(dtype);
-  if (ctx.shm && p > 1 && ctx.shm->small(block * p)) {
+  if (ctx.shm && p > 1 && block > 0) {
     ctx.shm->reduceScatter(ins, out, count_per_rank, dtype, op, ctx.deadline);
     return;
   }

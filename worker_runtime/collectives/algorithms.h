@@ -38,8 +38,8 @@ struct CollectiveContext {
   Links& links;
   Clock::time_point deadline;
   std::vector<uint8_t>& scratch;  // reused between calls; grows as needed
-  // Set when every rank is on this host: all_reduce, the barrier and small broadcast,
-  // all_gather and reduce_scatter go through it.
+  // Set when every rank is on this host: all_reduce, broadcast, all_gather, reduce_scatter
+  // and the barrier go through it.
   ShmCollectives* shm = nullptr;
   CollectiveOptions options = {};
 };

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <thread>
 
+#include <sched.h>
+
 #include <fmt/format.h>
 
 #include "common/error.h"
@@ -50,6 +52,8 @@ ShmCollectives::ShmCollectives(rendezvous::Store& store, const std::string& pref
   segment_ = std::make_unique<ShmSegment>(store, prefix, rank, size, control + 2 * size * slot_bytes_, timeout);
   // A fresh segment is zero-filled: every counter starts at 0.
   control_ = static_cast<Control*>(segment_->data());
+  cpu_set_t cpus;
+  oversubscribed_ = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && size_ > CPU_COUNT(&cpus);
   slots_ = static_cast<uint8_t*>(segment_->data()) + control;
 }
 
@@ -142,7 +146,8 @@ void ShmCollectives::wait(uint32_t target, const Call& call, Clock::time_point d
     return false;
   };
   const auto start = Clock::now();
-  bool yield_now = false;
+  // With more ranks than CPUs some rank is always off a CPU: spinning only keeps it off.
+  bool yield_now = oversubscribed_;
   for (int spin = 0;; ++spin) {
     if (all_here()) return;
     if (!yield_now && (spin & 63) != 0) continue;
@@ -233,32 +238,82 @@ void ShmCollectives::allReduce(void* buf, size_t count, DType dtype, ReduceOp op
 
 void ShmCollectives::barrier(Clock::time_point deadline) { meet(callOf(Op::kBarrier, 0), deadline); }
 
+// Buffers go through in chunks of kPipelineBytes (per rank, for all_gather), one barrier
+// per chunk: the sets alternate, so a rank writes a set again only after the
+// next chunk's barrier, which every rank reaches only once it has read this one. The copies
+// into the slots of chunk k+1 overlap the copies out of chunk k on the other ranks.
 void ShmCollectives::broadcast(void* buf, size_t bytes, int root, Clock::time_point deadline) {
-  DDPRUN_CHECK(small(bytes), "shared-memory broadcast of " + std::to_string(bytes) + " bytes");
-  uint8_t* set = nextSet();
-  if (rank_ == root) std::memcpy(slot(set, root), buf, bytes);
-  meet(callOf(Op::kBroadcast, bytes, DType::kUInt8, ReduceOp::kSum, root), deadline);
-  if (rank_ != root) std::memcpy(buf, slot(set, root), bytes);
+  const Call call = callOf(Op::kBroadcast, bytes, DType::kUInt8, ReduceOp::kSum, root);
+  auto* data = static_cast<uint8_t*>(buf);
+  size_t offset = 0;
+  const size_t chunk = std::min(slot_bytes_, kPipelineBytes);
+  do {
+    const size_t len = std::min(chunk, bytes - offset);
+    uint8_t* set = nextSet();
+    if (rank_ == root) std::memcpy(slot(set, root), data + offset, len);
+    meet(call, deadline);
+    if (rank_ != root) std::memcpy(data + offset, slot(set, root), len);
+    offset += len;
+  } while (offset < bytes);
 }
 
 void ShmCollectives::allGather(const void* in, void* const* outs, size_t bytes_per_rank, Clock::time_point deadline) {
-  DDPRUN_CHECK(small(bytes_per_rank), "shared-memory all_gather of " + std::to_string(bytes_per_rank) + " bytes");
-  uint8_t* set = nextSet();
-  std::memcpy(slot(set, rank_), in, bytes_per_rank);
-  meet(callOf(Op::kAllGather, bytes_per_rank), deadline);
-  for (int q = 0; q < size_; ++q) std::memcpy(outs[q], slot(set, q), bytes_per_rank);
+  const Call call = callOf(Op::kAllGather, bytes_per_rank);
+  const auto* mine = static_cast<const uint8_t*>(in);
+  auto* own = static_cast<uint8_t*>(outs[rank_]);
+  size_t offset = 0;
+  const size_t chunk = std::min(slot_bytes_, kPipelineBytes);
+  do {
+    const size_t len = std::min(chunk, bytes_per_rank - offset);
+    uint8_t* set = nextSet();
+    std::memcpy(slot(set, rank_), mine + offset, len);
+    // Its own block straight from the input, while the others may still be copying in.
+    if (own != mine) std::memcpy(own + offset, mine + offset, len);
+    meet(call, deadline);
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) std::memcpy(static_cast<uint8_t*>(outs[q]) + offset, slot(set, q), len);
+    }
+    offset += len;
+  } while (offset < bytes_per_rank);
 }
 
+// Small: every rank copies its whole input into its slot and, after one barrier, sums block
+// rank() of every slot in rank order. Larger, per chunk of each block (a slot holds the chunk
+// of every block): each rank copies the chunks the others reduce (its own stays in its
+// input), meets, and reduces its own chunk, its own data first, then the others in order.
 void ShmCollectives::reduceScatter(const void* const* ins, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
                                    Clock::time_point deadline) {
-  const size_t block = count_per_rank * dtypeSize(dtype);
-  DDPRUN_CHECK(small(block * size_), "shared-memory reduce_scatter of " + std::to_string(block * size_) + " bytes");
-  uint8_t* set = nextSet();
-  for (int q = 0; q < size_; ++q) std::memcpy(slot(set, rank_) + q * block, ins[q], block);
-  meet(callOf(Op::kReduceScatter, block, dtype, op), deadline);
-  // Rank order from rank 0's block, as all_reduce sums: the same bits as an all_reduce.
-  std::memcpy(out, slot(set, 0) + rank_ * block, block);
-  for (int q = 1; q < size_; ++q) reduceInto(out, slot(set, q) + rank_ * block, count_per_rank, dtype, op);
+  const size_t esize = dtypeSize(dtype);
+  const size_t block = count_per_rank * esize;
+  const Call call = callOf(Op::kReduceScatter, block, dtype, op);
+  auto* result = static_cast<uint8_t*>(out);
+  if (small(block * size_)) {
+    uint8_t* set = nextSet();
+    for (int q = 0; q < size_; ++q) std::memcpy(slot(set, rank_) + q * block, ins[q], block);
+    meet(call, deadline);
+    // Rank order from rank 0's block, as all_reduce sums: the same bits as an all_reduce.
+    std::memcpy(result, slot(set, 0) + rank_ * block, block);
+    for (int q = 1; q < size_; ++q) reduceInto(result, slot(set, q) + rank_ * block, count_per_rank, dtype, op);
+  } else {
+    // Each block's chunk: a slot's share per block, whole elements on 64-byte boundaries.
+    const size_t piece = std::max<size_t>(esize, slot_bytes_ / size_ / 64 * 64 / esize * esize);
+    DDPRUN_CHECK(piece * size_ <= slot_bytes_,
+                 fmt::format("shared-memory reduce_scatter: {} ranks' elements of {} bytes "
+                             "in a slot of {}",
+                             size_, esize, slot_bytes_));
+    for (size_t offset = 0; offset < block; offset += piece) {
+      const size_t len = std::min(piece, block - offset);
+      uint8_t* set = nextSet();
+      for (int q = 0; q < size_; ++q) {
+        if (q != rank_) std::memcpy(slot(set, rank_) + q * piece, static_cast<const uint8_t*>(ins[q]) + offset, len);
+      }
+      meet(call, deadline);
+      std::memcpy(result + offset, static_cast<const uint8_t*>(ins[rank_]) + offset, len);
+      for (int q = 0; q < size_; ++q) {
+        if (q != rank_) reduceInto(result + offset, slot(set, q) + rank_ * piece, len / esize, dtype, op);
+      }
+    }
+  }
   if (op == ReduceOp::kAvg) divideBy(out, count_per_rank, dtype, size_);
 }
 
