@@ -2,27 +2,30 @@
 
 namespace ddprun::runtime {
 
-bool Work::isCompleted() const {
-  std::lock_guard lock(mutex_);
-  return done_;
+std::shared_ptr<Work> Work::completed(std::exception_ptr error) {
+  auto work = std::make_shared<Work>();
+  work->error_ = std::move(error);
+  work->done_.store(true, std::memory_order_release);
+  return work;
 }
 
-bool Work::isSuccess() const {
-  std::lock_guard lock(mutex_);
-  return done_ && !error_;
-}
+bool Work::isCompleted() const { return done_.load(std::memory_order_acquire); }
+
+bool Work::isSuccess() const { return done_.load(std::memory_order_acquire) && !error_; }
 
 void Work::wait() {
-  std::unique_lock lock(mutex_);
-  done_cv_.wait(lock, [this] { return done_; });
+  if (!done_.load(std::memory_order_acquire)) {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, [this] { return done_.load(std::memory_order_relaxed); });
+  }
   if (error_) std::rethrow_exception(error_);
 }
 
 void Work::complete(std::exception_ptr error) {
   {
     std::lock_guard lock(mutex_);
-    done_ = true;
     error_ = std::move(error);
+    done_.store(true, std::memory_order_release);
   }
   done_cv_.notify_all();
 }

@@ -2,6 +2,7 @@
 // done and rethrows its failure there (nothing is thrown across threads).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -11,6 +12,9 @@ namespace ddprun::runtime {
 
 class Work {
  public:
+  // A Work already done: what an operation that ran on the caller's thread returns.
+  static std::shared_ptr<Work> completed(std::exception_ptr error);
+
   // True once the operation finished, successfully or not. Thread-safe, never blocks.
   bool isCompleted() const;
   // True once it finished without error.
@@ -23,7 +27,9 @@ class Work {
  private:
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
-  bool done_ = false;
+  // Set once, after error_, under mutex_ (for wait()'s condition variable); read without it
+  // by the checks of a finished Work, so waiting on one costs no lock.
+  std::atomic<bool> done_{false};
   std::exception_ptr error_;
 };
 

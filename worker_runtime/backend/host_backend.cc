@@ -100,7 +100,7 @@ WorkPtr HostBackend::enqueue(std::function<void(CollectiveContext&)> collective,
 
 CollectiveContext HostBackend::context() {
   Links& links = shm_links_ ? static_cast<Links&>(*shm_links_) : static_cast<Links&>(mesh_);
-  return CollectiveContext{links, Clock::now() + timeout_, scratch_, shm_.get(), options_.collectives};
+  return CollectiveContext{links, coarseNow() + timeout_, scratch_, shm_.get(), options_.collectives};
 }
 
 WorkPtr HostBackend::run(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info) {
@@ -127,7 +127,6 @@ WorkPtr HostBackend::run(std::function<void(CollectiveContext&)> collective, con
       error = std::current_exception();
     }
   }
-  auto work = std::make_shared<Work>();
   lock.lock();
   if (error && !broken_) broken_ = error;
   recorder_.finish(seq, !error);
@@ -135,8 +134,7 @@ WorkPtr HostBackend::run(std::function<void(CollectiveContext&)> collective, con
   const bool more = !queue_.empty();  // queued by other threads meanwhile
   lock.unlock();
   if (more) wake_.notify_one();
-  work->complete(error);
-  return work;
+  return Work::completed(error);
 }
 
 void HostBackend::loop() {

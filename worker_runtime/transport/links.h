@@ -3,6 +3,8 @@
 // the algorithms never know which one they run on.
 #pragma once
 
+#include <time.h>
+
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -16,6 +18,15 @@
 namespace ddprun::runtime {
 
 using Clock = std::chrono::steady_clock;
+
+// Clock::now() as of the kernel's last tick (CLOCK_MONOTONIC_COARSE, steady_clock's time base):
+// a few nanoseconds a call instead of tens, at most a tick (1-4 ms) behind. For deadlines
+// set on every small collective, where a few milliseconds do not matter.
+inline Clock::time_point coarseNow() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+}
 
 struct Transfer {
   int peer = 0;
