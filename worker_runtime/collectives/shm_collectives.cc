@@ -95,6 +95,18 @@ std::string ShmCollectives::describe(const Call& call) {
 }
 
 void ShmCollectives::meet(const Call& call, Clock::time_point deadline) {
+  settle(deadline);
+  const uint32_t target = arrive(call);
+  wait(target, call, deadline);
+  checkCalls(target, call);
+}
+
+uint8_t* ShmCollectives::nextSet(Clock::time_point deadline) {
+  settle(deadline);
+  return slots_ + (chunks_done_++ % 2) * size_ * slot_bytes_;
+}
+
+uint32_t ShmCollectives::arrive(const Call& call) {
   const uint32_t target = ++generation_;
   Reached& mine = control_->reached[rank_];
   const int named = target % 2;
@@ -104,9 +116,22 @@ void ShmCollectives::meet(const Call& call, Clock::time_point deadline) {
   // Releases this rank's call and slot writes to the peers that acquire it (seq_cst for ring()).
   mine.generation.store(target, std::memory_order_seq_cst);
   shm_wait::ring(&control_->bell, &control_->sleepers);
-  wait(target, call, deadline);
+  return target;
+}
+
+void ShmCollectives::settle(Clock::time_point deadline) {
+  if (!unsettled_) return;
+  const Unsettled last = *unsettled_;
+  unsettled_.reset();
+  wait(last.generation, last.call, deadline);
+  checkCalls(last.generation, last.call);
+}
+
+void ShmCollectives::checkCalls(uint32_t generation, const Call& call) const {
   // Every rank compares every call with rank 0's, so every rank throws the same line (and
-  // the slot sets stay in step).
+  // the slot sets stay in step). A rank's call at `generation` stays on its line until it
+  // names the one at generation + 2, which it can only do once this rank arrived at + 1.
+  const int named = generation % 2;
   auto callAt = [&](int q) {
     const Reached& r = control_->reached[q];
     return q == rank_
@@ -150,11 +175,19 @@ void ShmCollectives::wait(uint32_t target, const Call& call, Clock::time_point d
   bool yield_now = oversubscribed_;
   for (int spin = 0;; ++spin) {
     if (all_here()) return;
+    if (yield_now && (spin & 15) != 0) {
+      // Yielding: the clock and the peers' CPUs only now and then, as every nanosecond
+      // here delays the rank this one yields to when they share a core.
+      std::this_thread::yield();
+      continue;
+    }
     if (!yield_now && (spin & 63) != 0) continue;
     const auto waited = Clock::now() - start;
     yield_now = yield_now || missing_here();
-    // Long waits (a late or dead peer) go on to the checks below.
-    if (yield_now && waited < shm_wait::kYieldFor && Clock::now() - last_separation_ > kSeparateEvery) {
+    // Long waits (a late or dead peer) go on to the checks below. With more ranks than
+    // CPUs there is no idle core to move to.
+    if (yield_now && !oversubscribed_ && waited < shm_wait::kYieldFor &&
+        Clock::now() - last_separation_ > kSeparateEvery) {
       // Yielding back and forth keeps both ranks on this core: each always has just run,
       // so the kernel's balancer never moves one. Sleeping instead lets the peer run alone,
       // and its wake-up of this rank places it on an idle core if there is one. Only now
@@ -200,7 +233,7 @@ void ShmCollectives::allReduce(void* buf, size_t count, DType dtype, ReduceOp op
     // the same bits). One barrier suffices because the sets alternate: a rank can only
     // write this set again after the next call's barrier, which every rank reaches only
     // once it has read this one. The other one-barrier collectives below rely on the same.
-    uint8_t* set = nextSet();
+    uint8_t* set = nextSet(deadline);
     std::memcpy(slot(set, rank_), buf, bytes);
     meet(call, deadline);
     std::memcpy(buf, set, bytes);
@@ -214,7 +247,7 @@ void ShmCollectives::allReduce(void* buf, size_t count, DType dtype, ReduceOp op
     const size_t len = std::min(per_chunk, count - offset);
     // Sets alternate across calls too: a fast rank starting the next call (whose shares
     // may fall elsewhere) writes the other set while a slow one still reads this one.
-    uint8_t* set = nextSet();
+    uint8_t* set = nextSet(deadline);
     uint8_t* chunk = user + offset * esize;
     auto begin = [&](int q) { return len * q / size_ * esize; };
     for (int q = 0; q < size_; ++q) {
@@ -242,6 +275,9 @@ void ShmCollectives::barrier(Clock::time_point deadline) { meet(callOf(Op::kBarr
 // per chunk: the sets alternate, so a rank writes a set again only after the
 // next chunk's barrier, which every rank reaches only once it has read this one. The copies
 // into the slots of chunk k+1 overlap the copies out of chunk k on the other ranks.
+// The root does not wait for the others to copy out (they wait for it): it leaves as soon as
+// its data is in, as an eager send would, and settles before it next writes a set (so a
+// large broadcast's root runs a chunk ahead).
 void ShmCollectives::broadcast(void* buf, size_t bytes, int root, Clock::time_point deadline) {
   const Call call = callOf(Op::kBroadcast, bytes, DType::kUInt8, ReduceOp::kSum, root);
   auto* data = static_cast<uint8_t*>(buf);
@@ -249,10 +285,14 @@ void ShmCollectives::broadcast(void* buf, size_t bytes, int root, Clock::time_po
   const size_t chunk = std::min(slot_bytes_, kPipelineBytes);
   do {
     const size_t len = std::min(chunk, bytes - offset);
-    uint8_t* set = nextSet();
-    if (rank_ == root) std::memcpy(slot(set, root), data + offset, len);
-    meet(call, deadline);
-    if (rank_ != root) std::memcpy(data + offset, slot(set, root), len);
+    uint8_t* set = nextSet(deadline);
+    if (rank_ == root) {
+      std::memcpy(slot(set, root), data + offset, len);
+      unsettled_ = Unsettled{arrive(call), call};
+    } else {
+      meet(call, deadline);
+      std::memcpy(data + offset, slot(set, root), len);
+    }
     offset += len;
   } while (offset < bytes);
 }
@@ -265,7 +305,7 @@ void ShmCollectives::allGather(const void* in, void* const* outs, size_t bytes_p
   const size_t chunk = std::min(slot_bytes_, kPipelineBytes);
   do {
     const size_t len = std::min(chunk, bytes_per_rank - offset);
-    uint8_t* set = nextSet();
+    uint8_t* set = nextSet(deadline);
     std::memcpy(slot(set, rank_), mine + offset, len);
     // Its own block straight from the input, while the others may still be copying in.
     if (own != mine) std::memcpy(own + offset, mine + offset, len);
@@ -288,7 +328,7 @@ void ShmCollectives::reduceScatter(const void* const* ins, void* out, size_t cou
   const Call call = callOf(Op::kReduceScatter, block, dtype, op);
   auto* result = static_cast<uint8_t*>(out);
   if (small(block * size_)) {
-    uint8_t* set = nextSet();
+    uint8_t* set = nextSet(deadline);
     for (int q = 0; q < size_; ++q) std::memcpy(slot(set, rank_) + q * block, ins[q], block);
     meet(call, deadline);
     // Rank order from rank 0's block, as all_reduce sums: the same bits as an all_reduce.
@@ -303,7 +343,7 @@ void ShmCollectives::reduceScatter(const void* const* ins, void* out, size_t cou
                              size_, esize, slot_bytes_));
     for (size_t offset = 0; offset < block; offset += piece) {
       const size_t len = std::min(piece, block - offset);
-      uint8_t* set = nextSet();
+      uint8_t* set = nextSet(deadline);
       for (int q = 0; q < size_; ++q) {
         if (q != rank_) std::memcpy(slot(set, rank_) + q * piece, static_cast<const uint8_t*>(ins[q]) + offset, len);
       }

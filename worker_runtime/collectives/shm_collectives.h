@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "rendezvous/store.h"
 #include "worker_runtime/collectives/dtype.h"
@@ -78,15 +79,31 @@ class ShmCollectives {
                      int root = -1);
   static const char* opName(const Call& call);
   static std::string describe(const Call& call);
-  // Meets every rank of the group having named `call`. Throws PeerError naming the missing
-  // ranks when one died or the deadline passed, and DdprunError when a rank named another call.
+  // Meets every rank of the group having named `call` (settle(), arrive(), wait(), then
+  // checkCalls()). Throws PeerError naming the missing ranks when one died or the deadline
+  // passed, and DdprunError when a rank named another call.
   void meet(const Call& call, Clock::time_point deadline);
+  // Names `call` at the next generation and marks this rank arrived there; returns it.
+  uint32_t arrive(const Call& call);
+  // Throws DdprunError when some rank named another call than rank 0's at `generation`
+  // (every rank has arrived there).
+  void checkCalls(uint32_t generation, const Call& call) const;
+  // A rank that arrived without waiting (a broadcast's root) waits, and checks the calls,
+  // here: before it writes a slot set again or meets the others, each op calls this first.
+  // A set is written again two chunks later, by when every rank has read it (they read it
+  // before they arrive at the next generation).
+  void settle(Clock::time_point deadline);
+  struct Unsettled {
+    uint32_t generation;
+    Call call;
+  };
+  std::optional<Unsettled> unsettled_;
   // Until every rank has arrived at barrier generation `target` (the rest of meet()).
   void wait(uint32_t target, const Call& call, Clock::time_point deadline);
   // Whether rank q has arrived at generation `target`.
   bool reached(int q, uint32_t target) const;
-  // The slot set of the next phase (they alternate; see allReduce()).
-  uint8_t* nextSet() { return slots_ + (chunks_done_++ % 2) * size_ * slot_bytes_; }
+  // The slot set of the next phase (they alternate; see allReduce()), once settled.
+  uint8_t* nextSet(Clock::time_point deadline);
   uint8_t* slot(uint8_t* set, int q) const { return set + q * slot_bytes_; }
 
   int rank_;
