@@ -172,9 +172,12 @@ void broadcast(CollectiveContext ctx, void* buf, size_t bytes, int root) {
     }
     mask <<= 1;
   }
+  // To every child at once: one slow child does not hold up the others' copies.
+  std::vector<Transfer> sends;
   for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (v + mask < p) sendTo(ctx, mod(v + mask + root, p), buf, bytes, "broadcast");
+    if (v + mask < p) sends.push_back(Transfer{mod(v + mask + root, p), true, buf, bytes, {}, 0, 0});
   }
+  if (!sends.empty()) ctx.links.exchange(sends, ctx.deadline, "broadcast");
 }
 
 void reduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceOp op, int root) {

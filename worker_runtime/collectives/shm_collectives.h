@@ -7,12 +7,14 @@
 //     shares out (see allReduce()). Buffers up to kOneBarrierBytes skip the split: every rank
 //     sums every slot after a single barrier.
 //   broadcast, all_gather, reduce_scatter: the ranks copy into their slots, meet, copy out
-//     (and reduce_scatter reduces on the way out), one barrier per slot-sized chunk;
+//     (and reduce_scatter reduces on the way out), one barrier per chunk; a broadcast's root
+//     does not wait at it (the others wait for the root, not the root for them);
 //   barrier: one barrier.
 // Each rank names what it calls (op, size, type, operator, root) on its line before every
 // barrier, and checks everyone's after it: mismatched collectives throw a DdprunError naming
 // both calls on every rank, where they would otherwise complete with each other's data.
-// Barriers spin briefly, then sleep on a futex; a rank that never arrives is reported by rank
+// Barriers spin briefly (with more ranks than CPUs, not at all), yield, then sleep on a
+// futex; a rank that never arrives is reported by rank
 // and address within the deadline (sooner when its TCP connection shows it died).
 // Thread-safety: one thread at a time (the group's collective thread, or a caller running a
 // synchronous collective inline: the backend serialises them); generation_ and chunks_done_
@@ -47,8 +49,10 @@ class ShmCollectives {
   // passed) or DdprunError (the ranks called different collectives).
   void allReduce(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline);
   void barrier(Clock::time_point deadline);
-  // The blocks of all_gather and reduce_scatter are in rank order, size() of them.
+  // A broadcast's root returns once its data is in shared memory; it waits for the others
+  // (and learns of a mismatch or a dead peer) at its next call.
   void broadcast(void* buf, size_t bytes, int root, Clock::time_point deadline);
+  // The blocks of all_gather and reduce_scatter are in rank order, size() of them.
   void allGather(const void* in, void* const* outs, size_t bytes_per_rank, Clock::time_point deadline);
   void reduceScatter(const void* const* ins, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
                      Clock::time_point deadline);
@@ -93,11 +97,6 @@ class ShmCollectives {
   // A set is written again two chunks later, by when every rank has read it (they read it
   // before they arrive at the next generation).
   void settle(Clock::time_point deadline);
-  struct Unsettled {
-    uint32_t generation;
-    Call call;
-  };
-  std::optional<Unsettled> unsettled_;
   // Until every rank has arrived at barrier generation `target` (the rest of meet()).
   void wait(uint32_t target, const Call& call, Clock::time_point deadline);
   // Whether rank q has arrived at generation `target`.
@@ -114,6 +113,12 @@ class ShmCollectives {
   uint8_t* slots_;
   uint32_t generation_ = 0;
   uint64_t chunks_done_ = 0;  // selects the slot set; advances identically on every rank
+  // The generation and call this rank arrived at without waiting (see settle()).
+  struct Unsettled {
+    uint32_t generation;
+    Call call;
+  };
+  std::optional<Unsettled> unsettled_;
   // The last time a barrier slept to move off a core it shared with a peer (see wait()).
   static constexpr auto kSeparateEvery = std::chrono::milliseconds(10);
   Clock::time_point last_separation_{};
