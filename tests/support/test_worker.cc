@@ -17,11 +17,11 @@
 //                                holds it HOLD_MS (in sleepInTimedScope) while TORCHELASTIC_RESTART_COUNT <
 //                                ATTEMPTS, the others 10 ms; print "released rank=R" and exit 0
 //   stop-self                    print "ready pid=PID", then SIGSTOP itself (and pause if continued)
-//   collectives STEPS STEP_MS SLOW_RANK SLOW_AT SLOW_MS ATTEMPTS [sleep|broadcast [TIMEOUT_MS [COUNT]]]
-//                                STEPS all_reduces of COUNT (default 1024) float32 on a host backend
-//                                (checked), each after STEP_MS of "compute"; while TORCHELASTIC_RESTART_COUNT <
-//                                ATTEMPTS rank SLOW_RANK first sleeps SLOW_MS (in sleepBeforeCollective) before
-//                                all_reduce #SLOW_AT (0: before every one), or with `broadcast` calls broadcast from
+//   collectives STEPS STEP_MS SLOW_RANK SLOW_AT SLOW_MS ATTEMPTS [sleep|broadcast [TIMEOUT_MS]]
+//                                STEPS all_reduces of 1024 float32 on a host backend (checked), each after
+//                                STEP_MS of "compute"; while TORCHELASTIC_RESTART_COUNT < ATTEMPTS rank
+//                                SLOW_RANK first sleeps SLOW_MS (in sleepBeforeCollective) before all_reduce
+//                                #SLOW_AT (0: before every one), or with `broadcast` calls broadcast from
 //                                rank 0 there instead; the group's timeout is TIMEOUT_MS (default 60000);
 //                                prints "step I rank=R", then "done rank=R"
 //   p2p-recv ATTEMPTS [TIMEOUT_MS]
@@ -204,13 +204,13 @@ int modeP2PRecv(int attempts, int timeout_ms, int attempt) {
 }
 
 int modeCollectives(int steps, int step_ms, int slow_rank, int slow_at, int slow_ms, int attempts, bool broadcast,
-                    int timeout_ms, int count, int attempt) {
+                    int timeout_ms, int attempt) {
   using namespace ddprun::runtime;
   const auto e = StoreEnv::fromEnvironment();
   auto store = connectToAgentStore(e);
   HostBackend backend(*store, "test/collectives/" + std::to_string(attempt) + "/", e.rank, e.world_size,
                       store->localAddress(), std::chrono::milliseconds(timeout_ms));
-  std::vector<float> buf(count);
+  std::vector<float> buf(1024);
   const ddprun::FlightOpInfo all_reduce{ddprun::FlightOp::kAllReduce, ddprun::FlightDType::kFloat32, buf.size(), -1};
   for (int step = 1; step <= steps; ++step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
     if (mode == "collectives") {
       return modeCollectives(std::stoi(arg(2)), std::stoi(arg(3)), std::stoi(arg(4)), std::stoi(arg(5)),
                              std::stoi(arg(6)), std::stoi(arg(7)), argc > 8 && std::string(argv[8]) == "broadcast",
-                             argc > 9 ? std::stoi(arg(9)) : 60000, argc > 10 ? std::stoi(arg(10)) : 1024, attempt);
+                             argc > 9 ? std::stoi(arg(9)) : 60000, attempt);
     }
     if (mode == "p2p-recv") return modeP2PRecv(std::stoi(arg(2)), argc > 3 ? std::stoi(arg(3)) : 60000, attempt);
     if (mode == "stop-self") {
