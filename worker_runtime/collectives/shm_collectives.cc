@@ -48,12 +48,17 @@ ShmCollectives::ShmCollectives(rendezvous::Store& store, const std::string& pref
   // Multiples of 64 keep every slot aligned for any element type (and on its own cache lines).
   DDPRUN_CHECK(slot_bytes > 0 && slot_bytes % 64 == 0,
                "shared-memory collectives' slot of " + std::to_string(slot_bytes) + " bytes");
-  const size_t control = (sizeof(Control) + sizeof(Reached) * size + 4095) / 4096 * 4096;
+  const size_t masks = sizeof(Control) + sizeof(Reached) * size;
+  const size_t control = (masks + sizeof(cpu_set_t) * size + 4095) / 4096 * 4096;
   segment_ = std::make_unique<ShmSegment>(store, prefix, rank, size, control + 2 * size * slot_bytes_, timeout);
   // A fresh segment is zero-filled: every counter starts at 0.
   control_ = static_cast<Control*>(segment_->data());
-  cpu_set_t cpus;
-  oversubscribed_ = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && size_ > CPU_COUNT(&cpus);
+  cpus_ = reinterpret_cast<cpu_set_t*>(static_cast<uint8_t*>(segment_->data()) + masks);
+  // The CPUs this rank may run on, for learnCpus(); published by the first barrier's arrival.
+  // Unknown (more CPUs than a cpu_set_t holds): all, so the group never counts as oversubscribed.
+  if (::sched_getaffinity(0, sizeof(cpu_set_t), &cpus_[rank_]) != 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &cpus_[rank_]);
+  }
   slots_ = static_cast<uint8_t*>(segment_->data()) + control;
 }
 
@@ -98,6 +103,7 @@ void ShmCollectives::meet(const Call& call, Clock::time_point deadline) {
   settle(deadline);
   const uint32_t target = arrive(call);
   wait(target, call, deadline);
+  if (!cpus_known_) learnCpus();
   checkCalls(target, call);
 }
 
@@ -124,7 +130,17 @@ void ShmCollectives::settle(Clock::time_point deadline) {
   const Unsettled last = *unsettled_;
   unsettled_.reset();
   wait(last.generation, last.call, deadline);
+  if (!cpus_known_) learnCpus();
   checkCalls(last.generation, last.call);
+}
+
+void ShmCollectives::learnCpus() {
+  // Every rank wrote its mask before it first arrived, and this rank has seen them all arrive.
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int q = 0; q < size_; ++q) CPU_OR(&all, &all, &cpus_[q]);
+  oversubscribed_ = size_ > CPU_COUNT(&all);
+  cpus_known_ = true;
 }
 
 void ShmCollectives::checkCalls(uint32_t generation, const Call& call) const {

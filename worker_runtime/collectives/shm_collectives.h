@@ -21,6 +21,8 @@
 // advance in step on every rank and are not locked.
 #pragma once
 
+#include <sched.h>
+
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -56,6 +58,10 @@ class ShmCollectives {
   void allGather(const void* in, void* const* outs, size_t bytes_per_rank, Clock::time_point deadline);
   void reduceScatter(const void* const* ins, void* out, size_t count_per_rank, DType dtype, ReduceOp op,
                      Clock::time_point deadline);
+
+  // Whether the ranks outnumber the CPUs they may run on together (then waiters yield at once
+  // instead of spinning). Known from the first completed barrier on; false before.
+  bool oversubscribed() const { return oversubscribed_; }
 
   // Whether a buffer of `bytes` goes through the slots in one barrier (every rank decides
   // alike, from sizes that match on every rank).
@@ -101,6 +107,8 @@ class ShmCollectives {
   void wait(uint32_t target, const Call& call, Clock::time_point deadline);
   // Whether rank q has arrived at generation `target`.
   bool reached(int q, uint32_t target) const;
+  // Sets oversubscribed_ from every rank's CPUs, once all have arrived at a barrier.
+  void learnCpus();
   // The slot set of the next phase (they alternate; see allReduce()), once settled.
   uint8_t* nextSet(Clock::time_point deadline);
   uint8_t* slot(uint8_t* set, int q) const { return set + q * slot_bytes_; }
@@ -122,7 +130,11 @@ class ShmCollectives {
   // The last time a barrier slept to move off a core it shared with a peer (see wait()).
   static constexpr auto kSeparateEvery = std::chrono::milliseconds(10);
   Clock::time_point last_separation_{};
-  bool oversubscribed_ = false;  // more ranks than this process may use CPUs
+  // Whether the group has more ranks than the CPUs its ranks may run on together (each
+  // rank's affinity mask is in the segment; known after the first barrier: until then, no).
+  bool oversubscribed_ = false;
+  bool cpus_known_ = false;
+  cpu_set_t* cpus_;
   std::function<bool(int)> peer_gone_;
   std::function<std::string(int)> peer_name_;
 };

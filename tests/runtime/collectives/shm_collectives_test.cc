@@ -1,8 +1,11 @@
 // The shared-memory collectives on their own, ranks as threads: all_reduce over several
 // chunks of the default slot size, calls of changing sizes back to back (the two slot sets
 // alternate across calls), the one-barrier broadcast, all_gather, reduce_scatter and barrier
-// among them, mismatched calls named on every rank, and the ranks named when one is dead or
-// does not come.
+// among them, mismatched calls named on every rank, the ranks named when one is dead or
+// does not come, and when the group counts as having more ranks than CPUs.
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -238,4 +241,31 @@ TEST_CASE("a broadcast root runs ahead of slow receivers without overwriting wha
       }
     }
   }));
+}
+
+TEST_CASE("ranks count as oversubscribed once they are known to outnumber the CPUs they may use together") {
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  // Each rank's thread pinned to the CPUs `cpus_of(rank)` names before it builds its side.
+  auto oversubscribedWith = [](int world, std::function<std::vector<int>(int)> cpus_of) {
+    std::vector<int> before(world, -1), after(world, -1);
+    REQUIRE_NOTHROW(runThreads(world, [&](int rank, ddprun::rendezvous::Store& store) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : cpus_of(rank)) CPU_SET(c, &set);
+      if (::pthread_setaffinity_np(::pthread_self(), sizeof set, &set) != 0) throw std::runtime_error("affinity");
+      auto shm = shmOf(store, rank, world, 64);
+      before[rank] = shm->oversubscribed();
+      shm->barrier(Clock::now() + kRankOpTimeout);
+      after[rank] = shm->oversubscribed();
+    }));
+    CHECK(before == std::vector<int>(world, 0));
+    return after;
+  };
+  CHECK(oversubscribedWith(3, [](int) { return std::vector<int>{0}; }) == std::vector<int>{1, 1, 1});
+  CHECK(oversubscribedWith(2, [](int) { return std::vector<int>{0}; }) == std::vector<int>{1, 1});
+  if (cpus >= 2) {
+    // One CPU each: as many CPUs as ranks, though no rank alone may use more than one.
+    CHECK(oversubscribedWith(2, [](int rank) { return std::vector<int>{rank}; }) == std::vector<int>{0, 0});
+    CHECK(oversubscribedWith(3, [](int rank) { return std::vector<int>{rank % 2}; }) == std::vector<int>{1, 1, 1});
+  }
 }
