@@ -29,6 +29,20 @@ std::unique_ptr<ShmCollectives> shmOf(
       [](int q) { return "rank " + std::to_string(q); }, slot_bytes);
 }
 
+// Two ranks; rank 1 leaves at once and is then known dead; rank 0 runs `op`. Throws what
+// runThreads() throws.
+void afterRankOneDied(const std::function<void(ShmCollectives&)>& op) {
+  std::atomic<bool> rank1_gone{false};
+  runThreads(2, [&](int rank, ddprun::rendezvous::Store& store) {
+    auto shm = shmOf(store, rank, 2, 64, [&](int q) { return q == 1 && rank1_gone; });
+    if (rank == 1) {
+      rank1_gone = true;
+      return;
+    }
+    op(*shm);
+  });
+}
+
 }  // namespace
 
 TEST_CASE("the shared-memory all_reduce spans chunks of the default slot size") {
@@ -64,18 +78,10 @@ TEST_CASE("shared-memory all_reduce calls of changing sizes follow each other wi
 }
 
 TEST_CASE("the shared-memory all_reduce names a rank known dead") {
-  std::atomic<bool> rank1_gone{false};
-  REQUIRE_THROWS_WITH(runThreads(2,
-                                 [&](int rank, ddprun::rendezvous::Store& store) {
-                                   auto shm = shmOf(store, rank, 2, 64, [&](int q) { return q == 1 && rank1_gone; });
-                                   if (rank == 1) {
-                                     rank1_gone = true;
-                                     return;
-                                   }
-                                   float x = 1;
-                                   shm->allReduce(&x, 1, DType::kFloat32, ReduceOp::kSum,
-                                                  Clock::now() + kRankOpTimeout);
-                                 }),
+  REQUIRE_THROWS_WITH(afterRankOneDied([](ShmCollectives& shm) {
+                        float x = 1;
+                        shm.allReduce(&x, 1, DType::kFloat32, ReduceOp::kSum, Clock::now() + kRankOpTimeout);
+                      }),
                       "rank 0: all_reduce (shared memory): rank 1 died");
 }
 
@@ -206,18 +212,11 @@ TEST_CASE("mismatched collectives on shared memory fail on every rank naming bot
 TEST_CASE("a shared-memory broadcast names a rank known dead to its receivers and to its root at its next call") {
   for (int root : {1, 0}) {
     INFO("root " << root);
-    std::atomic<bool> rank1_gone{false};
-    REQUIRE_THROWS_WITH(runThreads(2,
-                                   [&](int rank, ddprun::rendezvous::Store& store) {
-                                     auto shm = shmOf(store, rank, 2, 64, [&](int q) { return q == 1 && rank1_gone; });
-                                     if (rank == 1) {
-                                       rank1_gone = true;
-                                       return;
-                                     }
-                                     float x = 1;
-                                     shm->broadcast(&x, 4, root, Clock::now() + kRankOpTimeout);
-                                     shm->barrier(Clock::now() + kRankOpTimeout);
-                                   }),
+    REQUIRE_THROWS_WITH(afterRankOneDied([root](ShmCollectives& shm) {
+                          float x = 1;
+                          shm.broadcast(&x, 4, root, Clock::now() + kRankOpTimeout);
+                          shm.barrier(Clock::now() + kRankOpTimeout);
+                        }),
                         "rank 0: broadcast (shared memory): rank 1 died");
   }
 }
