@@ -351,7 +351,8 @@ void ShmCollectives::reduceScatter(const void* const* ins, void* out, size_t cou
     std::memcpy(result, slot(set, 0) + rank_ * block, block);
     for (int q = 1; q < size_; ++q) reduceInto(result, slot(set, q) + rank_ * block, count_per_rank, dtype, op);
   } else {
-    // Each block's chunk: a slot's share per block, whole elements on 64-byte boundaries.
+    // Each block's chunk: a slot's share per block, whole elements (on 64-byte boundaries
+    // unless the slot is too small for that).
     const size_t piece = std::max<size_t>(esize, slot_bytes_ / size_ / 64 * 64 / esize * esize);
     DDPRUN_CHECK(piece * size_ <= slot_bytes_,
                  fmt::format("shared-memory reduce_scatter: {} ranks' elements of {} bytes "
@@ -364,7 +365,8 @@ void ShmCollectives::reduceScatter(const void* const* ins, void* out, size_t cou
         if (q != rank_) std::memcpy(slot(set, rank_) + q * piece, static_cast<const uint8_t*>(ins[q]) + offset, len);
       }
       meet(call, deadline);
-      std::memcpy(result + offset, static_cast<const uint8_t*>(ins[rank_]) + offset, len);
+      const auto* own = static_cast<const uint8_t*>(ins[rank_]) + offset;
+      if (own != result + offset) std::memcpy(result + offset, own, len);  // in place: already there
       for (int q = 0; q < size_; ++q) {
         if (q != rank_) reduceInto(result + offset, slot(set, q) + rank_ * piece, len / esize, dtype, op);
       }

@@ -190,7 +190,7 @@ TEST_CASE("all_gather puts every rank's block in rank order and works in place")
   });
 }
 
-TEST_CASE("all_gather and reduce_scatter take their blocks from separate buffers") {
+TEST_CASE("all_gather and reduce_scatter take their blocks from separate buffers and reduce_scatter works in place") {
   onEveryTransport([](HostBackend& b) {
     int salt = 0;
     const int p = b.size(), r = b.rank();
@@ -216,6 +216,12 @@ TEST_CASE("all_gather and reduce_scatter take their blocks from separate buffers
         reduceScatterFrom(ctx, ins.data(), out.data(), count, DType::kFloat64, ReduceOp::kSum);
       });
       checkReduced("reduce_scatter from blocks", out.data(), count, ReduceOp::kSum, DType::kFloat64, p, salt,
+                   r * count);
+      // In place: the result lands on this rank's own input block.
+      runOn(b, [&](CollectiveContext& ctx) {
+        reduceScatterFrom(ctx, ins.data(), blocks[r].data(), count, DType::kFloat64, ReduceOp::kSum);
+      });
+      checkReduced("reduce_scatter in place", blocks[r].data(), count, ReduceOp::kSum, DType::kFloat64, p, salt,
                    r * count);
     }
   });
