@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -27,6 +29,17 @@ std::unique_ptr<ShmCollectives> shmOf(
   return std::make_unique<ShmCollectives>(
       store, "shm/", rank, size, kRankOpTimeout, std::move(peer_gone),
       [](int q) { return "rank " + std::to_string(q); }, slot_bytes);
+}
+
+// Catch's assertions are not thread-safe: rank threads throw instead (runThreads reports it).
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what + ": wrong result");
+}
+
+std::vector<float> broadcastValues(size_t count, int round) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(i * 3 + round);
+  return v;
 }
 
 // Two ranks; rank 1 leaves at once and is then known dead; rank 0 runs `op`. Throws what
@@ -114,10 +127,10 @@ TEST_CASE("small broadcast all_gather reduce_scatter and barrier through the slo
         checkReduced("all_reduce", reduced.data(), 200 + round, ReduceOp::kSum, DType::kFloat32, p, salt);
 
         const int root = round % p;
-        std::vector<float> b(count);
-        for (size_t i = 0; i < count; ++i) b[i] = rank == root ? static_cast<float>(i * 3 + round) : -1.f;
+        std::vector<float> b(count, -1.f);
+        if (rank == root) b = broadcastValues(count, round);
         shm->broadcast(b.data(), count * 4, root, deadline());
-        for (size_t i = 0; i < count; ++i) REQUIRE(b[i] == static_cast<float>(i * 3 + round));
+        expect(b == broadcastValues(count, round), "broadcast");
 
         // Blocks anywhere (each its own vector), as a torch user's list of tensors.
         std::vector<float> mine(count, static_cast<float>(rank * 100 + round));
@@ -125,7 +138,9 @@ TEST_CASE("small broadcast all_gather reduce_scatter and barrier through the slo
         std::vector<void*> outs;
         for (auto& a : all) outs.push_back(a.data());
         shm->allGather(mine.data(), outs.data(), count * 4, deadline());
-        for (int q = 0; q < p; ++q) REQUIRE(all[q] == std::vector<float>(count, static_cast<float>(q * 100 + round)));
+        for (int q = 0; q < p; ++q) {
+          expect(all[q] == std::vector<float>(count, static_cast<float>(q * 100 + round)), "all_gather");
+        }
 
         const size_t block = 256 / 4 / p;  // the whole input fills at most one slot
         std::vector<std::vector<float>> in(p);
@@ -133,7 +148,7 @@ TEST_CASE("small broadcast all_gather reduce_scatter and barrier through the slo
         for (int q = 0; q < p; ++q) in[q].assign(block, static_cast<float>(rank + q)), ins.push_back(in[q].data());
         std::vector<float> out(block, -1.f);
         shm->reduceScatter(ins.data(), out.data(), block, DType::kFloat32, ReduceOp::kMax, deadline());
-        REQUIRE(out == std::vector<float>(block, static_cast<float>(p - 1 + rank)));
+        expect(out == std::vector<float>(block, static_cast<float>(p - 1 + rank)), "reduce_scatter");
 
         shm->barrier(deadline());
       }
@@ -231,12 +246,12 @@ TEST_CASE("a broadcast root runs ahead of slow receivers without overwriting wha
       std::vector<float> buf(count, rank == 0 ? static_cast<float>(i) : -1.f);
       if (rank != 0 && i % 7 == rank) std::this_thread::sleep_for(std::chrono::milliseconds(2));
       shm->broadcast(buf.data(), count * 4, 0, deadline());
-      REQUIRE(buf == std::vector<float>(count, static_cast<float>(i)));
+      expect(buf == std::vector<float>(count, static_cast<float>(i)), "broadcast " + std::to_string(i));
       if (i % 10 == 9) {
         // Other ops in between start from a settled root too.
         float x = 1;
         shm->allReduce(&x, 1, DType::kFloat32, ReduceOp::kSum, deadline());
-        REQUIRE(x == 3.f);
+        expect(x == 3.f, "all_reduce after broadcast " + std::to_string(i));
       }
     }
   }));
