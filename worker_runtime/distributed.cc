@@ -496,6 +496,8 @@ WorkPtr reduce_scatter(at::Tensor& output, const std::vector<at::Tensor>& input_
   auto out = stage(output, "reduce_scatter");
   const DType dtype = dtypeOf(output);
   const FlightOpInfo info = flightInfo(FlightOp::kReduceScatter, out.buf);
+  // The output may be one of the inputs: every path copies (or sends) a chunk of the other
+  // ranks' blocks before it writes that chunk of the result.
   if (allContiguous(input_list)) {
     // Straight from the caller's tensors: no flat copy of the input to allocate and fill.
     return issue(

@@ -672,8 +672,24 @@ class Suite {
           check_.settle(dist::reduce_scatter(out, in, op, t.group, m.async_op), m.async_op, m.poll, c);
           check_.expect(out, expectedReduce(op, dt, t.ranks, n, m.salt + 17 * t.me), c, "reduced block",
                         op == ReduceOp::AVG ? avgTolerance(dt) : 0);
+          if (op == ReduceOp::SUM && t.size() > 1) reduceScatterOntoInputs(t, dt, n, c);
         }
       }
+    }
+  }
+
+  // The output as one of the inputs: this rank's own block (in place), then the next rank's
+  // block, which must still be sent as it was.
+  void reduceScatterOntoInputs(const Team& t, at::ScalarType dt, int64_t n, const Case& c) {
+    for (int onto : {t.me, (t.me + 1) % t.size()}) {
+      const Mode m = next();
+      std::vector<Tensor> in;
+      for (int j = 0; j < t.size(); ++j)
+        in.push_back(reduceValues(ReduceOp::SUM, dt, t.global(), n, m.salt + 17 * j).to(dt));
+      Tensor out = in[onto];
+      check_.settle(dist::reduce_scatter(out, in, ReduceOp::SUM, t.group, m.async_op), m.async_op, m.poll, c);
+      check_.expect(out, expectedReduce(ReduceOp::SUM, dt, t.ranks, n, m.salt + 17 * t.me), c,
+                    onto == t.me ? "reduced block in place" : "reduced block onto the next rank's input");
     }
   }
 
