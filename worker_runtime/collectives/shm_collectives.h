@@ -63,13 +63,10 @@ class ShmCollectives {
   // instead of spinning). Known from the first completed barrier on; false before.
   bool oversubscribed() const { return oversubscribed_; }
 
-  // Whether a buffer of `bytes` goes through the slots in one barrier (every rank decides
-  // alike, from sizes that match on every rank).
-  bool small(size_t bytes) const { return bytes > 0 && bytes <= std::min(kOneBarrierBytes, slot_bytes_); }
-
   static constexpr size_t kDefaultSlotBytes = 1 << 20;
-  // Up to this many bytes (and at most one slot) take the one-barrier paths: every rank reads
-  // every slot, which beats a second barrier at these sizes.
+  // all_reduce and reduce_scatter buffers up to this many bytes (and at most one slot) go
+  // through whole: every rank reads every slot after one barrier, which beats splitting the
+  // work (and all_reduce's second barrier) at these sizes.
   static constexpr size_t kOneBarrierBytes = 16 << 10;
   // broadcast and all_gather move chunks of this many bytes (at most a slot): small enough
   // that the copies out of one chunk overlap the copies into the next (measured on 2 ranks:
@@ -78,6 +75,9 @@ class ShmCollectives {
 
  private:
   struct Control;
+  // Whether a buffer of `bytes` goes through the slots in one barrier (every rank decides
+  // alike, from sizes that match on every rank).
+  bool small(size_t bytes) const { return bytes > 0 && bytes <= std::min(kOneBarrierBytes, slot_bytes_); }
   // What a rank calls, as it names it on its line at each barrier.
   struct Call {
     uint64_t what;   // op, dtype, operator, root
