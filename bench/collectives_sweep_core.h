@@ -17,8 +17,6 @@
 //     algbw_GBps=.. busbw_GBps=.. wrong=W
 // and, for the wait probe, one line:
 //   sweep_wait impl=NAME n=N wait_ms=MS wall_ms=.. cpu_ms=..
-// and, for the wait probe, one line:
-//   sweep_wait impl=NAME n=N wait_ms=MS wall_ms=.. cpu_ms=..
 #pragma once
 
 #include <cstddef>

@@ -103,6 +103,24 @@ CollectiveContext HostBackend::context() {
   return CollectiveContext{links, coarseNow() + timeout_, scratch_, shm_.get(), options_.collectives};
 }
 
+std::exception_ptr HostBackend::execute(const std::function<void(CollectiveContext&)>& collective,
+                                        std::exception_ptr broken) {
+  if (broken) return broken;
+  try {
+    CollectiveContext ctx = context();
+    collective(ctx);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+void HostBackend::finish(uint64_t seq, const std::exception_ptr& error) {
+  if (error && !broken_) broken_ = error;
+  recorder_.finish(seq, !error);
+  running_ = false;
+}
+
 WorkPtr HostBackend::run(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info) {
   std::unique_lock lock(mutex_);
   if (running_ || !queue_.empty() || stopping_) {
@@ -119,18 +137,9 @@ WorkPtr HostBackend::run(std::function<void(CollectiveContext&)> collective, con
   std::exception_ptr error = broken_;
   if (!error) recorder_.start(seq);
   lock.unlock();
-  if (!error) {
-    try {
-      CollectiveContext ctx = context();
-      collective(ctx);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
+  error = execute(collective, error);
   lock.lock();
-  if (error && !broken_) broken_ = error;
-  recorder_.finish(seq, !error);
-  running_ = false;
+  finish(seq, error);
   const bool more = !queue_.empty();  // queued by other threads meanwhile
   lock.unlock();
   if (more) wake_.notify_one();
@@ -155,22 +164,12 @@ void HostBackend::loop() {
       broken = broken_;
       if (!broken) recorder_.start(seq);
     }
-    std::exception_ptr error = broken;
-    if (!error) {
-      try {
-        CollectiveContext ctx = context();
-        task(ctx);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
+    const std::exception_ptr error = execute(task, broken);
     // The ring's state is set before the Work completes: a waiter that goes on to the next
     // operation never finds this one still "started".
     {
       std::lock_guard lock(mutex_);
-      if (error && !broken_) broken_ = error;
-      recorder_.finish(seq, !error);
-      running_ = false;
+      finish(seq, error);
     }
     work->complete(error);
   }

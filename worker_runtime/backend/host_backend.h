@@ -85,6 +85,11 @@ class HostBackend {
  private:
   void loop();  // the collective thread
   CollectiveContext context();
+  // Runs one collective (on whichever thread runs it) unless the group already broke;
+  // returns its failure, or `broken`.
+  std::exception_ptr execute(const std::function<void(CollectiveContext&)>& collective, std::exception_ptr broken);
+  // After a collective: records its end and frees the group for the next. Under mutex_.
+  void finish(uint64_t seq, const std::exception_ptr& error);
   void setUpSharedMemory(rendezvous::Store& store, const std::string& prefix);
 
   std::chrono::milliseconds timeout_;
