@@ -25,10 +25,43 @@ find_path(DDPRUN_NCCL_INCLUDE_DIR nccl.h HINTS /usr/local/cuda/include)
 find_library(DDPRUN_NCCL_LIBRARY nccl HINTS /usr/local/cuda/lib64 /usr/local/cuda/lib)
 find_path(DDPRUN_CUDART_INCLUDE_DIR cuda_runtime_api.h HINTS /usr/local/cuda/include)
 find_library(DDPRUN_CUDART_LIBRARY cudart HINTS /usr/local/cuda/lib64 /usr/local/cuda/lib)
-if(DDPRUN_NCCL_INCLUDE_DIR AND DDPRUN_NCCL_LIBRARY AND DDPRUN_CUDART_LIBRARY)
+if(DDPRUN_NCCL_INCLUDE_DIR AND DDPRUN_NCCL_LIBRARY)
   set(DDPRUN_HAVE_NCCL ON)
-  message(STATUS "ddprun: CUDA runtime and NCCL found (${DDPRUN_NCCL_LIBRARY})")
+  message(STATUS "ddprun: NCCL found (${DDPRUN_NCCL_LIBRARY})")
 else()
   set(DDPRUN_HAVE_NCCL OFF)
-  message(STATUS "ddprun: CUDA/NCCL not found; the NCCL backend is not built")
+  message(STATUS "ddprun: CUDA/NCCL not found")
+endif()
+
+# The LibTorch found decides whether the CUDA tensor paths are built: a CUDA-enabled one (its
+# torch_cuda target, as pip's torch has) turns them on. DDPRUN_TORCH_CUDA_PREFIX names an
+# unpacked CUDA LibTorch of the same version as the one found (scripts/setup-torch-cuda: Debian
+# 13's libtorch-cuda-dev and libtorch-cuda-2.6 in the torch 2.x root) whose headers and
+# libraries then replace the found one's: how CI compiles and links the CUDA code without a GPU.
+set(DDPRUN_TORCH_CUDA_PREFIX "" CACHE PATH "An unpacked CUDA LibTorch replacing the found LibTorch (CI's CUDA build)")
+set(DDPRUN_TORCH_CUDA OFF)
+if(Torch_FOUND AND DDPRUN_TORCH_CUDA_PREFIX)
+  if(NOT DDPRUN_CUDART_INCLUDE_DIR OR NOT DDPRUN_CUDART_LIBRARY OR NOT DDPRUN_HAVE_NCCL)
+    message(FATAL_ERROR "DDPRUN_TORCH_CUDA_PREFIX needs the CUDA toolkit's headers and NCCL (/usr/local/cuda)")
+  endif()
+  set(_torch_cuda_lib "${DDPRUN_TORCH_CUDA_PREFIX}/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}")
+  if(NOT EXISTS "${_torch_cuda_lib}/libtorch_cuda.so")
+    message(FATAL_ERROR "DDPRUN_TORCH_CUDA_PREFIX: no ${_torch_cuda_lib}/libtorch_cuda.so")
+  endif()
+  set(TORCH_INCLUDE_DIRS "${DDPRUN_TORCH_CUDA_PREFIX}/usr/include"
+    "${DDPRUN_TORCH_CUDA_PREFIX}/usr/include/torch/csrc/api/include" "${DDPRUN_CUDART_INCLUDE_DIR}")
+  set(TORCH_LIBRARIES "${_torch_cuda_lib}/libtorch.so" "${_torch_cuda_lib}/libtorch_cpu.so"
+    "${_torch_cuda_lib}/libtorch_cuda.so" "${_torch_cuda_lib}/libc10_cuda.so" "${_torch_cuda_lib}/libc10.so"
+    "${DDPRUN_CUDART_LIBRARY}")
+  # Those libraries name CUDA 12 sonames and cuDNN that are not here: link anyway. These
+  # binaries are for the compile and link check only; the GPU machine builds against its own.
+  add_link_options(LINKER:--allow-shlib-undefined)
+  set(DDPRUN_TORCH_CUDA ON)
+  message(STATUS "ddprun: CUDA LibTorch from ${DDPRUN_TORCH_CUDA_PREFIX} (compile and link only)")
+elseif(Torch_FOUND AND TARGET torch_cuda)
+  set(DDPRUN_TORCH_CUDA ON)
+  message(STATUS "ddprun: LibTorch has CUDA")
+endif()
+if(DDPRUN_TORCH_CUDA AND NOT DDPRUN_HAVE_NCCL)
+  message(FATAL_ERROR "LibTorch has CUDA but NCCL was not found: set DDPRUN_NCCL_INCLUDE_DIR and DDPRUN_NCCL_LIBRARY")
 endif()

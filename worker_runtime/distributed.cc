@@ -22,24 +22,53 @@
 #include "common/error.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
-#include "worker_runtime/backend/host_backend.h"
+#include "worker_runtime/backend/backend_spec.h"
+#include "worker_runtime/backend/host_tensor_backend.h"
+#include "worker_runtime/backend/nccl_tensor_backend.h"
 #include "worker_runtime/env_contract.h"
 
 namespace ddprun::dist {
 
-using runtime::CollectiveContext;
-using runtime::DType;
+using runtime::BackendSpec;
+using runtime::DeviceBackend;
 using runtime::HostBackend;
 using runtime::HostBackendOptions;
 
 class ProcessGroup {
  public:
-  ProcessGroup(std::vector<int> ranks, int group_rank, std::unique_ptr<HostBackend> backend)
-      : ranks_(std::move(ranks)), group_rank_(group_rank), backend_(std::move(backend)) {}
+  // `host` when the spec names the host backend for some device, `nccl` when it names NCCL.
+  ProcessGroup(std::vector<int> ranks, int group_rank, BackendSpec spec, std::unique_ptr<HostTensorBackend> host,
+               std::unique_ptr<Backend> nccl)
+      : ranks_(std::move(ranks)),
+        group_rank_(group_rank),
+        spec_(spec),
+        host_(std::move(host)),
+        nccl_(std::move(nccl)) {}
 
   int rank() const { return group_rank_; }
   int size() const { return static_cast<int>(ranks_.size()); }
-  HostBackend& backend() { return *backend_; }
+  const BackendSpec& spec() const { return spec_; }
+  Backend* nccl() { return nccl_.get(); }
+  // The backend that runs `t`'s device; throws DdprunError naming the op when none does.
+  Backend& forTensor(const at::Tensor& t, const char* what) {
+    const at::Device device = t.device();
+    DeviceBackend b = DeviceBackend::kNone;
+    if (device.is_cpu()) {
+      b = spec_.cpu;
+    } else if (device.is_cuda()) {
+      b = spec_.cuda;
+    } else {
+      throw DdprunError(fmt::format("{}: tensors on {} are not supported (cpu and cuda are)", what, device.str()));
+    }
+    if (b == DeviceBackend::kHost) return *host_;
+    if (b == DeviceBackend::kNccl) return *nccl_;
+    throw DdprunError(
+        fmt::format("{}: a {} tensor, but this group's backend ({}) runs none; name one for it, e.g. "
+                    "backend \"cpu:gloo,cuda:nccl\"",
+                    what, device.is_cpu() ? "CPU" : "CUDA", runtime::describeBackendSpec(spec_)));
+  }
+  // barrier() has no tensor: the host backend where the group has one (it needs no device).
+  Backend& forBarrier() { return host_ ? static_cast<Backend&>(*host_) : *nccl_; }
   // Group rank of a global rank; throws for ranks outside the group.
   int local(int global, const char* what) const {
     for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -52,7 +81,9 @@ class ProcessGroup {
  private:
   std::vector<int> ranks_;
   int group_rank_;
-  std::unique_ptr<HostBackend> backend_;
+  BackendSpec spec_;
+  std::unique_ptr<HostTensorBackend> host_;
+  std::unique_ptr<Backend> nccl_;
 };
 
 namespace {
@@ -60,7 +91,7 @@ namespace {
 struct GlobalState {
   std::mutex mutex;
   std::unique_ptr<rendezvous::StoreServer> server;
-  std::unique_ptr<rendezvous::TcpStoreClient> store;
+  std::shared_ptr<rendezvous::TcpStoreClient> store;  // shared with the NCCL watchdogs
   std::string prefix;
   std::string address;
   std::chrono::milliseconds timeout{};
@@ -80,113 +111,8 @@ ProcessGroup& resolve(const Group& group) {
   return *s.world;
 }
 
-DType dtypeOf(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return DType::kFloat32;
-    case at::kDouble: return DType::kFloat64;
-    case at::kHalf: return DType::kFloat16;
-    case at::kBFloat16: return DType::kBFloat16;
-    case at::kInt: return DType::kInt32;
-    case at::kLong: return DType::kInt64;
-    case at::kByte: return DType::kUInt8;
-    default:
-      throw DdprunError(
-          fmt::format("dtype {} is not supported (float32, float64, float16, bfloat16, int32, "
-                      "int64, uint8 are)",
-                      c10::toString(t.scalar_type())));
-  }
-}
-
-// What the flight recorder keeps of an operation on `t` (its data type and element count).
-FlightOpInfo flightInfo(FlightOp op, const at::Tensor& t, int root = -1) {
-  // runtime::DType and FlightDType share their codes.
-  static_assert(static_cast<int>(DType::kUInt8) == static_cast<int>(FlightDType::kUInt8));
-  return FlightOpInfo{op, static_cast<FlightDType>(dtypeOf(t)), static_cast<uint64_t>(t.numel()), root};
-}
-
-runtime::ReduceOp opOf(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::SUM: return runtime::ReduceOp::kSum;
-    case ReduceOp::PRODUCT: return runtime::ReduceOp::kProduct;
-    case ReduceOp::MIN: return runtime::ReduceOp::kMin;
-    case ReduceOp::MAX: return runtime::ReduceOp::kMax;
-    case ReduceOp::AVG: return runtime::ReduceOp::kAvg;
-  }
-  return runtime::ReduceOp::kSum;
-}
-
-// A tensor as the backend sees it: contiguous CPU memory. A non-contiguous tensor is
-// worked on through a contiguous copy that is written back when the operation ends.
-struct Staged {
-  at::Tensor user;
-  at::Tensor buf;
-  void finish() {
-    if (!buf.is_same(user)) user.copy_(buf);
-  }
-  void* data() { return buf.data_ptr(); }
-  size_t bytes() const { return buf.numel() * buf.element_size(); }
-};
-
-Staged stage(const at::Tensor& t, const char* what) {
-  if (!t.device().is_cpu()) throw DdprunError(fmt::format("{}: only CPU tensors run on the host backend", what));
-  dtypeOf(t);
-  return Staged{t, t.is_contiguous() ? t : t.contiguous()};
-}
-
-// A list of equally sized tensors (same dtype, checkList) as one contiguous buffer, and
-// back. Contiguous tensors, the usual case, go by memcpy: ATen's cat and copy_ cost a few
-// microseconds of dispatch each, as much as a whole small collective on shared memory.
-at::Tensor flatten(const std::vector<at::Tensor>& list) {
-  const int64_t n = list.empty() ? 0 : list[0].numel();
-  auto flat =
-      at::empty({static_cast<int64_t>(list.size()) * n}, list.empty() ? at::TensorOptions() : list[0].options());
-  if (n == 0) return flat;
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (list[i].is_contiguous()) {
-      std::memcpy(static_cast<uint8_t*>(flat.data_ptr()) + i * n * flat.element_size(), list[i].data_ptr(),
-                  n * flat.element_size());
-    } else {
-      flat.narrow(0, static_cast<int64_t>(i) * n, n).view(list[i].sizes()).copy_(list[i]);
-    }
-  }
-  return flat;
-}
-
-void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& list) {
-  for (size_t i = 0; i < list.size(); ++i) {
-    const int64_t n = list[i].numel();
-    if (n == 0) continue;
-    const auto* from = static_cast<const uint8_t*>(flat.data_ptr()) + i * n * flat.element_size();
-    if (list[i].is_contiguous()) {
-      std::memcpy(list[i].data_ptr(), from, n * flat.element_size());
-    } else {
-      list[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(list[i].sizes()));
-    }
-  }
-}
-
-bool allContiguous(const std::vector<at::Tensor>& list) {
-  return std::all_of(list.begin(), list.end(), [](const at::Tensor& t) { return t.is_contiguous(); });
-}
-
-// The data pointers of a list of contiguous tensors (void or const void).
-template <typename T>
-std::vector<T*> pointersOf(const std::vector<at::Tensor>& list) {
-  std::vector<T*> pointers;
-  pointers.reserve(list.size());
-  for (const auto& t : list) pointers.push_back(t.data_ptr());
-  return pointers;
-}
-
-// Queues an async op; runs a synchronous one (inline when the group is idle) and waits.
-WorkPtr issue(ProcessGroup& g, std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info,
-              bool async_op) {
-  if (async_op) return g.backend().enqueue(std::move(collective), info);
-  auto work = g.backend().run(std::move(collective), info);
-  work->wait();
-  return work;
-}
-
+// The tensors of one call: equally many as the group has ranks, each like `like` (elements,
+// dtype and device), as torch requires.
 void checkList(const std::vector<at::Tensor>& list, const at::Tensor& like, int size, const char* what) {
   if (static_cast<int>(list.size()) != size) {
     throw DdprunError(fmt::format("{}: the list has {} tensors; the group has {} ranks", what, list.size(), size));
@@ -196,7 +122,32 @@ void checkList(const std::vector<at::Tensor>& list, const at::Tensor& like, int 
       throw DdprunError(fmt::format("{}: every tensor in the list must match the input ({} elements of {})", what,
                                     like.numel(), c10::toString(like.scalar_type())));
     }
+    if (t.device() != like.device()) {
+      throw DdprunError(fmt::format("{}: a tensor in the list is on {}, the input on {}", what, t.device().str(),
+                                    like.device().str()));
+    }
   }
+}
+
+// A spec with kNcclIfViable settled, or the error of asking for NCCL where it cannot run.
+BackendSpec settle(const BackendSpec& spec, const std::string& text, const char* what) {
+  std::string why;
+  const bool wants_nccl = spec.cuda == DeviceBackend::kNccl || spec.cuda == DeviceBackend::kNcclIfViable;
+  const bool viable = wants_nccl && ncclViable(&why);
+  if (spec.cuda == DeviceBackend::kNccl && !viable) {
+    throw UsageError(fmt::format("{}: backend '{}' asks for NCCL, which is not viable here: {}", what, text, why));
+  }
+  return runtime::resolveBackendSpec(spec, viable);
+}
+
+// The backends of a group as its settled spec names them. Every rank of the group calls it
+// together (connecting is collective).
+std::unique_ptr<HostTensorBackend> makeHost(const BackendSpec& spec, GlobalState& s, const std::string& prefix,
+                                            int rank, int size, std::chrono::milliseconds timeout,
+                                            const HostBackendOptions& options) {
+  if (spec.cpu != DeviceBackend::kHost && spec.cuda != DeviceBackend::kHost) return nullptr;
+  return std::make_unique<HostTensorBackend>(
+      std::make_unique<HostBackend>(*s.store, prefix, rank, size, s.address, timeout, options));
 }
 
 // Where other hosts can reach this one: its host name's address, else loopback.
@@ -229,7 +180,7 @@ void connectStore(GlobalState& s, const std::string& host, int port, bool host_i
   options.port = port;
   options.timeout = timeout;
   options.connect_timeout = timeout;
-  s.store = std::make_unique<rendezvous::TcpStoreClient>(options);
+  s.store = std::make_shared<rendezvous::TcpStoreClient>(options);
 }
 
 // The port of a tcp://host:port init method, a whole number in 1..65535. atoi made "abc"
@@ -250,8 +201,11 @@ void init_process_group(const InitOptions& o) {
   auto& s = state();
   std::lock_guard lock(s.mutex);
   if (s.world) throw DdprunError("init_process_group: the default process group is already initialized");
-  if (o.backend != "auto" && o.backend != "gloo" && o.backend != "cpu") {
-    throw DdprunError("init_process_group: backend '" + o.backend + "' is not available (use auto, gloo or cpu)");
+  BackendSpec spec;
+  try {
+    spec = settle(runtime::parseBackendSpec(o.backend), o.backend, "init_process_group");
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("init_process_group: {}", e.what()));
   }
   int rank = o.rank, size = o.world_size;
   const std::string& method = o.init_method;
@@ -303,9 +257,12 @@ void init_process_group(const InitOptions& o) {
   for (int i = 0; i < size; ++i) all[i] = i;
   HostBackendOptions backend_options;
   backend_options.flight_rank = rank;
-  auto backend =
-      std::make_unique<HostBackend>(*s.store, s.prefix + "world/", rank, size, s.address, o.timeout, backend_options);
-  s.world = std::make_shared<ProcessGroup>(all, rank, std::move(backend));
+  const std::string prefix = s.prefix + "world/";
+  auto host = makeHost(spec, s, prefix, rank, size, o.timeout, backend_options);
+  std::unique_ptr<Backend> nccl;
+  if (spec.cuda == DeviceBackend::kNccl)
+    nccl = makeNcclBackend(NcclGroup{s.store, prefix, rank, size, rank, o.timeout});
+  s.world = std::make_shared<ProcessGroup>(all, rank, spec, std::move(host), std::move(nccl));
 }
 
 void init_process_group(const std::string& backend, const std::string& init_method, int world_size, int rank,
@@ -337,10 +294,18 @@ int get_global_rank(const Group& group, int group_rank) {
   return g.global(group_rank);
 }
 
-Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
+Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout, const std::string& backend) {
   auto& s = state();
   std::lock_guard lock(s.mutex);
   if (!s.world) throw DdprunError("new_group: call init_process_group first");
+  BackendSpec spec = s.world->spec();
+  if (!backend.empty()) {
+    try {
+      spec = settle(runtime::parseBackendSpec(backend), backend, "new_group");
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("new_group: {}", e.what()));
+    }
+  }
   const int id = ++s.next_group;
   const int me = s.world->rank();
   int group_rank = -1;
@@ -350,31 +315,33 @@ Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout
     }
     if (ranks[i] == me) group_rank = static_cast<int>(i);
   }
+  const auto group_timeout = timeout.count() > 0 ? timeout : s.timeout;
+  const std::string prefix = fmt::format("{}group/{}/", s.prefix, id);
+  const int size = static_cast<int>(ranks.size());
+  // NCCL first: a split from the default group's communicator takes every rank of it.
+  std::unique_ptr<Backend> nccl;
+  if (spec.cuda == DeviceBackend::kNccl) {
+    nccl = splitNcclBackend(s.world->nccl(), NcclGroup{s.store, prefix, group_rank, size, me, group_timeout},
+                            group_rank >= 0);
+  }
   if (group_rank < 0) return nullptr;
   HostBackendOptions backend_options;
   backend_options.flight_group = id;
   backend_options.flight_rank = me;
-  auto backend = std::make_unique<HostBackend>(*s.store, fmt::format("{}group/{}/", s.prefix, id), group_rank,
-                                               static_cast<int>(ranks.size()), s.address,
-                                               timeout.count() > 0 ? timeout : s.timeout, backend_options);
-  return std::make_shared<ProcessGroup>(ranks, group_rank, std::move(backend));
+  auto host = makeHost(spec, s, prefix, group_rank, size, group_timeout, backend_options);
+  return std::make_shared<ProcessGroup>(ranks, group_rank, spec, std::move(host), std::move(nccl));
 }
+
+std::string get_backend(const Group& group) { return runtime::describeBackendSpec(resolve(group).spec()); }
 
 WorkPtr isend(const at::Tensor& tensor, int dst, const Group& group, int tag) {
   ProcessGroup& g = resolve(group);
-  auto staged = std::make_shared<Staged>(stage(tensor, "isend"));
-  // The callback owns the staged copy until the message is out.
-  return g.backend().p2p().send(
-      g.local(dst, "isend"), tag, staged->data(), staged->bytes(), runtime::Clock::now() + g.backend().timeout(),
-      [staged] {}, static_cast<FlightDType>(dtypeOf(staged->buf)));
+  return g.forTensor(tensor, "isend").send(tensor, g.local(dst, "isend"), tag);
 }
 
 WorkPtr irecv(at::Tensor& tensor, int src, const Group& group, int tag) {
   ProcessGroup& g = resolve(group);
-  auto staged = std::make_shared<Staged>(stage(tensor, "irecv"));
-  return g.backend().p2p().recv(
-      g.local(src, "irecv"), tag, staged->data(), staged->bytes(), runtime::Clock::now() + g.backend().timeout(),
-      [staged] { staged->finish(); }, static_cast<FlightDType>(dtypeOf(staged->buf)));
+  return g.forTensor(tensor, "irecv").recv(tensor, g.local(src, "irecv"), tag);
 }
 
 void send(const at::Tensor& tensor, int dst, const Group& group, int tag) { isend(tensor, dst, group, tag)->wait(); }
@@ -387,66 +354,24 @@ int recv(at::Tensor& tensor, int src, const Group& group, int tag) {
 WorkPtr broadcast(at::Tensor& tensor, int src, const Group& group, bool async_op) {
   ProcessGroup& g = resolve(group);
   const int root = g.local(src, "broadcast");
-  auto staged = stage(tensor, "broadcast");
-  return issue(
-      g,
-      [staged, root](CollectiveContext& ctx) mutable {
-        runtime::broadcast(ctx, staged.data(), staged.bytes(), root);
-        staged.finish();
-      },
-      flightInfo(FlightOp::kBroadcast, staged.buf, root), async_op);
+  return g.forTensor(tensor, "broadcast").broadcast(tensor, root, async_op);
 }
 
 WorkPtr all_reduce(at::Tensor& tensor, ReduceOp op, const Group& group, bool async_op) {
   ProcessGroup& g = resolve(group);
-  auto staged = stage(tensor, "all_reduce");
-  const DType dtype = dtypeOf(tensor);
-  return issue(
-      g,
-      [staged, dtype, op](CollectiveContext& ctx) mutable {
-        runtime::allReduce(ctx, staged.data(), staged.buf.numel(), dtype, opOf(op));
-        staged.finish();
-      },
-      flightInfo(FlightOp::kAllReduce, staged.buf), async_op);
+  return g.forTensor(tensor, "all_reduce").allReduce(tensor, op, async_op);
 }
 
 WorkPtr reduce(at::Tensor& tensor, int dst, ReduceOp op, const Group& group, bool async_op) {
   ProcessGroup& g = resolve(group);
   const int root = g.local(dst, "reduce");
-  auto staged = stage(tensor, "reduce");
-  const DType dtype = dtypeOf(tensor);
-  return issue(
-      g,
-      [staged, dtype, op, root](CollectiveContext& ctx) mutable {
-        runtime::reduce(ctx, staged.data(), staged.buf.numel(), dtype, opOf(op), root);
-        staged.finish();
-      },
-      flightInfo(FlightOp::kReduce, staged.buf, root), async_op);
+  return g.forTensor(tensor, "reduce").reduce(tensor, root, op, async_op);
 }
 
 WorkPtr all_gather(std::vector<at::Tensor>& tensor_list, const at::Tensor& tensor, const Group& group, bool async_op) {
   ProcessGroup& g = resolve(group);
   checkList(tensor_list, tensor, g.size(), "all_gather");
-  auto in = stage(tensor, "all_gather");
-  const FlightOpInfo info = flightInfo(FlightOp::kAllGather, in.buf);
-  auto outputs = tensor_list;
-  if (allContiguous(outputs)) {
-    // Straight into the caller's tensors: no flat buffer to allocate and copy out of.
-    return issue(
-        g,
-        [in, outputs](CollectiveContext& ctx) {
-          runtime::allGatherInto(ctx, in.buf.data_ptr(), pointersOf<void>(outputs).data(), in.bytes());
-        },
-        info, async_op);
-  }
-  auto flat = at::empty({static_cast<int64_t>(g.size()) * tensor.numel()}, tensor.options());
-  return issue(
-      g,
-      [in, flat, outputs](CollectiveContext& ctx) mutable {
-        runtime::allGather(ctx, in.data(), flat.data_ptr(), in.bytes());
-        unflatten(flat, outputs);
-      },
-      info, async_op);
+  return g.forTensor(tensor, "all_gather").allGather(tensor_list, tensor, async_op);
 }
 
 WorkPtr gather(const at::Tensor& tensor, std::vector<at::Tensor>* gather_list, int dst, const Group& group,
@@ -456,16 +381,7 @@ WorkPtr gather(const at::Tensor& tensor, std::vector<at::Tensor>* gather_list, i
   const bool is_root = g.rank() == root;
   if (is_root && !gather_list) throw DdprunError("gather: the destination rank needs a gather_list");
   if (is_root) checkList(*gather_list, tensor, g.size(), "gather");
-  auto in = stage(tensor, "gather");
-  auto flat = is_root ? at::empty({static_cast<int64_t>(g.size()) * tensor.numel()}, tensor.options()) : at::Tensor();
-  std::vector<at::Tensor> outputs = is_root ? *gather_list : std::vector<at::Tensor>{};
-  return issue(
-      g,
-      [in, flat, outputs, root](CollectiveContext& ctx) mutable {
-        runtime::gather(ctx, in.data(), flat.defined() ? flat.data_ptr() : nullptr, in.bytes(), root);
-        unflatten(flat, outputs);
-      },
-      flightInfo(FlightOp::kGather, in.buf, root), async_op);
+  return g.forTensor(tensor, "gather").gather(tensor, is_root ? gather_list : nullptr, root, async_op);
 }
 
 WorkPtr scatter(at::Tensor& tensor, const std::vector<at::Tensor>* scatter_list, int src, const Group& group,
@@ -474,49 +390,15 @@ WorkPtr scatter(at::Tensor& tensor, const std::vector<at::Tensor>* scatter_list,
   const int root = g.local(src, "scatter");
   const bool is_root = g.rank() == root;
   if (is_root && !scatter_list) throw DdprunError("scatter: the source rank needs a scatter_list");
-  at::Tensor flat;
-  if (is_root) {
-    checkList(*scatter_list, tensor, g.size(), "scatter");
-    flat = flatten(*scatter_list);
-  }
-  auto out = stage(tensor, "scatter");
-  return issue(
-      g,
-      [out, flat, root](CollectiveContext& ctx) mutable {
-        runtime::scatter(ctx, flat.defined() ? flat.data_ptr() : nullptr, out.data(), out.bytes(), root);
-        out.finish();
-      },
-      flightInfo(FlightOp::kScatter, out.buf, root), async_op);
+  if (is_root) checkList(*scatter_list, tensor, g.size(), "scatter");
+  return g.forTensor(tensor, "scatter").scatter(tensor, is_root ? scatter_list : nullptr, root, async_op);
 }
 
 WorkPtr reduce_scatter(at::Tensor& output, const std::vector<at::Tensor>& input_list, ReduceOp op, const Group& group,
                        bool async_op) {
   ProcessGroup& g = resolve(group);
   checkList(input_list, output, g.size(), "reduce_scatter");
-  auto out = stage(output, "reduce_scatter");
-  const DType dtype = dtypeOf(output);
-  const FlightOpInfo info = flightInfo(FlightOp::kReduceScatter, out.buf);
-  // The output may be one of the inputs: every path copies (or sends) a chunk of the other
-  // ranks' blocks before it writes that chunk of the result.
-  if (allContiguous(input_list)) {
-    // Straight from the caller's tensors: no flat copy of the input to allocate and fill.
-    return issue(
-        g,
-        [out, inputs = input_list, dtype, op](CollectiveContext& ctx) mutable {
-          runtime::reduceScatterFrom(ctx, pointersOf<const void>(inputs).data(), out.data(), out.buf.numel(), dtype,
-                                     opOf(op));
-          out.finish();
-        },
-        info, async_op);
-  }
-  auto flat = flatten(input_list);
-  return issue(
-      g,
-      [out, flat, dtype, op](CollectiveContext& ctx) mutable {
-        runtime::reduceScatter(ctx, flat.data_ptr(), out.data(), out.buf.numel(), dtype, opOf(op));
-        out.finish();
-      },
-      info, async_op);
+  return g.forTensor(output, "reduce_scatter").reduceScatter(output, input_list, op, async_op);
 }
 
 WorkPtr all_to_all(std::vector<at::Tensor>& output_tensor_list, const std::vector<at::Tensor>& input_tensor_list,
@@ -526,34 +408,20 @@ WorkPtr all_to_all(std::vector<at::Tensor>& output_tensor_list, const std::vecto
   if (output_tensor_list.size() != p || input_tensor_list.size() != p) {
     throw DdprunError(fmt::format("all_to_all: both lists need {} tensors (the group size)", p));
   }
-  std::vector<Staged> ins, outs;
-  for (size_t i = 0; i < p; ++i) {
-    ins.push_back(stage(input_tensor_list[i], "all_to_all"));
-    outs.push_back(stage(output_tensor_list[i], "all_to_all"));
+  // Sizes may differ pair by pair, as in torch; dtype and device may not.
+  const at::Tensor& like = input_tensor_list[0];
+  const std::vector<at::Tensor>* lists[] = {&input_tensor_list, &output_tensor_list};
+  for (const auto* list : lists) {
+    for (const auto& t : *list) {
+      if (t.scalar_type() != like.scalar_type() || t.device() != like.device()) {
+        throw DdprunError(fmt::format("all_to_all: every tensor must be {} on {}, as the first input is",
+                                      c10::toString(like.scalar_type()), like.device().str()));
+      }
+    }
   }
-  uint64_t sent = 0;
-  for (const auto& t : input_tensor_list) sent += static_cast<uint64_t>(t.numel());
-  const FlightOpInfo all_to_all_info{FlightOp::kAllToAll, static_cast<FlightDType>(dtypeOf(input_tensor_list[0])), sent,
-                                     -1};
-  // Uneven sizes are allowed, as in torch: every pair exchanges its own block, all at once.
-  return issue(
-      g,
-      [ins, outs](CollectiveContext& ctx) mutable {
-        std::vector<std::span<const uint8_t>> in_blocks;
-        std::vector<std::span<uint8_t>> out_blocks;
-        for (auto& i : ins) in_blocks.emplace_back(static_cast<const uint8_t*>(i.data()), i.bytes());
-        for (auto& o : outs) out_blocks.emplace_back(static_cast<uint8_t*>(o.data()), o.bytes());
-        runtime::allToAllV(ctx, in_blocks, out_blocks);
-        for (auto& o : outs) o.finish();
-      },
-      all_to_all_info, async_op);
+  return g.forTensor(like, "all_to_all").allToAll(output_tensor_list, input_tensor_list, async_op);
 }
 
-WorkPtr barrier(const Group& group, bool async_op) {
-  ProcessGroup& g = resolve(group);
-  return issue(
-      g, [](CollectiveContext& ctx) { runtime::barrier(ctx); },
-      FlightOpInfo{FlightOp::kBarrier, FlightDType::kNone, 0, -1}, async_op);
-}
+WorkPtr barrier(const Group& group, bool async_op) { return resolve(group).forBarrier().barrier(async_op); }
 
 }  // namespace ddprun::dist

@@ -1,6 +1,8 @@
 // torch.distributed for C++ workers: the same calls, names and arguments as the Python
 // module (snake_case on purpose, as torch.distributed spells them, so a PyTorch user finds
-// their way at once), on LibTorch CPU tensors, over ddprun's host backend.
+// their way at once), on LibTorch tensors: CPU ones over ddprun's host backend (TCP, shared
+// memory), CUDA ones over NCCL or through pinned host copies on the host backend, as the
+// group's backend string says (backend/backend_spec.h; torch's "cpu:gloo,cuda:nccl" form too).
 //
 //   ddprun::dist::init_process_group();                 // env:// from ddprun / torchrun
 //   auto t = torch::ones({4});
@@ -21,6 +23,7 @@
 
 #include <ATen/ATen.h>
 
+#include "worker_runtime/backend/backend.h"
 #include "worker_runtime/transport/links.h"
 #include "worker_runtime/work.h"
 
@@ -30,13 +33,14 @@ using runtime::PeerError;
 using runtime::Work;
 using runtime::WorkPtr;
 
-enum class ReduceOp { SUM, PRODUCT, MIN, MAX, AVG };
-
 class ProcessGroup;
 using Group = std::shared_ptr<ProcessGroup>;  // empty: the default group
 
 struct InitOptions {
-  std::string backend = "auto";        // "auto", "gloo" or "cpu": the host backend.
+  // "auto" (NCCL for CUDA tensors where viable, else host copies; the host backend for CPU
+  // ones), "gloo" or "cpu" (the host backend for both), "nccl" (CUDA tensors only), or per
+  // device: "cpu:gloo,cuda:nccl". Asking for NCCL where it is not viable is a UsageError.
+  std::string backend = "auto";
   std::string init_method = "env://";  // "env://", "tcp://host:port", "file:///path".
   int world_size = -1;                 // required for tcp:// and file://; env:// reads WORLD_SIZE.
   int rank = -1;                       // required for tcp:// and file://; env:// reads RANK.
@@ -58,8 +62,13 @@ int get_world_size(const Group& group = {});
 // when it is outside the group.
 int get_global_rank(const Group& group, int group_rank);
 // Every rank of the default group must call it with the same ranks; ranks outside
-// `ranks` get an empty Group (like torch's GroupMember.NON_GROUP_MEMBER).
-Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout = {});
+// `ranks` get an empty Group (like torch's GroupMember.NON_GROUP_MEMBER). `backend`: as
+// init_process_group's; empty: the default group's. Its NCCL communicator is split from the
+// default group's (ncclCommSplit) when that one exists, else made on its first CUDA op.
+Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout = {}, const std::string& backend = "");
+// The group's backend as torch's get_backend() names it: "gloo", "nccl" or
+// "cpu:gloo,cuda:nccl" ("auto" settled: NCCL where it is viable).
+std::string get_backend(const Group& group = {});
 
 // Point to point. `tag` must match between the pair; messages between a pair are
 // delivered in order. A peer that is this rank or outside the group throws DdprunError at

@@ -10,7 +10,8 @@
 //   --ops LIST          send_recv, isend_irecv, broadcast, all_reduce, reduce, all_gather,
 //                       gather, scatter, reduce_scatter, all_to_all, all_to_all_uneven,
 //                       barrier, noncontig, async, or all (default)
-//   --dtypes LIST       float32, float64, float16, bfloat16, int32, int64, uint8, or all (default)
+//   --dtypes LIST       float32, float64, float16, bfloat16, int32, int64, uint8, or all (default);
+//                       int8 by name (NCCL has it, the host backend not)
 //   --reduce-ops LIST   SUM, PRODUCT, MIN, MAX, AVG, or all (default)
 //   --sizes LIST        element counts (default 0,1,7)
 //   --roots all|one     rooted collectives at sizes >= 1000: every rank, or one rank per
@@ -26,7 +27,13 @@
 //   --linger-ms M       after a PeerError, wait M ms before exiting (connections stay open)
 //   --self-test-corrupt OP   rank 0 adds 1 to the middle element of OP's first non-empty
 //                       result before checking it: the check itself must catch that
-//   --verbose           print each op's time on the team's first rank
+//   --device D          where the tensors live: cpu (default), cuda (cuda:LOCAL_RANK modulo the
+//                       visible devices; inputs are made on the host and moved, results moved
+//                       back), or both (CPU and CUDA tensors in turns, op by op, in one group)
+//   --backend B         init_process_group's backend (default auto): gloo runs CUDA tensors
+//                       through host copies, nccl or cpu:gloo,cuda:nccl through NCCL
+//   --verbose           print the group's backend (get_backend) and each op's time on the
+//                       team's first rank
 //   --flight-summary    at the end, read this rank's flight recorder rings of the default group
 //                       (in DDPRUN_FLIGHT_DIR) and print one line each: "flight rank R: OP DTYPE xN, ...
 //                       pending=K" for the collectives, "flight p2p rank R: OP DTYPE n=COUNT peer=P xN,
@@ -54,6 +61,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 
 #include "common/flight_ring.h"
@@ -96,7 +104,7 @@ std::string dtypeName(at::ScalarType t) {
   for (const auto& [name, type] : kAllDtypes) {
     if (type == t) return name;
   }
-  return "?";
+  return t == at::kChar ? "int8" : "?";
 }
 
 std::string opName(ReduceOp op) {
@@ -127,7 +135,15 @@ struct Options {
   std::string corrupt_op;  // self-test: rank 0 sees one element of this op's first result off by one
   bool verbose = false;
   bool flight_summary = false;
+  std::string device = "cpu";
+  std::string backend = "auto";
 };
+
+// Where the tensors of the ops live (--device), and whether their backend has torch's stream
+// semantics (NCCL: a blocking call's Work may still be running on the GPU when it returns).
+at::Device g_device(at::kCPU);
+at::Device g_cuda_device(at::kCUDA, 0);  // this rank's device, with --device cuda or both
+bool g_stream_semantics = false;
 
 std::vector<std::string> splitList(const std::string& text) {
   std::vector<std::string> items;
@@ -164,6 +180,10 @@ Options parse(int argc, char** argv) {
       if (value == "all") continue;
       o.dtypes.clear();
       for (const auto& name : splitList(value)) {
+        if (name == "int8") {  // NCCL has it, the host backend does not: asked for by name only
+          o.dtypes.push_back(at::kChar);
+          continue;
+        }
         auto it = std::find_if(kAllDtypes.begin(), kAllDtypes.end(), [&](const auto& d) { return d.first == name; });
         if (it == kAllDtypes.end()) throw UsageError("unknown dtype " + name);
         o.dtypes.push_back(it->second);
@@ -207,6 +227,11 @@ Options parse(int argc, char** argv) {
       o.big_count = std::stoll(value);
     } else if (flag == "--self-test-corrupt") {
       o.corrupt_op = value;
+    } else if (flag == "--device") {
+      if (value != "cpu" && value != "cuda" && value != "both") throw UsageError("--device is cpu, cuda or both");
+      o.device = value;
+    } else if (flag == "--backend") {
+      o.backend = value;
     } else if (flag == "--linger-ms") {
       o.linger_ms = std::stoi(value);
     } else {
@@ -256,6 +281,7 @@ Tensor dataValues(at::ScalarType dt, int64_t rank, int64_t n, int64_t salt) {
   };
   switch (dt) {
     case at::kByte: return mod(251, 0);
+    case at::kChar: return mod(251, 125);
     case at::kHalf: return mod(2048, 1024);
     case at::kBFloat16: return mod(256, 128);
     case at::kFloat: return mod(1 << 24, 1 << 23);
@@ -371,7 +397,7 @@ class Checker {
   // got == expected (expected as float64), element by element; the first difference throws.
   void expect(const Tensor& got, const Tensor& expected, const Case& c, const std::string& what, double tol = 0) {
     LocalTimer timer;
-    Tensor g = got.reshape({-1}).to(at::kDouble);
+    Tensor g = got.reshape({-1}).to(at::kCPU).to(at::kDouble);
     Tensor e = expected.reshape({-1}).to(at::kDouble);
     if (g.numel() != e.numel()) {
       throw Mismatch(fmt::format("MISMATCH {} {}: got {} elements, expected {}", label(c), what, g.numel(), e.numel()));
@@ -402,7 +428,9 @@ class Checker {
   void settle(const dist::WorkPtr& work, bool async_op, bool poll, const Case& c) {
     require(work != nullptr, c, "returned no Work");
     if (!async_op) {
-      require(work->isCompleted(), c, "a blocking call returned a Work that is not completed");
+      // On NCCL a blocking call returns once the caller's stream is ordered after the op, as
+      // in torch: the Work need not be done yet.
+      if (!g_stream_semantics) require(work->isCompleted(), c, "a blocking call returned a Work that is not completed");
     } else if (poll) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o_.timeout_s) + 30s;
       while (!work->isCompleted()) {
@@ -475,16 +503,20 @@ class Suite {
     return d;
   }
 
-  Tensor data(at::ScalarType dt, int64_t rank, int64_t n, int64_t salt) { return dataValues(dt, rank, n, salt).to(dt); }
+  Tensor data(at::ScalarType dt, int64_t rank, int64_t n, int64_t salt) {
+    return dataValues(dt, rank, n, salt).to(g_device, dt);
+  }
   // A buffer the collective must overwrite, with values no rank ever sends: NaN for floating
   // types, outside dataValues()' range for integers.
   static Tensor sentinel(at::ScalarType dt, int64_t n) {
     Tensor idx = at::arange(n, at::kLong);
     switch (dt) {
-      case at::kByte: return (idx.remainder(5) + 251).to(dt);
-      case at::kInt: return (idx.remainder(1000) + std::numeric_limits<int32_t>::min()).to(dt);
-      case at::kLong: return (-1 - idx * 3).to(dt);
-      default: return at::full({n}, std::numeric_limits<double>::quiet_NaN(), at::TensorOptions().dtype(dt));
+      case at::kByte: return (idx.remainder(5) + 251).to(g_device, dt);
+      case at::kChar: return (idx.remainder(5) - 128).to(g_device, dt);
+      case at::kInt: return (idx.remainder(1000) + std::numeric_limits<int32_t>::min()).to(g_device, dt);
+      case at::kLong: return (-1 - idx * 3).to(g_device, dt);
+      default:
+        return at::full({n}, std::numeric_limits<double>::quiet_NaN(), at::TensorOptions().dtype(dt).device(g_device));
     }
   }
 
@@ -531,16 +563,37 @@ class Suite {
         const int tag_right = static_cast<int>(m.serial % 1000) * 2 + 1;
         const int tag_left = tag_right + 1;
         Case c{"isend_irecv", "-", dt, n, detail(t, fmt::format("left={} right={}", left, right))};
-        // Both directions at once: receives posted first, then sends, all waited together.
         Tensor from_left = sentinel(dt, n);
         Tensor from_right = sentinel(dt, n);
         Tensor to_right = data(dt, t.global(), n, m.salt);
         Tensor to_left = data(dt, t.global(), n, m.salt + 1);
-        auto r1 = dist::irecv(from_left, left, t.group, tag_right);
-        auto r2 = dist::irecv(from_right, right, t.group, tag_left);
-        auto s1 = dist::isend(to_right, right, t.group, tag_right);
-        auto s2 = dist::isend(to_left, left, t.group, tag_left);
-        for (const auto& w : {s1, s2, r1, r2}) check_.settle(w, true, m.poll, c);
+        if (g_stream_semantics) {
+          // On NCCL every op of a rank runs in issue order on one stream, as in torch: a
+          // receive queued before a send waits for the peer's send. So one direction at a time,
+          // the team's first rank sending first and the others receiving first.
+          for (int direction = 0; direction < 2; ++direction) {
+            Tensor& out = direction == 0 ? to_right : to_left;
+            Tensor& in = direction == 0 ? from_left : from_right;
+            const int to = direction == 0 ? right : left, from = direction == 0 ? left : right;
+            const int tag = direction == 0 ? tag_right : tag_left;
+            dist::WorkPtr s, r;
+            if (t.me == 0) {
+              s = dist::isend(out, to, t.group, tag);
+              r = dist::irecv(in, from, t.group, tag);
+            } else {
+              r = dist::irecv(in, from, t.group, tag);
+              s = dist::isend(out, to, t.group, tag);
+            }
+            for (const auto& w : {s, r}) check_.settle(w, true, m.poll, c);
+          }
+        } else {
+          // Both directions at once: receives posted first, then sends, all waited together.
+          auto r1 = dist::irecv(from_left, left, t.group, tag_right);
+          auto r2 = dist::irecv(from_right, right, t.group, tag_left);
+          auto s1 = dist::isend(to_right, right, t.group, tag_right);
+          auto s2 = dist::isend(to_left, left, t.group, tag_left);
+          for (const auto& w : {s1, s2, r1, r2}) check_.settle(w, true, m.poll, c);
+        }
         check_.expect(from_left, dataValues(dt, left, n, m.salt), c, "received from the left");
         check_.expect(from_right, dataValues(dt, right, n, m.salt + 1), c, "received from the right");
       }
@@ -567,7 +620,7 @@ class Suite {
         for (ReduceOp op : o_.reduce_ops) {
           const Mode m = next();
           Case c{"all_reduce", opName(op), dt, n, detail(t)};
-          Tensor x = reduceValues(op, dt, t.global(), n, m.salt).to(dt);
+          Tensor x = reduceValues(op, dt, t.global(), n, m.salt).to(g_device, dt);
           check_.settle(dist::all_reduce(x, op, t.group, m.async_op), m.async_op, m.poll, c);
           check_.expect(x, expectedReduce(op, dt, t.ranks, n, m.salt), c, "reduced",
                         op == ReduceOp::AVG ? avgTolerance(dt) : 0);
@@ -583,7 +636,7 @@ class Suite {
           const Mode m = next();
           for (int root : roots(t, n, m.serial)) {
             Case c{"reduce", opName(op), dt, n, detail(t, fmt::format("dst={}", root))};
-            Tensor x = reduceValues(op, dt, t.global(), n, m.salt).to(dt);
+            Tensor x = reduceValues(op, dt, t.global(), n, m.salt).to(g_device, dt);
             check_.settle(dist::reduce(x, root, op, t.group, m.async_op), m.async_op, m.poll, c);
             if (t.global() == root) {
               check_.expect(x, expectedReduce(op, dt, t.ranks, n, m.salt), c, "reduced on dst",
@@ -667,7 +720,8 @@ class Suite {
           Case c{"reduce_scatter", opName(op), dt, n, detail(t)};
           // Block j of every rank's list is reduced into ranks[j]'s output.
           std::vector<Tensor> in;
-          for (int j = 0; j < t.size(); ++j) in.push_back(reduceValues(op, dt, t.global(), n, m.salt + 17 * j).to(dt));
+          for (int j = 0; j < t.size(); ++j)
+            in.push_back(reduceValues(op, dt, t.global(), n, m.salt + 17 * j).to(g_device, dt));
           Tensor out = sentinel(dt, n);
           check_.settle(dist::reduce_scatter(out, in, op, t.group, m.async_op), m.async_op, m.poll, c);
           check_.expect(out, expectedReduce(op, dt, t.ranks, n, m.salt + 17 * t.me), c, "reduced block",
@@ -685,7 +739,7 @@ class Suite {
       const Mode m = next();
       std::vector<Tensor> in;
       for (int j = 0; j < t.size(); ++j)
-        in.push_back(reduceValues(ReduceOp::SUM, dt, t.global(), n, m.salt + 17 * j).to(dt));
+        in.push_back(reduceValues(ReduceOp::SUM, dt, t.global(), n, m.salt + 17 * j).to(g_device, dt));
       Tensor out = in[onto];
       check_.settle(dist::reduce_scatter(out, in, ReduceOp::SUM, t.group, m.async_op), m.async_op, m.poll, c);
       check_.expect(out, expectedReduce(ReduceOp::SUM, dt, t.ranks, n, m.salt + 17 * t.me), c,
@@ -727,8 +781,9 @@ class Suite {
       check_.settle(dist::barrier(t.group, m.async_op), m.async_op, m.poll, c);
       const int64_t left = monotonicNs();
       std::vector<Tensor> times;
-      for (int i = 0; i < t.size(); ++i) times.push_back(at::zeros({2}, at::kLong));
-      Tensor mine = at::tensor(std::vector<int64_t>{entered, left}, at::kLong);
+      for (int i = 0; i < t.size(); ++i)
+        times.push_back(at::zeros({2}, at::TensorOptions().dtype(at::kLong).device(g_device)));
+      Tensor mine = at::tensor(std::vector<int64_t>{entered, left}, at::kLong).to(g_device);
       dist::all_gather(times, mine, t.group);
       for (int i = 0; i < t.size(); ++i) {
         for (int j = 0; j < t.size(); ++j) {
@@ -756,7 +811,7 @@ class Suite {
             Tensor base = sentinel(dt, 2 * n);
             Tensor view = base.slice(0, 0, 2 * n, 2);
             Tensor gaps = base.slice(0, 1, 2 * n, 2).clone();
-            view.copy_(reduceValues(op, dt, t.global(), n, m.salt).to(dt));
+            view.copy_(reduceValues(op, dt, t.global(), n, m.salt).to(g_device, dt));
             check_.settle(dist::all_reduce(view, op, t.group, m.async_op), m.async_op, m.poll, c);
             check_.expect(view, expectedReduce(op, dt, t.ranks, n, m.salt), c, "reduced",
                           op == ReduceOp::AVG ? avgTolerance(dt) : 0);
@@ -765,9 +820,9 @@ class Suite {
           {
             const Mode m = next();
             Case c{"all_reduce", opName(op), dt, cells, detail(t, fmt::format("view=transposed({}x{})", rows, cols))};
-            Tensor base = at::empty({cols, rows}, at::TensorOptions().dtype(dt));
+            Tensor base = at::empty({cols, rows}, at::TensorOptions().dtype(dt).device(g_device));
             Tensor view = base.t();
-            view.copy_(reduceValues(op, dt, t.global(), cells, m.salt).to(dt).view({rows, cols}));
+            view.copy_(reduceValues(op, dt, t.global(), cells, m.salt).to(g_device, dt).view({rows, cols}));
             check_.settle(dist::all_reduce(view, op, t.group, m.async_op), m.async_op, m.poll, c);
             check_.expect(view, expectedReduce(op, dt, t.ranks, cells, m.salt), c, "reduced",
                           op == ReduceOp::AVG ? avgTolerance(dt) : 0);
@@ -798,15 +853,18 @@ class Suite {
           const int left = t.ranks[(t.me + t.size() - 1) % t.size()];
           const int right = t.ranks[(t.me + 1) % t.size()];
           Case c{"isend_irecv", "-", dt, cells, detail(t, fmt::format("from={} view=transposed->strided", left))};
-          Tensor sbase = at::empty({cols, rows}, at::TensorOptions().dtype(dt));
+          Tensor sbase = at::empty({cols, rows}, at::TensorOptions().dtype(dt).device(g_device));
           Tensor sview = sbase.t();
           sview.copy_(data(dt, t.global(), cells, m.salt).view({rows, cols}));
           Tensor rbase = sentinel(dt, 2 * cells);
           Tensor rview = rbase.slice(0, 0, 2 * cells, 2);
           Tensor gaps = rbase.slice(0, 1, 2 * cells, 2).clone();
           const int tag = static_cast<int>(m.serial % 1000) + 7;
+          // On NCCL (one stream, issue order) the team's first rank sends first, as above.
+          const bool send_first = g_stream_semantics && t.me == 0;
+          dist::WorkPtr s = send_first ? dist::isend(sview, right, t.group, tag) : nullptr;
           auto r = dist::irecv(rview, left, t.group, tag);
-          auto s = dist::isend(sview, right, t.group, tag);
+          if (!send_first) s = dist::isend(sview, right, t.group, tag);
           check_.settle(s, true, m.poll, c);
           check_.settle(r, true, m.poll, c);
           check_.expect(rview, dataValues(dt, left, cells, m.salt), c, "received data");
@@ -824,19 +882,19 @@ class Suite {
         const Mode m = next();
         Case c{"async", "-", dt, n, detail(t)};
         const int root = t.ranks.back();
-        Tensor sum = reduceValues(ReduceOp::SUM, dt, t.global(), n, m.salt).to(dt);
+        Tensor sum = reduceValues(ReduceOp::SUM, dt, t.global(), n, m.salt).to(g_device, dt);
         Tensor bcast = t.global() == root ? data(dt, root, n, m.salt) : sentinel(dt, n);
-        Tensor max = reduceValues(ReduceOp::MAX, dt, t.global(), n, m.salt + 1).to(dt);
+        Tensor max = reduceValues(ReduceOp::MAX, dt, t.global(), n, m.salt + 1).to(g_device, dt);
         std::vector<Tensor> gathered;
         for (int i = 0; i < t.size(); ++i) gathered.push_back(sentinel(dt, n));
         Tensor in = data(dt, t.global(), n, m.salt + 2);
         std::vector<dist::WorkPtr> works = {
             dist::all_reduce(sum, ReduceOp::SUM, t.group, true), dist::broadcast(bcast, root, t.group, true),
             dist::all_reduce(max, ReduceOp::MAX, t.group, true), dist::all_gather(gathered, in, t.group, true)};
-        Tensor after = reduceValues(ReduceOp::MIN, dt, t.global(), n, m.salt + 3).to(dt);
+        Tensor after = reduceValues(ReduceOp::MIN, dt, t.global(), n, m.salt + 3).to(g_device, dt);
         dist::all_reduce(after, ReduceOp::MIN, t.group);
         for (auto it = works.rbegin(); it != works.rend(); ++it) {
-          check_.require(*it && (*it)->isCompleted(), c,
+          check_.require(*it && (g_stream_semantics || (*it)->isCompleted()), c,
                          "an async collective issued before a blocking one is "
                          "not complete after the blocking one returned");
           check_.settle(*it, true, m.poll, c);
@@ -870,7 +928,23 @@ void initGroup(const Options& o) {
   init.rank = o.rank;
   init.world_size = o.world_size;
   init.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  init.backend = o.backend;
+  if (o.device != "cpu") {
+    // One device per process, as torch's examples do: LOCAL_RANK modulo the visible devices,
+    // made current (torch.cuda.set_device) so that a barrier before any op finds it.
+    const int devices = static_cast<int>(at::getNumGPUs());
+    if (devices == 0) throw UsageError("--device " + o.device + ": no CUDA device is visible");
+    const char* local = std::getenv("LOCAL_RANK");
+    g_cuda_device = at::Device(at::kCUDA, static_cast<at::DeviceIndex>((local ? std::atoi(local) : 0) % devices));
+    c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(g_cuda_device);
+    g_device = g_cuda_device;
+  }
   dist::init_process_group(init);
+  const std::string backend = dist::get_backend();
+  g_stream_semantics = o.device != "cpu" && (backend == "nccl" || backend.find("cuda:nccl") != std::string::npos);
+  // A first collective before new_group: where it runs on NCCL (backend nccl) the default
+  // group's communicator exists, so new_group splits it (ncclCommSplit) instead of making one.
+  if (o.device != "cpu") dist::barrier();
 }
 
 // All ranks make every group, in the same order; a rank outside a group skips it.
@@ -936,10 +1010,16 @@ int runMatrix(const Options& o) {
   initGroup(o);
   const int rank = dist::get_rank();
   const int world = dist::get_world_size();
+  if (o.verbose) {
+    std::printf("rank %d: backend %s, tensors on %s\n", rank, dist::get_backend().c_str(), g_device.str().c_str());
+  }
   Checker check(o, rank);
   for (const auto& team : makeTeams(o, rank, world)) {
     Suite suite(o, check);  // salts and tags count from 0 in each team, on each member alike
-    for (const auto& op : o.ops) {
+    for (size_t k = 0; k < o.ops.size(); ++k) {
+      const std::string& op = o.ops[k];
+      // --device both: CPU and CUDA tensors in turns, through one group's two backends.
+      if (o.device == "both") g_device = k % 2 ? g_cuda_device : at::Device(at::kCPU);
       const auto op_start = std::chrono::steady_clock::now();
       const double local_before = g_local_seconds;
       suite.run(team, op);
@@ -970,7 +1050,7 @@ int runKilledPeer(const Options& o) {
   initGroup(o);
   const int rank = dist::get_rank();
   if (o.victim < 0 || o.victim >= dist::get_world_size()) throw UsageError("--victim must be a rank");
-  Tensor x = at::ones({o.big_count}, at::kFloat);
+  Tensor x = at::ones({o.big_count}, at::TensorOptions().dtype(at::kFloat).device(g_device));
   dist::barrier();
   if (rank == o.victim) {
     std::thread([ms = o.die_after_ms, rank] {

@@ -84,3 +84,32 @@ TEST_CASE("init_process_group: a tcp:// port that is not 1 to 65535 fails at onc
   requireFailsAtOnce({{}, "init_process_group(tcp://127.0.0.1:abc): port 'abc' is not a whole number in 1..65535"},
                      {"--init", "tcp://127.0.0.1:abc", "--rank", "0", "--world-size", "2"});
 }
+
+// The backend string is read before anything connects: a bad one fails at once (the group's
+// peers never come here, so a check after connecting would wait out the timeout).
+TEST_CASE("init_process_group: an unknown backend fails at once naming it", "[e2e][env][backend]") {
+  requireFailsAtOnce({{}, "backend 'mpi' is not available (use auto, gloo, cpu, nccl"},
+                     {"--init", "env://", "--backend", "mpi"});
+}
+
+TEST_CASE("init_process_group: NCCL for CPU tensors fails at once", "[e2e][env][backend]") {
+  requireFailsAtOnce({{}, "backend 'cpu:nccl': NCCL runs CUDA tensors only"},
+                     {"--init", "env://", "--backend", "cpu:nccl"});
+}
+
+#if !DDPRUN_TEST_TORCH_CUDA
+// This build's LibTorch has no CUDA, so NCCL cannot run whatever the machine has.
+TEST_CASE("init_process_group: backend nccl without CUDA fails at once saying why", "[e2e][env][backend]") {
+  requireFailsAtOnce({{},
+                      "backend 'nccl' asks for NCCL, which is not viable here: this ddprun runtime was built "
+                      "against a LibTorch without CUDA"},
+                     {"--init", "env://", "--backend", "nccl"});
+  requireFailsAtOnce({{}, "backend 'cpu:gloo,cuda:nccl' asks for NCCL"},
+                     {"--init", "env://", "--backend", "cpu:gloo,cuda:nccl"});
+}
+#endif
+
+TEST_CASE("a CPU tensor on a group whose backend runs only CUDA tensors fails naming the op", "[e2e][env][backend]") {
+  requireFailsAtOnce({{{"WORLD_SIZE", "1"}}, "broadcast: a CPU tensor, but this group's backend (cuda:gloo) runs none"},
+                     {"--init", "env://", "--backend", "cuda:gloo", "--ops", "broadcast"});
+}
