@@ -3,7 +3,12 @@
 // with ddprun::ddp::DistributedDataParallel, timed the same way (median step after 5 warm-up
 // steps). Rank 0 prints:
 //   ddprun-ddp n=N steps=S median_step_s=.. samples_per_s=.. final_loss=..
-// Usage (under ddprun): ddp_mlp [steps]
+// Usage (under ddprun): ddp_mlp [steps] [--device cuda] [--width W] [--batch B]
+// --device cuda (bench/ddp_cuda_compare, against bench/ddp_mlp_torch_cuda.py): the model on
+// cuda:(LOCAL_RANK modulo the visible devices) with device_ids, widened with --width (hidden
+// units, default 1024) and --batch (per rank, default 64) so the GPU has work; each step is
+// timed between two synchronizations of the current stream, and the line says device=cuda.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -11,6 +16,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "worker_runtime/ddp/distributed_data_parallel.h"
@@ -19,7 +26,21 @@
 namespace dist = ddprun::dist;
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 50;
+  int steps = 50;
+  int64_t width = 1024, batch = 64;
+  bool cuda = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--device" && i + 1 < argc) {
+      cuda = std::string(argv[++i]) == "cuda";
+    } else if (arg == "--width" && i + 1 < argc) {
+      width = std::atoll(argv[++i]);
+    } else if (arg == "--batch" && i + 1 < argc) {
+      batch = std::atoll(argv[++i]);
+    } else {
+      steps = std::atoi(arg.c_str());
+    }
+  }
   if (steps < 6) {
     std::cerr << "ddp_mlp: steps must be at least 6 (5 are warm-up)" << std::endl;
     return 2;
@@ -28,30 +49,43 @@ int main(int argc, char** argv) {
     dist::init_process_group();
     const int rank = dist::get_rank();
     const int world = dist::get_world_size();
+    const at::Device device = cuda ? ddprun::ddp::default_device() : at::Device(at::kCPU);
+    if (cuda && !device.is_cuda()) throw std::runtime_error("--device cuda: no CUDA device is visible");
+    if (cuda) c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
+    // The current stream: the step's end is when it has drained (ops and the last bucket).
+    auto sync = [&] {
+      if (cuda) c10::impl::getDeviceGuardImpl(at::kCUDA)->getStream(device).synchronize();
+    };
     torch::manual_seed(0);
-    torch::nn::Sequential net(torch::nn::Linear(784, 1024), torch::nn::ReLU(), torch::nn::Linear(1024, 1024),
-                              torch::nn::ReLU(), torch::nn::Linear(1024, 10));
-    ddprun::ddp::DistributedDataParallel model(net);
+    torch::nn::Sequential net(torch::nn::Linear(784, width), torch::nn::ReLU(), torch::nn::Linear(width, width),
+                              torch::nn::ReLU(), torch::nn::Linear(width, 10));
+    net->to(device);
+    ddprun::ddp::DDPOptions options;
+    if (cuda) options.device_ids = {device.index()};
+    ddprun::ddp::DistributedDataParallel model(net, options);
     torch::optim::SGD opt(model.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
     auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(1000 + rank));
     std::vector<double> times;
     torch::Tensor loss;
     for (int s = 0; s < steps; ++s) {
-      auto x = torch::randn({64, 784}, gen);
-      auto y = torch::randint(0, 10, {64}, gen);
+      auto x = torch::randn({batch, 784}, gen).to(device);
+      auto y = torch::randint(0, 10, {batch}, gen).to(device);
+      sync();
       const auto t0 = std::chrono::steady_clock::now();
       opt.zero_grad();
       loss = torch::nn::functional::cross_entropy(model(x), y);
       loss.backward();
       opt.step();
+      sync();
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     times.erase(times.begin(), times.begin() + 5);
     std::sort(times.begin(), times.end());
     const double median = times[times.size() / 2];
     if (rank == 0) {
-      std::cout << fmt::format("ddprun-ddp n={} steps={} median_step_s={:.5f} samples_per_s={:.1f} final_loss={:.4f}",
-                               world, steps, median, 64 * world / median, loss.item<double>())
+      std::cout << fmt::format("ddprun-ddp n={} steps={} median_step_s={:.5f} samples_per_s={:.1f} final_loss={:.4f}{}",
+                               world, steps, median, static_cast<double>(batch * world) / median, loss.item<double>(),
+                               cuda ? fmt::format(" device=cuda width={} batch={}", width, batch) : "")
                 << std::endl;
     }
     dist::destroy_process_group();

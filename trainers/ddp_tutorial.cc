@@ -4,7 +4,8 @@
 //   basic           ToyModel wrapped in DDP, SGD steps on random data (elastic_ddp.py too)
 //   checkpoint      rank 0 saves, a barrier, every rank loads with a device mapping, trains on
 //   model_parallel  ToyMpModel spread over two devices per process, wrapped in DDP without
-//                   device ids (CPU stand-ins when there are not two GPUs per local rank)
+//                   device ids (with one GPU per rank: that GPU and the CPU; without CUDA,
+//                   two CPU stand-ins)
 //
 //   ddprun --standalone --nproc_per_node=2 --no_python build/bin/ddp_tutorial basic
 //
@@ -75,13 +76,10 @@ int localWorldSize() { return ddprun::env::integerOr(ddprun::env::kLocalWorldSiz
 
 int gpuCount() { return static_cast<int>(torch::cuda::device_count()); }
 
-// This process's device, as the tutorial's `.to(rank)`: its GPU where every local rank
-// has one, else the CPU (always, with Debian's CPU-only LibTorch).
-torch::Device localDevice() {
-  return gpuCount() >= localWorldSize() && gpuCount() > 0
-             ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(localRank()))
-             : torch::Device(torch::kCPU);
-}
+// This process's device, as the tutorial's `.to(rank)`: cuda:(LOCAL_RANK modulo the visible
+// devices) where CUDA is (several ranks may share one GPU), else the CPU (always, with
+// Debian's CPU-only LibTorch).
+torch::Device localDevice() { return ddprun::ddp::default_device(); }
 
 // `steps` rounds of the tutorial's step: zero_grad, forward on random input, MSE against
 // random labels (on the output's device), backward, step. Drawn on the CPU, so the
@@ -155,12 +153,13 @@ void demoCheckpoint(const Options& opt) {
 void demoModelParallel(const Options& opt) {
   const int rank = dist::get_rank();
   std::printf("Running DDP with model parallel example on rank %d.\n", rank);
-  // Two GPUs per process where there are enough, else two CPU "devices".
-  const bool gpus = gpuCount() >= 2 * localWorldSize();
+  // Two GPUs per process where there are enough; with fewer, this rank's GPU and the CPU (a
+  // model still spread over two devices); without CUDA, two CPU "devices".
+  const bool two_gpus = gpuCount() >= 2 * localWorldSize();
   const torch::Device dev0 =
-      gpus ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(2 * localRank())) : torch::Device(torch::kCPU);
-  const torch::Device dev1 = gpus ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(2 * localRank() + 1))
-                                  : torch::Device(torch::kCPU);
+      two_gpus ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(2 * localRank())) : localDevice();
+  const torch::Device dev1 = two_gpus ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(2 * localRank() + 1))
+                                      : torch::Device(torch::kCPU);
   ToyMpModel mp_model(dev0, dev1);
   DistributedDataParallel ddp_mp_model(mp_model);
   torch::optim::SGD optimizer(ddp_mp_model.parameters(), 0.001);

@@ -9,11 +9,16 @@
 //   ddprun --standalone --nproc_per_node=2 --max_restarts=1 --no_python build/bin/fashion_mnist
 //          --epochs 3 --checkpoint-dir /tmp/ckpt --checkpoint-every 200
 //
+// --device auto (the default) trains on cuda:LOCAL_RANK (modulo the visible devices) where
+// CUDA is, else on the CPU, and says which on its first line.
+//
 // Fault injection for tests: DDPRUN_CRASH_AT_STEP=k makes rank DDPRUN_CRASH_RANK (default:
 // the last rank) exit with status 17 just before step k, on the first attempt only
 // (TORCHELASTIC_RESTART_COUNT 0), as a worker dying mid-run would.
 #include <torch/torch.h>
 #include <unistd.h>
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -80,7 +85,19 @@ struct Options {
   int64_t log_every = 100;
   std::string dump_params;
   double min_accuracy = 0;
+  std::string device = "auto";
+  bool deterministic = false;
 };
+
+// --device: auto is cuda:(LOCAL_RANK modulo the visible devices) where CUDA is, else the CPU.
+at::Device resolveDevice(const std::string& choice) {
+  if (choice == "cpu") return at::kCPU;
+  const at::Device best = ddprun::ddp::default_device();
+  if (choice == "cuda" && !best.is_cuda()) {
+    throw ddprun::UsageError("--device cuda: no CUDA device is visible (or this LibTorch has no CUDA)");
+  }
+  return best;
+}
 
 // The first `limit` samples (all when 0).
 Dataset limited(Dataset data, int64_t limit) {
@@ -110,7 +127,7 @@ struct EvalResult {
 // Every rank evaluates its contiguous share of the test set; the sums are all_reduced.
 // Runs the bare module (not through DDP): evaluation needs no gradient synchronisation,
 // and ranks may have different numbers of batches.
-EvalResult evaluate(Net& model, const Dataset& test, int rank, int world) {
+EvalResult evaluate(Net& model, const Dataset& test, int rank, int world, const at::Device& device) {
   torch::NoGradGuard no_grad;
   model->eval();
   const int64_t begin = test.size() * rank / world;
@@ -121,6 +138,8 @@ EvalResult evaluate(Net& model, const Dataset& test, int rank, int world) {
   int64_t correct = 0;
   for (size_t b = 0; b < indices.size(); b += 1000) {
     auto [x, y] = makeBatch(test, indices, b, std::min(indices.size(), b + 1000));
+    x = x.to(device);
+    y = y.to(device);
     auto out = model->forward(x);
     loss_sum += torch::nll_loss(out, y, {}, at::Reduction::Sum).item<double>();
     correct += out.argmax(1).eq(y).sum().item<int64_t>();
@@ -134,7 +153,16 @@ EvalResult evaluate(Net& model, const Dataset& test, int rank, int world) {
 }
 
 int train(const Options& opt) {
-  dist::init_process_group();
+  const at::Device device = resolveDevice(opt.device);
+  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);  // torch.cuda.set_device
+  if (opt.deterministic) {
+    // Bitwise reproducible on the GPU (resume tests): cuBLAS needs a fixed workspace for it.
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
+  dist::init_process_group();  // auto: NCCL for the CUDA gradients, the host backend for the rest
   const int rank = dist::get_rank();
   const int world = dist::get_world_size();
   namespace env = ddprun::env;
@@ -156,14 +184,17 @@ int train(const Options& opt) {
   if (opt.max_steps > 0) total_steps = std::min(total_steps, opt.max_steps);
 
   torch::manual_seed(opt.seed);
-  Net net;
-  ddprun::ddp::DistributedDataParallel model(net);
+  Net net;  // initialised on the CPU, so every device starts from the same model
+  net->to(device);
+  ddprun::ddp::DDPOptions ddp_options;
+  if (device.is_cuda()) ddp_options.device_ids = {device.index()};
+  ddprun::ddp::DistributedDataParallel model(net, ddp_options);
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(opt.lr).momentum(opt.momentum));
 
   ckpt::TrainingProgress progress{.data_seed = opt.seed};
   std::optional<ckpt::CheckpointManager> checkpoints;
   if (!opt.checkpoint_dir.empty()) {
-    checkpoints.emplace(ckpt::CheckpointManagerOptions{.directory = opt.checkpoint_dir});
+    checkpoints.emplace(ckpt::CheckpointManagerOptions{.directory = opt.checkpoint_dir, .map_location = device});
     if (auto resumed = checkpoints->resumeLatest(*net, &optimizer)) {
       progress = *resumed;
       if (progress.data_seed != opt.seed) {
@@ -180,11 +211,11 @@ int train(const Options& opt) {
   if (rank == 0) {
     std::printf(
         "fashion_mnist: %d ranks, %lld train / %lld test samples, batch %lld (%lld per rank), "
-        "%lld steps per epoch, %lld steps, data loaded in %.2f s\n",
+        "%lld steps per epoch, %lld steps, data loaded in %.2f s, training on %s\n",
         world, static_cast<long long>(train_set.size()), static_cast<long long>(test_set.size()),
         static_cast<long long>(opt.batch_size), static_cast<long long>(local_batch),
         static_cast<long long>(steps_per_epoch), static_cast<long long>(total_steps),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), device.str().c_str());
     std::fflush(stdout);
   }
 
@@ -214,7 +245,7 @@ int train(const Options& opt) {
           makeBatch(train_set, order, begin, std::min(order.size(), begin + static_cast<size_t>(local_batch)));
       if (opt.cosine) setLearningRate(optimizer, cosineRate(opt.lr, progress.step, total_steps));
       optimizer.zero_grad();
-      auto loss = torch::nll_loss(model(x), y);
+      auto loss = torch::nll_loss(model(x), y.to(device));  // DDP moves x to device_ids[0]
       loss.backward();
       optimizer.step();
 
@@ -230,7 +261,7 @@ int train(const Options& opt) {
     }
     if (progress.batch_in_epoch < steps_per_epoch) break;  // --max-steps ended the run mid-epoch
 
-    last_eval = evaluate(net, test_set, rank, world);
+    last_eval = evaluate(net, test_set, rank, world, device);
     at::Tensor train_loss = torch::tensor({epoch_loss, static_cast<double>(epoch_batches)}, torch::kDouble);
     dist::all_reduce(train_loss);
     if (bar) {
@@ -305,6 +336,10 @@ int main(int argc, char** argv) {
   app.add_option("--dump-params", opt.dump_params, "write each rank's final parameters to DIR/params_rank<r>.bin");
   app.add_option("--min-accuracy", opt.min_accuracy, "fail (exit 1) when the final test accuracy is below this %")
       ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--device", opt.device, "auto (a GPU per rank where CUDA is, else the CPU), cpu or cuda")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_flag("--deterministic", opt.deterministic, "deterministic algorithms only (bitwise reproducible on a GPU)");
   try {
     app.parse(argc, argv);
     if (opt.checkpoint_every > 0 && opt.checkpoint_dir.empty()) {

@@ -21,6 +21,8 @@
 //   gradients and pushes them (distributed backward + DistributedOptimizer)
 //   without ever waiting for the other trainer (--slow-trainer/--slow-ms make
 //   one deliberately slow).
+// --device cuda|auto: the trainers' Linear (and its DDP) on their GPU, as seed 000
+// does; the embedding table stays on the server's CPU, and RPC carries CPU tensors.
 // --reference: one process computes the sync model on the same batches (the
 // embedding
 //   takes each trainer's gradient, the Linear their average), for comparison
@@ -80,13 +82,15 @@ struct Config {
   int threads = 4;
   std::string dump;
   bool reference = false;
+  std::string device = "cpu";  // the trainers' dense part: cpu, cuda or auto
 };
 
 constexpr uint64_t kEmbSeed = 1000;
 constexpr uint64_t kFcSeed = 2000;
 
 Value::List encode(const Config& c) {
-  return {c.batches, c.mode, c.num_embeddings, c.dim, c.bag, c.bags, c.out, c.lr, c.seed, c.slow_trainer, c.slow_ms};
+  return {c.batches, c.mode, c.num_embeddings, c.dim,          c.bag,     c.bags,
+          c.out,     c.lr,   c.seed,           c.slow_trainer, c.slow_ms, c.device};
 }
 Config decode(const Value::List& v) {
   Config c;
@@ -101,6 +105,7 @@ Config decode(const Value::List& v) {
   c.seed = v.at(8).toInt();
   c.slow_trainer = static_cast<int>(v.at(9).toInt());
   c.slow_ms = v.at(10).toInt();
+  c.device = v.at(11).toString();
   return c;
 }
 
@@ -140,23 +145,40 @@ std::atomic<int64_t> g_progress{0};
 std::mutex g_fc_mutex;
 torch::nn::Linear g_fc{nullptr};
 
+// The trainers' device: --device cuda or auto on a machine with CUDA gives each trainer
+// cuda:(LOCAL_RANK modulo the visible devices), as seed 000 puts its DDP Linear on the GPU.
+at::Device trainerDevice(const Config& c) {
+  if (c.device == "cpu") return at::kCPU;
+  const at::Device best = ddprun::ddp::default_device();
+  if (c.device == "cuda" && !best.is_cuda()) {
+    throw ddprun::UsageError("hybrid_ps --device cuda: no CUDA device is visible (or this LibTorch has no CUDA)");
+  }
+  return best;
+}
+
 double runTrainer(const Args& a) {
   rpc::RemoteModule emb(a.at(0).toRRef());
   const int trainer = static_cast<int>(a.at(1).toInt());
   const Config c = decode(a.at(2).toList());
   const bool sync = c.mode == "sync";
+  // The embedding table stays on the server's CPU: its lookups arrive here on the CPU and move
+  // to the device inside autograd, so their gradients go back to the server on the CPU.
+  const at::Device device = trainerDevice(c);
   BatchSource source(c, trainer);
   std::vector<rpc::RRef> params = emb.remote_parameters();
   std::unique_ptr<ddprun::ddp::DistributedDataParallel<torch::nn::LinearImpl>> ddp;
   std::vector<rpc::RRef> fc_params;
   if (sync) {
     torch::nn::Linear fc(torch::nn::LinearOptions(c.dim, c.out));
-    rpc::reference_init(*fc, kFcSeed);
+    rpc::reference_init(*fc, kFcSeed);  // on the CPU: the same start on every device
+    fc->to(device);
     {
       std::lock_guard lock(g_fc_mutex);
       g_fc = fc;
     }
-    ddp = std::make_unique<ddprun::ddp::DistributedDataParallel<torch::nn::LinearImpl>>(fc.ptr());
+    ddprun::ddp::DDPOptions ddp_options;
+    if (device.is_cuda()) ddp_options.device_ids = {device.index()};
+    ddp = std::make_unique<ddprun::ddp::DistributedDataParallel<torch::nn::LinearImpl>>(fc.ptr(), ddp_options);
     // DDP's parameters are local: RRefs owned here, as torch's tutorial does.
     for (auto& p : ddp->parameters()) params.emplace_back(Value(p));
   } else {
@@ -177,15 +199,15 @@ double runTrainer(const Args& a) {
       rpc::dist_autograd::Context ctx;
       at::Tensor out;
       if (sync) {
-        out = (*ddp)(emb.forward({idx, offsets}));
+        out = (*ddp)(emb.forward({idx, offsets}).to(device));
       } else {
         // Pull: the Linear's current parameters, recorded so their gradients
         // are pushed back.
-        at::Tensor weight = fc_params[0].to_here().toTensor();
-        at::Tensor bias = fc_params[1].to_here().toTensor();
-        out = at::linear(emb.forward({idx, offsets}), weight, bias);
+        at::Tensor weight = fc_params[0].to_here().toTensor().to(device);
+        at::Tensor bias = fc_params[1].to_here().toTensor().to(device);
+        out = at::linear(emb.forward({idx, offsets}).to(device), weight, bias);
       }
-      auto loss = torch::nn::functional::cross_entropy(out, target);
+      auto loss = torch::nn::functional::cross_entropy(out, target.to(device));
       rpc::dist_autograd::backward(ctx.id(), {loss});
       opt.step(ctx.id());
     }
@@ -293,6 +315,9 @@ int main(int argc, char** argv) {
     app.add_option("--threads", c.threads, "RPC worker threads")->check(CLI::PositiveNumber);
     app.add_option("--dump", c.dump, "write the final parameters (embedding, Linear weight, bias) here");
     app.add_flag("--reference", c.reference, "single process: the sync model on the same batches");
+    app.add_option("--device", c.device,
+                   "the trainers' dense part: cpu (default), cuda, or auto (a GPU per trainer where CUDA is)")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -319,7 +344,8 @@ int main(int argc, char** argv) {
         std::lock_guard lock(g_fc_mutex);
         return Value(std::vector<at::Tensor>{g_fc->weight.detach(), g_fc->bias.detach()});
       });
-      if (c.mode == "sync") dist::init_process_group("gloo", "env://", /*world_size=*/2, rank);
+      // auto: NCCL for the Linear's gradients on a GPU, the host backend on the CPU.
+      if (c.mode == "sync") dist::init_process_group(c.device == "cpu" ? "gloo" : "auto", "env://", 2, rank);
       rpc::init_rpc("trainer" + std::to_string(rank), rank, 4, options);
     } else if (rank == 2) {
       rpc::init_rpc("master", rank, 4, options);

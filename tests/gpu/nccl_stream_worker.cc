@@ -152,8 +152,8 @@ int run(int argc, char** argv) {
     if (std::string(argv[i]) == "--sleep-cycles") g_sleep_cycles = std::stoll(argv[i + 1]);
   }
   const char* local = std::getenv("LOCAL_RANK");
-  g_device = at::Device(at::kCUDA, static_cast<at::DeviceIndex>((local ? std::atoi(local) : 0) %
-                                                                 static_cast<int>(at::getNumGPUs())));
+  g_device = at::Device(
+      at::kCUDA, static_cast<at::DeviceIndex>((local ? std::atoi(local) : 0) % static_cast<int>(at::getNumGPUs())));
   c10::cuda::set_device(g_device.index());
   dist::init_process_group("nccl");
   g_rank = dist::get_rank();

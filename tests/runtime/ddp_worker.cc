@@ -3,9 +3,12 @@
 // the whole batch; the two must end with the same parameters. Prints "OK <mode>" and exits 0
 // when every check passes; prints what differs and exits 1 otherwise.
 //
-// usage: ddprun_ddp_worker MODE [bucket_cap_mb]
+// usage: ddprun_ddp_worker MODE [bucket_cap_mb] [--device cpu|cuda]
 //   MODE: equivalence | per_param_buckets | no_sync | unused | unused_error | buffers |
 //         overlap | shapes | join | fp16 | bf16
+//   --device cuda: both models and every batch on cuda:(LOCAL_RANK modulo the visible
+//   devices), DDP with device_ids, backend auto (NCCL for the gradients); the GPU tests.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -25,6 +28,10 @@ constexpr int kSteps = 10;
 constexpr int kGlobalBatch = 12;  // divisible by 1, 2, 3 and 4 ranks
 constexpr int kIn = 8;
 constexpr int kOut = 4;
+
+// Where the models and batches live (--device); the batches are drawn on the CPU and moved,
+// so every device trains on the same numbers.
+at::Device g_device(at::kCPU);
 
 struct Net : torch::nn::Module {
   explicit Net(int hidden = 16, bool with_branch = false) {
@@ -53,7 +60,9 @@ struct Batch {
 
 Batch globalBatch(int step) {
   auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(7 + step));
-  return {torch::randn({kGlobalBatch, kIn}, gen), torch::randn({kGlobalBatch, kOut}, gen)};
+  auto x = torch::randn({kGlobalBatch, kIn}, gen);
+  auto y = torch::randn({kGlobalBatch, kOut}, gen);
+  return {x.to(g_device), y.to(g_device)};
 }
 
 Batch slice(const Batch& b, int rank, int world) {
@@ -113,7 +122,16 @@ bool sameAcrossRanks(torch::nn::Module& m, const std::string& what) {
 
 std::shared_ptr<Net> makeNet(uint64_t seed, int hidden = 16, bool with_branch = false) {
   torch::manual_seed(seed);
-  return std::make_shared<Net>(hidden, with_branch);
+  auto net = std::make_shared<Net>(hidden, with_branch);
+  net->to(g_device);
+  return net;
+}
+
+// DDP's options for this run: device_ids on a GPU, as torch's examples pass them.
+ddp::DDPOptions deviceOptions() {
+  ddp::DDPOptions options;
+  if (g_device.is_cuda()) options.device_ids = {g_device.index()};
+  return options;
 }
 
 // Plain data parallel training: DDP on slices vs the reference on whole batches.
@@ -122,7 +140,7 @@ int runEquivalence(const std::string& mode, double bucket_cap_mb) {
   const int world = dist::get_world_size();
   auto reference = makeNet(100);
   auto local = makeNet(100 + static_cast<uint64_t>(rank));  // different until DDP broadcasts
-  ddp::DDPOptions options;
+  ddp::DDPOptions options = deviceOptions();
   options.bucket_cap_mb = bucket_cap_mb;
   options.first_bucket_cap_mb = bucket_cap_mb;
   ddp::DistributedDataParallel<Net> model(local, options);
@@ -169,7 +187,7 @@ int runNoSync() {
   const int world = dist::get_world_size();
   auto reference = makeNet(100);
   auto local = makeNet(100 + static_cast<uint64_t>(rank));
-  ddp::DistributedDataParallel<Net> model(local);
+  ddp::DistributedDataParallel<Net> model(local, deviceOptions());
   torch::optim::SGD opt(model.parameters(), 0.1);
   torch::optim::SGD ref_opt(reference->parameters(), 0.1);
   for (int step = 0; step < kSteps; ++step) {
@@ -209,7 +227,7 @@ int runUnused() {
   const int world = dist::get_world_size();
   auto reference = makeNet(100, 16, true);
   auto local = makeNet(100 + static_cast<uint64_t>(rank), 16, true);
-  ddp::DDPOptions options;
+  ddp::DDPOptions options = deviceOptions();
   options.find_unused_parameters = true;
   ddp::DistributedDataParallel<Net> model(local, options);
   torch::optim::SGD opt(model.parameters(), 0.1);
@@ -222,7 +240,7 @@ int runUnused() {
     opt.step();
 
     ref_opt.zero_grad();
-    torch::Tensor loss = torch::zeros({});
+    torch::Tensor loss = torch::zeros({}, g_device);
     for (int r = 0; r < world; ++r) {
       const Batch part = slice(global, r, world);
       loss = loss + torch::mse_loss(reference->forward(part.x, r == 0 && step % 2 == 0), part.y);
@@ -250,7 +268,7 @@ int runBuffers() {
   const int rank = dist::get_rank();
   auto local = makeNet(100 + static_cast<uint64_t>(rank));
   local->offset.fill_(static_cast<float>(rank + 1));
-  ddp::DistributedDataParallel<Net> model(local);
+  ddp::DistributedDataParallel<Net> model(local, deviceOptions());
   if (local->offset[0].item<float>() != 1.0F) {
     std::cout << "MISMATCH buffers: not broadcast at construction" << std::endl;
     return 1;
@@ -270,7 +288,7 @@ int runBuffers() {
 int runOverlap() {
   const int rank = dist::get_rank();
   auto local = makeNet(100 + static_cast<uint64_t>(rank), 256);
-  ddp::DDPOptions options;
+  ddp::DDPOptions options = deviceOptions();
   options.bucket_cap_mb = 0.25;
   options.first_bucket_cap_mb = 0.25;
   ddp::DistributedDataParallel<Net> model(local, options);
@@ -315,7 +333,7 @@ int runJoin() {
   const int world = dist::get_world_size();
   auto reference = makeNet(100);
   auto local = makeNet(100 + static_cast<uint64_t>(rank));
-  ddp::DistributedDataParallel<Net> model(local);
+  ddp::DistributedDataParallel<Net> model(local, deviceOptions());
   torch::optim::SGD opt(model.parameters(), 0.1);
   torch::optim::SGD ref_opt(reference->parameters(), 0.1);
   auto batchesOf = [](int r) { return 3 + 2 * r; };
@@ -329,7 +347,7 @@ int runJoin() {
   });
   for (int step = 0; step < batchesOf(world - 1); ++step) {
     ref_opt.zero_grad();
-    torch::Tensor loss = torch::zeros({});
+    torch::Tensor loss = torch::zeros({}, g_device);
     for (int r = 0; r < world; ++r) {
       if (step >= batchesOf(r)) continue;
       const Batch part = slice(globalBatch(step), r, world);
@@ -349,7 +367,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mode = argv[1];
-  const double bucket_cap_mb = argc > 2 ? std::atof(argv[2]) : 25.0;
+  double bucket_cap_mb = 25.0;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--device" && i + 1 < argc) {
+      const std::string device = argv[++i];
+      if (device == "cuda") {
+        g_device = ddp::default_device();
+        if (!g_device.is_cuda()) {
+          std::cerr << "ddprun_ddp_worker: --device cuda: no CUDA device is visible" << std::endl;
+          return 2;
+        }
+        c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(g_device);
+      } else if (device != "cpu") {
+        std::cerr << "ddprun_ddp_worker: --device is cpu or cuda" << std::endl;
+        return 2;
+      }
+    } else {
+      bucket_cap_mb = std::atof(arg.c_str());
+    }
+  }
   torch::set_num_threads(1);
   try {
     dist::init_process_group();

@@ -1,6 +1,7 @@
 #include "worker_runtime/checkpoint/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <torch/serialize/input-archive.h>
@@ -281,6 +282,25 @@ GroupView viewOf(const dist::Group& group) {
   return {true, dist::get_rank(group), dist::get_world_size(group)};
 }
 
+// Where this file's small collectives over `group` run: the CPU where the group's backend
+// serves CPU tensors, else (backend "nccl") this rank's current CUDA device.
+at::Device controlDevice(const dist::Group& group) {
+  const std::string backend = dist::get_backend(group);
+  if (backend != "nccl" && backend.rfind("cuda:", 0) != 0) return at::kCPU;
+  return c10::impl::getDeviceGuardImpl(at::kCUDA)->getDevice();
+}
+
+// Every rank's `state` (equal sizes), gathered over the group on its control device.
+std::vector<at::Tensor> gatherStates(const at::Tensor& state, const dist::Group& group, int size) {
+  const at::Device device = controlDevice(group);
+  at::Tensor mine = state.to(device);
+  std::vector<at::Tensor> gathered;
+  for (int i = 0; i < size; ++i) gathered.push_back(at::empty_like(mine));
+  dist::all_gather(gathered, mine, group);
+  for (auto& g : gathered) g = g.cpu();
+  return gathered;
+}
+
 }  // namespace
 
 at::Tensor cpuRngState() {
@@ -295,8 +315,35 @@ void setCpuRngState(const at::Tensor& state) {
   gen.set_state(state.to(at::kCPU));
 }
 
+// Through at::Context's device-generic generators, so this file needs no CUDA headers (and a
+// CPU-only LibTorch reports no device).
+at::Tensor cudaRngState() {
+  const auto devices = static_cast<int>(at::getNumGPUs());
+  std::vector<at::Tensor> states;
+  for (int d = 0; d < devices; ++d) {
+    at::Generator gen = at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d)));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    states.push_back(gen.get_state());
+  }
+  return states.empty() ? at::empty({0}, at::kByte) : at::cat(states);
+}
+
+bool setCudaRngState(const at::Tensor& state) {
+  const auto devices = static_cast<int>(at::getNumGPUs());
+  if (devices == 0 || state.numel() == 0 || state.numel() % devices != 0) return false;
+  const int64_t each = state.numel() / devices;
+  for (int d = 0; d < devices; ++d) {
+    at::Generator gen = at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d)));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    if (gen.get_state().numel() != each) return false;
+    gen.set_state(state.narrow(0, d * each, each).to(at::kCPU).contiguous());
+  }
+  return true;
+}
+
 void saveFile(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer* optimizer,
-              const TrainingProgress& progress, const std::vector<at::Tensor>& rng_states) {
+              const TrainingProgress& progress, const std::vector<at::Tensor>& rng_states,
+              const std::vector<at::Tensor>& cuda_rng_states) {
   const auto start = std::chrono::steady_clock::now();
   OutputArchive root;
   root.write("format", c10::IValue(int64_t{kFormatVersion}));
@@ -325,6 +372,17 @@ void saveFile(const std::string& path, const torch::nn::Module& model, const tor
   for (size_t i = 0; i < rng_states.size(); ++i) states.emplace_back("rank" + std::to_string(i), rng_states[i]);
   writeTensors(rng, states);
   root.write("rng", rng);
+  // Beside the CPU ones, where the ranks have CUDA generators (an optional part: files without
+  // it still load).
+  if (!cuda_rng_states.empty() && cuda_rng_states.front().numel() > 0) {
+    OutputArchive cuda_rng(root.compilation_unit());
+    std::vector<std::pair<std::string, at::Tensor>> cuda_states;
+    for (size_t i = 0; i < cuda_rng_states.size(); ++i) {
+      cuda_states.emplace_back("rank" + std::to_string(i), cuda_rng_states[i]);
+    }
+    writeTensors(cuda_rng, cuda_states);
+    root.write("cuda_rng", cuda_rng);
+  }
 
   std::string payload;
   root.save_to([&payload](const void* data, size_t size) {
@@ -375,6 +433,17 @@ LoadedCheckpoint loadFile(const std::string& path, torch::nn::Module& model, tor
       rng.read("t" + std::to_string(i), state, /*is_buffer=*/false);
       loaded.rng_states.push_back(state.to(at::kCPU));
     }
+    InputArchive cuda_rng;
+    if (root.try_read("cuda_rng", cuda_rng)) {
+      c10::IValue cuda_names;
+      cuda_rng.read("names", cuda_names);
+      const size_t cuda_count = splitLines(cuda_names.toStringRef()).size();
+      for (size_t i = 0; i < cuda_count; ++i) {
+        at::Tensor state;
+        cuda_rng.read("t" + std::to_string(i), state, /*is_buffer=*/false);
+        loaded.cuda_rng_states.push_back(state.to(at::kCPU));
+      }
+    }
 
     // Everything about the model checked: now change it, copying so each parameter keeps
     // its own device (a model spread over two devices stays spread).
@@ -411,13 +480,13 @@ void save(const std::string& path, const torch::nn::Module& model, const torch::
           const TrainingProgress& progress, const dist::Group& group) {
   const GroupView view = viewOf(group);
   std::vector<at::Tensor> rng_states = {cpuRngState()};
+  std::vector<at::Tensor> cuda_rng_states = {cudaRngState()};
   if (view.distributed && view.size > 1) {
-    std::vector<at::Tensor> gathered;
-    for (int i = 0; i < view.size; ++i) gathered.push_back(at::empty_like(rng_states[0]));
-    dist::all_gather(gathered, rng_states[0], group);
-    rng_states = std::move(gathered);
+    rng_states = gatherStates(rng_states[0], group, view.size);
+    // Every rank of a job sees the same number of devices, or none: the gathered sizes match.
+    if (cuda_rng_states[0].numel() > 0) cuda_rng_states = gatherStates(cuda_rng_states[0], group, view.size);
   }
-  if (view.rank == 0) saveFile(path, model, optimizer, progress, rng_states);
+  if (view.rank == 0) saveFile(path, model, optimizer, progress, rng_states, cuda_rng_states);
   if (view.distributed) dist::barrier(group);
 }
 
@@ -425,6 +494,10 @@ TrainingProgress load(const std::string& path, torch::nn::Module& model, torch::
                       torch::Device map_location, const dist::Group& group) {
   const GroupView view = viewOf(group);
   LoadedCheckpoint loaded = loadFile(path, model, optimizer, map_location);
+  if (loaded.cuda_rng_states.size() == static_cast<size_t>(view.size) &&
+      !setCudaRngState(loaded.cuda_rng_states[static_cast<size_t>(view.rank)])) {
+    logger("checkpoint")->warn("{} holds CUDA generator states for another number of devices: not restored", path);
+  }
   if (loaded.rng_states.size() == static_cast<size_t>(view.size)) {
     setCpuRngState(loaded.rng_states[static_cast<size_t>(view.rank)]);
   } else {
@@ -516,10 +589,11 @@ std::optional<TrainingProgress> CheckpointManager::resumeLatest(torch::nn::Modul
     // The group's rank 0 decides, so every rank loads the same step even if a save was
     // racing with the directory scan. Its global rank comes from an all_gather: broadcast
     // takes global ranks.
+    const auto on = at::TensorOptions().dtype(at::kLong).device(controlDevice(options_.group));
     std::vector<at::Tensor> globals;
-    for (int i = 0; i < view.size; ++i) globals.push_back(at::empty({1}, at::kLong));
-    dist::all_gather(globals, at::full({1}, static_cast<int64_t>(dist::get_rank()), at::kLong), options_.group);
-    at::Tensor decided = at::full({1}, chosen, at::kLong);
+    for (int i = 0; i < view.size; ++i) globals.push_back(at::empty({1}, on));
+    dist::all_gather(globals, at::full({1}, static_cast<int64_t>(dist::get_rank()), on), options_.group);
+    at::Tensor decided = at::full({1}, chosen, on);
     dist::broadcast(decided, static_cast<int>(globals[0].item<int64_t>()), options_.group);
     chosen = decided.item<int64_t>();
   }

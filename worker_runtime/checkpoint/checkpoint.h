@@ -2,7 +2,9 @@
 // writes, a barrier, every rank loads with its own device mapping. A checkpoint holds the
 // model's parameters and buffers, the optimizer's state, where training stands (step,
 // epoch, position in the epoch's data order and the seed that order derives from) and the
-// default CPU generator's state of every rank, so a resumed run continues bit for bit.
+// default CPU and CUDA generators' states of every rank, so a resumed run continues bit for
+// bit. A CUDA model loads with map_location as torch.load's (cuda:N to cuda:M, CUDA to CPU,
+// CPU to CUDA); each parameter keeps its own device.
 //
 // Files are written atomically (a temporary file in the same directory, fsync, rename,
 // fsync of the directory): a writer killed at any moment leaves either the previous file
@@ -47,11 +49,18 @@ struct LoadedCheckpoint {
   // Default CPU generator state of each rank at save time (index = rank); one entry
   // for a single-process save.
   std::vector<at::Tensor> rng_states;
+  // Each rank's CUDA generators (cudaRngState()); empty when the saving ranks had no CUDA.
+  std::vector<at::Tensor> cuda_rng_states;
 };
 
 // The default CPU generator's state (torch.get_rng_state()), and setting it back.
 at::Tensor cpuRngState();
 void setCpuRngState(const at::Tensor& state);
+// The default CUDA generators' states of every visible device, concatenated (torch.cuda.
+// get_rng_state_all() as one tensor); empty without CUDA. Setting it back returns false, and
+// changes nothing, when this process sees another number of devices.
+at::Tensor cudaRngState();
+bool setCudaRngState(const at::Tensor& state);
 
 // Writes `model`'s parameters and buffers (registration order, with their names), the
 // state of `optimizer` (skipped when null), `progress` and `rng_states` to `path`,
@@ -60,7 +69,8 @@ void setCpuRngState(const at::Tensor& state);
 // temporary file removed unless the process itself died. Not a collective. Thread-safe
 // for distinct paths.
 void saveFile(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer* optimizer,
-              const TrainingProgress& progress, const std::vector<at::Tensor>& rng_states = {cpuRngState()});
+              const TrainingProgress& progress, const std::vector<at::Tensor>& rng_states = {cpuRngState()},
+              const std::vector<at::Tensor>& cuda_rng_states = {cudaRngState()});
 
 // Reads `path`, materializing tensors on `map_location` (torch.load's map_location), and
 // copies them into `model`'s own parameters and buffers (which keep their devices) and
@@ -83,8 +93,9 @@ std::string verifyFile(const std::string& path);
 void save(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer* optimizer,
           const TrainingProgress& progress, const dist::Group& group = {});
 
-// Every rank loads `path` (loadFile) and restores its own generator state when the file
-// holds one per rank of a group this size (a warning otherwise). Not a collective: call
+// Every rank loads `path` (loadFile) and restores its own generator states (CPU, and CUDA
+// where the file has them) when the file holds one per rank of a group this size (a warning
+// otherwise). Not a collective: call
 // it after save's barrier or at start-up.
 TrainingProgress load(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer* optimizer,
                       torch::Device map_location = torch::kCPU, const dist::Group& group = {});

@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 #include <torch/utils.h>
 
+#include <cstdlib>
 #include <map>
 
 #include "common/error.h"
@@ -50,6 +51,14 @@ void broadcastCoalesced(const std::vector<at::Tensor>& tensors, int src, const d
 
 }  // namespace
 
+at::Device default_device() {
+  const auto devices = static_cast<int>(at::getNumGPUs());
+  if (devices == 0) return at::Device(at::kCPU);
+  const char* local = std::getenv("LOCAL_RANK");
+  const int local_rank = local ? std::atoi(local) : 0;
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % devices));
+}
+
 DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
     : module_(std::move(module)), options_(std::move(options)) {
   if (!module_) throw DdprunError("DistributedDataParallel: the module is null");
@@ -69,6 +78,24 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
   if (params.empty()) {
     throw DdprunError("DistributedDataParallel: the module has no parameter that requires a gradient");
   }
+  control_device_ = params.front().device();
+  if (options_.device_ids.size() > 1) {
+    throw DdprunError(
+        fmt::format("DistributedDataParallel: device_ids names {} devices; one device per process, as "
+                    "in torch",
+                    options_.device_ids.size()));
+  }
+  if (!options_.device_ids.empty()) {
+    input_device_ = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(options_.device_ids[0]));
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (params[k].device() != *input_device_) {
+        throw DdprunError(
+            fmt::format("DistributedDataParallel: device_ids is [{}] but parameter {} ({}) is on {}; "
+                        "move the module there first (module->to(device))",
+                        options_.device_ids[0], k, names[k], params[k].device().str()));
+      }
+    }
+  }
   verifyShapes(params, names);
   syncModuleState(dist::get_global_rank(options_.process_group, 0));
   reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), options_.process_group, options_);
@@ -83,19 +110,21 @@ void DistributedDataParallelBase::verifyShapes(const std::vector<at::Tensor>& pa
   std::vector<int64_t> mine{static_cast<int64_t>(params.size())};
   for (const auto& p : params) appendSignature(p, mine);
 
-  at::Tensor length = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
+  const auto on_device = at::TensorOptions().dtype(at::kLong).device(control_device_);
+  at::Tensor length = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong).to(control_device_);
   const int world = dist::get_world_size(group);
   std::vector<at::Tensor> lengths(static_cast<size_t>(world));
   for (auto& l : lengths) l = at::empty_like(length);
   dist::all_gather(lengths, length, group);
   int64_t longest = 0;
   for (const auto& l : lengths) longest = std::max(longest, l.item<int64_t>());
-  at::Tensor padded = at::full({longest}, -1, at::kLong);
+  at::Tensor padded = at::full({longest}, -1, on_device);
   padded.narrow(0, 0, static_cast<int64_t>(mine.size())).copy_(at::tensor(mine, at::kLong));
   std::vector<at::Tensor> all(static_cast<size_t>(world));
   for (auto& a : all) a = at::empty_like(padded);
   dist::all_gather(all, padded, group);
 
+  for (auto& a : all) a = a.cpu();
   auto signatureOf = [&](size_t r) {
     const auto* data = all[r].data_ptr<int64_t>();
     return std::vector<int64_t>(data, data + lengths[r].item<int64_t>());
@@ -156,7 +185,8 @@ void DistributedDataParallelBase::beforeForward() {
   int buffer_source = dist::get_global_rank(options_.process_group, 0);
   if (joining_) {
     // [still active, highest active rank, this forward will reduce gradients], maxed.
-    at::Tensor state = at::tensor({int64_t{1}, int64_t{dist::get_rank()}, int64_t{require_sync_ ? 1 : 0}}, at::kLong);
+    at::Tensor state = at::tensor({int64_t{1}, int64_t{dist::get_rank()}, int64_t{require_sync_ ? 1 : 0}}, at::kLong)
+                           .to(control_device_);
     dist::all_reduce(state, dist::ReduceOp::MAX, options_.process_group);
     join_authority_ = static_cast<int>(state[1].item<int64_t>());
     buffer_source = join_authority_;
@@ -184,7 +214,7 @@ void DistributedDataParallelBase::join(const std::function<void()>& loop) {
   }
   // This rank is out of input: answer the others' collectives until none is active.
   while (true) {
-    at::Tensor state = at::tensor({int64_t{0}, int64_t{-1}, int64_t{0}}, at::kLong);
+    at::Tensor state = at::tensor({int64_t{0}, int64_t{-1}, int64_t{0}}, at::kLong).to(control_device_);
     dist::all_reduce(state, dist::ReduceOp::MAX, options_.process_group);
     if (state[0].item<int64_t>() == 0) break;
     join_authority_ = static_cast<int>(state[1].item<int64_t>());

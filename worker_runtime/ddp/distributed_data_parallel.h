@@ -26,6 +26,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -51,7 +52,16 @@ struct DDPOptions {
   // gradient is still reduced (as zero) at the end of backward, so peers never hang, and
   // then backward throws a DdprunError naming it. Default false.
   bool find_unused_parameters = false;
+  // torch's device_ids: one device per process. Empty (the default): the module stays where it
+  // is, on the CPU, one CUDA device or spread over several (a model on cuda:0 and the CPU works).
+  // {i}: every parameter must be on cuda:i, and each forward's tensor arguments are moved
+  // there. More than one device is an error, as in torch 2.x.
+  std::vector<int> device_ids;
 };
+
+// Where a rank's model goes by torch's convention: cuda:(LOCAL_RANK modulo the visible CUDA
+// devices) where this LibTorch has CUDA and a device is visible, else the CPU.
+at::Device default_device();
 
 // One bucket handed to a communication hook: a flat, contiguous buffer holding the
 // bucket's gradients (already divided by nothing: the hook decides how to average).
@@ -146,6 +156,8 @@ class DistributedDataParallelBase {
   std::vector<ReducerEvent> last_backward_events() const;
 
   const dist::Group& process_group() const { return options_.process_group; }
+  // device_ids[0], where forward moves its tensor arguments; none without device_ids.
+  const std::optional<at::Device>& input_device() const { return input_device_; }
 
  protected:
   // Called by the typed wrapper around every forward.
@@ -159,6 +171,9 @@ class DistributedDataParallelBase {
 
   std::shared_ptr<torch::nn::Module> module_;
   DDPOptions options_;
+  std::optional<at::Device> input_device_;
+  // Where this class's own small collectives run (shape check, join): the first parameter's device.
+  at::Device control_device_{at::kCPU};
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
   bool joining_ = false;     // inside join(): each forward first announces this rank is active
@@ -166,6 +181,17 @@ class DistributedDataParallelBase {
 };
 
 namespace detail {
+// A forward argument moved to device_ids[0] (torch's DDP moves its inputs there); anything but a
+// tensor, or any argument without device_ids, passes as it is.
+template <typename T>
+decltype(auto) toDevice(const std::optional<at::Device>& device, T&& arg) {
+  if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
+    return device ? arg.to(*device) : at::Tensor(std::forward<T>(arg));
+  } else {
+    return std::forward<T>(arg);
+  }
+}
+
 inline void collectTensors(const at::Tensor& t, std::vector<at::Tensor>& out) { out.push_back(t); }
 inline void collectTensors(const std::vector<at::Tensor>& v, std::vector<at::Tensor>& out) {
   out.insert(out.end(), v.begin(), v.end());
@@ -196,7 +222,7 @@ class DistributedDataParallel : public DistributedDataParallelBase {
   template <typename... Args>
   auto forward(Args&&... args) {
     beforeForward();
-    auto output = module_->forward(std::forward<Args>(args)...);
+    auto output = module_->forward(detail::toDevice(input_device(), std::forward<Args>(args))...);
     std::vector<at::Tensor> tensors;
     detail::collectTensors(output, tensors);
     afterForward(tensors);

@@ -40,31 +40,35 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
       names_(std::move(names)),
       group_(std::move(group)),
       hook_(allreduce_hook),
-      find_unused_(options.find_unused_parameters) {
+      find_unused_(options.find_unused_parameters),
+      control_device_(params_.front().device()) {
   // Reverse registration order: backward produces the last layers' gradients first.
   const auto first_cap = static_cast<int64_t>(options.first_bucket_cap_mb * 1024 * 1024);
   const auto cap = static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024);
   slots_.resize(params_.size());
   struct Open {
     at::ScalarType dtype;
+    at::Device device;
     size_t bucket;
     int64_t bytes;
   };
-  std::vector<Open> open;  // one open bucket per dtype
+  // One open bucket per dtype and device: a bucket is one flat tensor, reduced by the backend of
+  // its device (a model spread over cuda:0 and the CPU has buckets on each).
+  std::vector<Open> open;
   for (size_t k = params_.size(); k-- > 0;) {
     const at::Tensor& p = params_[k];
     Open* current = nullptr;
     for (auto& o : open) {
-      if (o.dtype == p.scalar_type()) current = &o;
+      if (o.dtype == p.scalar_type() && o.device == p.device()) current = &o;
     }
     const int64_t limit = buckets_.empty() || (current && current->bucket == 0) ? first_cap : cap;
     if (current == nullptr || (current->bytes > 0 && current->bytes + bytesOf(p) > limit)) {
       buckets_.emplace_back();
       if (current == nullptr) {
-        open.push_back({p.scalar_type(), buckets_.size() - 1, 0});
+        open.push_back({p.scalar_type(), p.device(), buckets_.size() - 1, 0});
         current = &open.back();
       } else {
-        *current = {p.scalar_type(), buckets_.size() - 1, 0};
+        *current = {p.scalar_type(), p.device(), buckets_.size() - 1, 0};
       }
     }
     Bucket& b = buckets_[current->bucket];
@@ -213,6 +217,7 @@ void Reducer::finalizeBackward() {
   if (find_unused_) {
     used_map = at::empty({static_cast<int64_t>(params_.size())}, at::kInt);
     std::copy(locally_used_.begin(), locally_used_.end(), used_map.data_ptr<int>());
+    used_map = used_map.to(control_device_);
     used_work = dist::all_reduce(used_map, dist::ReduceOp::MAX, group_, /*async_op=*/true);
   }
 
@@ -224,7 +229,10 @@ void Reducer::finalizeBackward() {
     b.inflight.reset();
     if (reduced[i].data_ptr() != b.buffer.data_ptr()) b.buffer.copy_(reduced[i]);
   }
-  if (used_work) used_work->wait();
+  if (used_work) {
+    used_work->wait();
+    used_map = used_map.cpu();  // after wait(): ordered after the reduction on a device
+  }
 
   std::vector<size_t> missing;
   for (size_t k = 0; k < params_.size(); ++k) {
@@ -253,7 +261,8 @@ void Reducer::shadowBackward() {
   runtime::WorkPtr used_work;
   at::Tensor used_map;
   if (find_unused_) {
-    used_map = at::zeros({static_cast<int64_t>(params_.size())}, at::kInt);
+    used_map =
+        at::zeros({static_cast<int64_t>(params_.size())}, at::TensorOptions().dtype(at::kInt).device(control_device_));
     used_work = dist::all_reduce(used_map, dist::ReduceOp::MAX, group_, /*async_op=*/true);
   }
   for (auto& r : results) r.work->wait();

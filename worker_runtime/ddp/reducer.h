@@ -10,8 +10,13 @@
 // it fills slots of parameters that got no gradient with zeros, starts the remaining
 // buckets, waits for all of them and leaves every .grad holding the average.
 //
-// Thread-safety: driven by one thread (the CPU autograd engine runs hooks on the thread
-// calling backward); an internal mutex guards against hooks from other engine threads.
+// On CUDA the same code runs on the device: buckets are device tensors, a slot is filled on the
+// stream autograd ran the gradient on, and the bucket's all_reduce (NCCL) is ordered after it
+// by an event of that stream; finalizeBackward() runs on the caller's streams, so waiting for
+// the buckets makes the caller's stream wait, not the host.
+//
+// Thread-safety: the CPU autograd engine runs hooks on the thread calling backward, the CUDA
+// one on a thread per device; an internal mutex serializes them.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -79,6 +84,9 @@ class Reducer {
   CommHook hook_;
   bool custom_hook_ = false;
   const bool find_unused_;
+  // Where the used-parameter map is reduced: the first parameter's device (a device the group's
+  // backend serves, as the buckets must be).
+  const at::Device control_device_;
 
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;

@@ -60,15 +60,22 @@ void MessageEncoder::value(const Value& v) {
         body.pod(Tag::kNone);
         break;
       }
-      if (!t.device().is_cpu()) throw DdprunError("rpc: only CPU tensors can be sent");
       if (t.is_sparse()) throw DdprunError("rpc: sparse tensors cannot be sent");
       int64_t send_id = -1;
       if (target.context_id >= 0 && t.requires_grad()) {
+        // Its gradient would come back as a CPU tensor to a send recorded on the device.
+        if (!t.device().is_cpu()) {
+          throw DdprunError(
+              fmt::format("rpc: a {} tensor that requires grad cannot be sent inside a distributed "
+                          "autograd context; send t.cpu() (the copy is differentiable)",
+                          t.device().str()));
+        }
         send_id = recordSend(target.context_id, target.dst, t);
       }
       // Contiguous tensors go out from their own storage; others through one
-      // copy.
-      at::Tensor data = t.detach();
+      // copy. A device tensor goes as a CPU copy and arrives on the CPU, where TensorPipe
+      // would need a device map.
+      at::Tensor data = t.device().is_cpu() ? t.detach() : t.detach().to(at::kCPU);
       if (!data.is_contiguous()) data = data.contiguous();
       body.pod(Tag::kTensor);
       body.pod(static_cast<uint32_t>(tensors.size()));
