@@ -123,6 +123,29 @@ TEST_CASE("a saved checkpoint loads back model, buffers, optimizer state, progre
   CHECK(sameState(*model, *restored));
 }
 
+TEST_CASE("each rank's CUDA generator states travel beside the CPU ones, and files without them still load",
+          "[checkpoint]") {
+  TempDir dir;
+  CheckpointTestNet model;
+  // What cudaRngState() gives per rank: bytes of the devices' generators (none on this host,
+  // so stand-ins of the same kind: uint8, 16 bytes a device, two devices).
+  const std::vector<at::Tensor> cuda_states = {at::arange(32, at::kByte), at::arange(32, at::kByte).flip(0)};
+  const std::vector<at::Tensor> cpu_states = {ckpt::cpuRngState(), ckpt::cpuRngState()};
+  ckpt::saveFile(dir.file("gpu.ckpt"), *model, nullptr, {}, cpu_states, cuda_states);
+  auto loaded = ckpt::loadFile(dir.file("gpu.ckpt"), *model, nullptr);
+  REQUIRE(loaded.cuda_rng_states.size() == 2);
+  CHECK(torch::equal(loaded.cuda_rng_states[0], cuda_states[0]));
+  CHECK(torch::equal(loaded.cuda_rng_states[1], cuda_states[1]));
+  CHECK(loaded.rng_states.size() == 2);
+
+  // A CPU-only saver writes no CUDA part; its file loads with none.
+  ckpt::saveFile(dir.file("cpu.ckpt"), *model, nullptr, {}, {ckpt::cpuRngState()}, {ckpt::cudaRngState()});
+  CHECK(ckpt::loadFile(dir.file("cpu.ckpt"), *model, nullptr).cuda_rng_states.empty());
+  // Without a CUDA device there is nothing to restore a state into.
+  CHECK(ckpt::cudaRngState().numel() == 0);
+  CHECK_FALSE(ckpt::setCudaRngState(cuda_states[0]));
+}
+
 TEST_CASE("loading without an optimizer restores the model only, and an optimizer the file lacks is an error",
           "[checkpoint]") {
   TempDir dir;

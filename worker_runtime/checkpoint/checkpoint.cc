@@ -211,6 +211,20 @@ std::string shapeOf(const at::Tensor& t) {
 
 // Tensors are stored under short positional keys ("t0", "t1", ...) with the names in one
 // string: LibTorch archives reject keys with dots, and module names have them.
+// The generator states of a "rng" or "cuda_rng" part (writeTensors' layout), one per rank, on the CPU.
+std::vector<at::Tensor> readStates(InputArchive& archive) {
+  c10::IValue names;
+  archive.read("names", names);
+  const size_t count = splitLines(names.toStringRef()).size();
+  std::vector<at::Tensor> states;
+  for (size_t i = 0; i < count; ++i) {
+    at::Tensor state;
+    archive.read("t" + std::to_string(i), state, /*is_buffer=*/false);
+    states.push_back(state.to(at::kCPU));
+  }
+  return states;
+}
+
 void writeTensors(OutputArchive& archive, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   std::vector<std::string> names;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -425,25 +439,9 @@ LoadedCheckpoint loadFile(const std::string& path, torch::nn::Module& model, tor
     loaded.progress.data_seed = static_cast<uint64_t>(readInt(root, "data_seed"));
     InputArchive rng;
     root.read("rng", rng);
-    c10::IValue rng_names;
-    rng.read("names", rng_names);
-    const size_t rng_count = splitLines(rng_names.toStringRef()).size();
-    for (size_t i = 0; i < rng_count; ++i) {
-      at::Tensor state;
-      rng.read("t" + std::to_string(i), state, /*is_buffer=*/false);
-      loaded.rng_states.push_back(state.to(at::kCPU));
-    }
+    loaded.rng_states = readStates(rng);
     InputArchive cuda_rng;
-    if (root.try_read("cuda_rng", cuda_rng)) {
-      c10::IValue cuda_names;
-      cuda_rng.read("names", cuda_names);
-      const size_t cuda_count = splitLines(cuda_names.toStringRef()).size();
-      for (size_t i = 0; i < cuda_count; ++i) {
-        at::Tensor state;
-        cuda_rng.read("t" + std::to_string(i), state, /*is_buffer=*/false);
-        loaded.cuda_rng_states.push_back(state.to(at::kCPU));
-      }
-    }
+    if (root.try_read("cuda_rng", cuda_rng)) loaded.cuda_rng_states = readStates(cuda_rng);
 
     // Everything about the model checked: now change it, copying so each parameter keeps
     // its own device (a model spread over two devices stays spread).
