@@ -154,6 +154,7 @@ class NcclTensorBackend final : public Backend {
   WorkPtr broadcast(at::Tensor& tensor, int root, bool async_op) override {
     auto s = stage(tensor);
     return launch("broadcast", {s}, async_op, [&](cudaStream_t stream) {
+      if (s.buf.numel() == 0) return ncclSuccess;  // the same on every rank: nothing to move
       return ncclBroadcast(s.buf.data_ptr(), s.buf.data_ptr(), s.buf.numel(), ncclTypeOf(s.buf, "broadcast"), root,
                            comm_, stream);
     });
@@ -162,6 +163,7 @@ class NcclTensorBackend final : public Backend {
   WorkPtr allReduce(at::Tensor& tensor, ReduceOp op, bool async_op) override {
     auto s = stage(tensor);
     return launch("all_reduce", {s}, async_op, [&](cudaStream_t stream) {
+      if (s.buf.numel() == 0) return ncclSuccess;
       return ncclAllReduce(s.buf.data_ptr(), s.buf.data_ptr(), s.buf.numel(), ncclTypeOf(s.buf, "all_reduce"),
                            ncclOpOf(op, s.buf, "all_reduce"), comm_, stream);
     });
@@ -170,6 +172,7 @@ class NcclTensorBackend final : public Backend {
   WorkPtr reduce(at::Tensor& tensor, int root, ReduceOp op, bool async_op) override {
     auto s = stage(tensor);
     return launch("reduce", {s}, async_op, [&](cudaStream_t stream) {
+      if (s.buf.numel() == 0) return ncclSuccess;
       return ncclReduce(s.buf.data_ptr(), s.buf.data_ptr(), s.buf.numel(), ncclTypeOf(s.buf, "reduce"),
                         ncclOpOf(op, s.buf, "reduce"), root, comm_, stream);
     });
@@ -182,6 +185,7 @@ class NcclTensorBackend final : public Backend {
     // Into one flat buffer on the communication stream, then out to the caller's tensors there.
     return launch("all_gather", staged, async_op, [&](cudaStream_t stream) {
       const int64_t n = input.numel();
+      if (n == 0) return ncclSuccess;
       at::Tensor flat = at::empty({static_cast<int64_t>(outputs.size()) * n}, input.options());
       const ncclResult_t r =
           ncclAllGather(in.buf.data_ptr(), flat.data_ptr(), n, ncclTypeOf(in.buf, "all_gather"), comm_, stream);
@@ -202,6 +206,7 @@ class NcclTensorBackend final : public Backend {
     }
     return launch("gather", staged, async_op, [&](cudaStream_t stream) {
       const ncclDataType_t type = ncclTypeOf(in.buf, "gather");
+      if (in.buf.numel() == 0) return ncclSuccess;
       ncclGroupStart();
       if (group_.rank == root) {
         for (int q = 0; q < group_.size; ++q) {
@@ -227,6 +232,7 @@ class NcclTensorBackend final : public Backend {
     }
     return launch("scatter", staged, async_op, [&](cudaStream_t stream) {
       const ncclDataType_t type = ncclTypeOf(out.buf, "scatter");
+      if (out.buf.numel() == 0) return ncclSuccess;
       ncclGroupStart();
       if (group_.rank == root) {
         for (int q = 0; q < group_.size; ++q) {
@@ -250,6 +256,7 @@ class NcclTensorBackend final : public Backend {
     std::vector<Staged> staged{out};
     for (auto& i : inputs) staged.push_back(Staged{i, i});
     return launch("reduce_scatter", staged, async_op, [&](cudaStream_t stream) {
+      if (out.buf.numel() == 0) return ncclSuccess;
       // The inputs side by side, on the communication stream (it already waits for the caller's).
       at::Tensor flat = at::cat(flatViews(inputs));
       return ncclReduceScatter(flat.data_ptr(), out.buf.data_ptr(), out.buf.numel(),
@@ -268,8 +275,9 @@ class NcclTensorBackend final : public Backend {
       for (int q = 0; q < group_.size; ++q) {
         const Staged& o = staged[q];
         const Staged& i = staged[group_.size + q];
-        ncclSend(i.buf.data_ptr(), i.buf.numel(), type, q, comm_, stream);
-        ncclRecv(o.buf.data_ptr(), o.buf.numel(), type, q, comm_, stream);
+        // An empty block on one side is empty on the other: neither posts it.
+        if (i.buf.numel() > 0) ncclSend(i.buf.data_ptr(), i.buf.numel(), type, q, comm_, stream);
+        if (o.buf.numel() > 0) ncclRecv(o.buf.data_ptr(), o.buf.numel(), type, q, comm_, stream);
       }
       return ncclGroupEnd();
     });
@@ -291,6 +299,7 @@ class NcclTensorBackend final : public Backend {
   WorkPtr send(const at::Tensor& tensor, int peer, int /*tag: NCCL has none, as in torch*/) override {
     auto s = stage(tensor);
     return launch("send", {s}, true, [&](cudaStream_t stream) {
+      if (s.buf.numel() == 0) return ncclSuccess;  // the peer's recv is empty too
       return ncclSend(s.buf.data_ptr(), s.buf.numel(), ncclTypeOf(s.buf, "send"), peer, comm_, stream);
     });
   }
@@ -298,6 +307,7 @@ class NcclTensorBackend final : public Backend {
   WorkPtr recv(at::Tensor& tensor, int peer, int /*tag*/) override {
     auto s = stage(tensor);
     return launch("recv", {s}, true, [&](cudaStream_t stream) {
+      if (s.buf.numel() == 0) return ncclSuccess;
       return ncclRecv(s.buf.data_ptr(), s.buf.numel(), ncclTypeOf(s.buf, "recv"), peer, comm_, stream);
     });
   }
