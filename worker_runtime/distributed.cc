@@ -129,6 +129,15 @@ void checkList(const std::vector<at::Tensor>& list, const at::Tensor& like, int 
   }
 }
 
+// A backend string read, its error (one line) prefixed with the call it was given to.
+BackendSpec parseSpec(const std::string& text, const char* what) {
+  try {
+    return runtime::parseBackendSpec(text);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("{}: {}", what, e.what()));
+  }
+}
+
 // A spec with kNcclIfViable settled, or the error of asking for NCCL where it cannot run.
 BackendSpec settle(const BackendSpec& spec, const std::string& text, const char* what) {
   std::string why;
@@ -201,12 +210,7 @@ void init_process_group(const InitOptions& o) {
   auto& s = state();
   std::lock_guard lock(s.mutex);
   if (s.world) throw DdprunError("init_process_group: the default process group is already initialized");
-  BackendSpec spec;
-  try {
-    spec = settle(runtime::parseBackendSpec(o.backend), o.backend, "init_process_group");
-  } catch (const UsageError& e) {
-    throw UsageError(fmt::format("init_process_group: {}", e.what()));
-  }
+  const BackendSpec spec = settle(parseSpec(o.backend, "init_process_group"), o.backend, "init_process_group");
   int rank = o.rank, size = o.world_size;
   const std::string& method = o.init_method;
   // Every setting is checked before connecting: a bad one must not wait out the timeout.
@@ -299,13 +303,7 @@ Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout
   std::lock_guard lock(s.mutex);
   if (!s.world) throw DdprunError("new_group: call init_process_group first");
   BackendSpec spec = s.world->spec();
-  if (!backend.empty()) {
-    try {
-      spec = settle(runtime::parseBackendSpec(backend), backend, "new_group");
-    } catch (const UsageError& e) {
-      throw UsageError(fmt::format("new_group: {}", e.what()));
-    }
-  }
+  if (!backend.empty()) spec = settle(parseSpec(backend, "new_group"), backend, "new_group");
   const int id = ++s.next_group;
   const int me = s.world->rank();
   int group_rank = -1;

@@ -272,6 +272,20 @@ TEST_CASE("backend auto is the host backend for CPU tensors where NCCL is not vi
 #endif
 }
 
+TEST_CASE("new_group takes a backend of its own, and refuses one that cannot run here", "[e2e][collectives][backend]") {
+  requireAllOk(runWorkers(2, {"--teams", "even,world", "--group-backend", "CPU:GLOO", "--sizes", "7", "--ops",
+                              "all_reduce,broadcast,all_gather"}),
+               2);
+#if !DDPRUN_TEST_TORCH_CUDA
+  const auto r = runWorkers(2, {"--teams", "even", "--group-backend", "nccl", "--ops", "all_reduce"});
+  INFO("stdout:\n" << tail(r.out) << "\nstderr:\n" << tail(r.err));
+  REQUIRE(r.finished);
+  CHECK(r.exit_code != 0);
+  CHECK(countOf(r.err, "new_group: backend 'nccl' asks for NCCL, which is not viable here") >= 1);
+  CHECK(countOf(r.err, "new_group: new_group") == 0);
+#endif
+}
+
 // ---- init methods other than env:// ----
 
 TEST_CASE("tcp:// init with 3 processes started directly", "[e2e][collectives][init]") {

@@ -32,6 +32,7 @@
 //                       back), or both (CPU and CUDA tensors in turns, op by op, in one group)
 //   --backend B         init_process_group's backend (default auto): gloo runs CUDA tensors
 //                       through host copies, nccl or cpu:gloo,cuda:nccl through NCCL
+//   --group-backend B   new_group's backend for the --teams groups (default: the default group's)
 //   --verbose           print the group's backend (get_backend) and each op's time on the
 //                       team's first rank
 //   --flight-summary    at the end, read this rank's flight recorder rings of the default group
@@ -137,6 +138,7 @@ struct Options {
   bool flight_summary = false;
   std::string device = "cpu";
   std::string backend = "auto";
+  std::string group_backend;  // new_group's backend; empty: the default group's
 };
 
 // Where the tensors of the ops live (--device), and whether their backend has torch's stream
@@ -232,6 +234,8 @@ Options parse(int argc, char** argv) {
       o.device = value;
     } else if (flag == "--backend") {
       o.backend = value;
+    } else if (flag == "--group-backend") {
+      o.group_backend = value;
     } else if (flag == "--linger-ms") {
       o.linger_ms = std::stoi(value);
     } else {
@@ -960,7 +964,7 @@ std::vector<Team> makeTeams(const Options& o, int rank, int world) {
     if (name == "reversed") std::reverse(ranks.begin(), ranks.end());
     if (ranks.empty()) continue;
     Team t{name, nullptr, ranks, 0};
-    if (name != "world") t.group = dist::new_group(ranks);
+    if (name != "world") t.group = dist::new_group(ranks, {}, o.group_backend);
     auto it = std::find(ranks.begin(), ranks.end(), rank);
     if (it == ranks.end()) continue;
     t.me = static_cast<int>(it - ranks.begin());

@@ -44,7 +44,8 @@ void requireFailsAtOnce(const BadEnv& bad, const std::vector<std::string>& init 
   REQUIRE(exited);
   CHECK(worker.exitCode() == 1);
   CHECK_THAT(worker.err(), Catch::Contains(bad.message));
-  CHECK(countOf(worker.err(), "\n") == 1);  // one line
+  CHECK(countOf(worker.err(), "\n") == 1);                                      // one line
+  CHECK(countOf(worker.err(), "init_process_group: init_process_group") == 0);  // named once
 }
 
 }  // namespace
@@ -88,12 +89,12 @@ TEST_CASE("init_process_group: a tcp:// port that is not 1 to 65535 fails at onc
 // The backend string is read before anything connects: a bad one fails at once (the group's
 // peers never come here, so a check after connecting would wait out the timeout).
 TEST_CASE("init_process_group: an unknown backend fails at once naming it", "[e2e][env][backend]") {
-  requireFailsAtOnce({{}, "backend 'mpi' is not available (use auto, gloo, cpu, nccl"},
+  requireFailsAtOnce({{}, "init_process_group: backend 'mpi' is not available (use auto, gloo, cpu, nccl"},
                      {"--init", "env://", "--backend", "mpi"});
 }
 
 TEST_CASE("init_process_group: NCCL for CPU tensors fails at once", "[e2e][env][backend]") {
-  requireFailsAtOnce({{}, "backend 'cpu:nccl': NCCL runs CUDA tensors only"},
+  requireFailsAtOnce({{}, "init_process_group: backend 'cpu:nccl': NCCL runs CUDA tensors only"},
                      {"--init", "env://", "--backend", "cpu:nccl"});
 }
 
