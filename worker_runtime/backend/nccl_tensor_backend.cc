@@ -508,6 +508,19 @@ std::string NcclTensorBackend::blame(uint64_t seq) {
   return behind + ": gone or hung";
 }
 
+// Whether `w`'s end event fired. A CUDA error instead (a lost device, the CUDA runtime already
+// unloading at exit) is returned in `error`, not thrown: this runs on the watchdog thread and in
+// the destructor, where an exception would end the process.
+bool eventFired(const NcclWork& w, std::string& error) {
+  try {
+    return w.end.query();
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    error = what.substr(0, what.find('\n'));
+    return false;
+  }
+}
+
 void NcclTensorBackend::watchdog() {
   uint64_t completed = 0, published = 0;
   auto last_publish = Clock::now();
@@ -518,11 +531,16 @@ void NcclTensorBackend::watchdog() {
     std::string failure;
     while (!pending_.empty()) {
       auto& w = pending_.front();
-      if (w->end.query()) {
+      std::string cuda_error;
+      if (eventFired(*w, cuda_error)) {
         completed = w->seq();
         w->settle(nullptr);
         pending_.pop_front();
         continue;
+      }
+      if (!cuda_error.empty()) {
+        failure = fmt::format("{} #{} ({}): CUDA error: {}", w->what(), w->seq(), where(), cuda_error);
+        break;
       }
       if (Clock::now() - w->issued() > group_.timeout) {
         const uint64_t seq = w->seq();
@@ -572,7 +590,8 @@ NcclTensorBackend::~NcclTensorBackend() {
     while (Clock::now() < deadline) {
       {
         std::lock_guard lock(mutex_);
-        if (broken_ || pending_.empty() || pending_.back()->end.query()) break;
+        std::string cuda_error;
+        if (broken_ || pending_.empty() || eventFired(*pending_.back(), cuda_error) || !cuda_error.empty()) break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
