@@ -342,6 +342,28 @@ WorkPtr irecv(at::Tensor& tensor, int src, const Group& group, int tag) {
   return g.forTensor(tensor, "irecv").recv(tensor, g.local(src, "irecv"), tag);
 }
 
+std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops) {
+  if (ops.empty()) throw DdprunError("batch_isend_irecv: the list of operations is empty");
+  ProcessGroup& g = resolve(ops[0].group);
+  std::vector<P2PItem> items;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    if (op.group != ops[0].group) {
+      throw DdprunError(fmt::format("batch_isend_irecv: operation {} names another group than the first", i));
+    }
+    if (op.tensor.device().type() != ops[0].tensor.device().type()) {
+      throw DdprunError(fmt::format("batch_isend_irecv: operation {} is on {}, the first on {}", i,
+                                    op.tensor.device().str(), ops[0].tensor.device().str()));
+    }
+    const int peer = g.local(op.peer, "batch_isend_irecv");
+    if (peer == g.rank()) {
+      throw DdprunError(fmt::format("batch_isend_irecv: operation {} has this rank ({}) as its peer", i, op.peer));
+    }
+    items.push_back(P2PItem{op.op == P2POp::Kind::kSend, op.tensor, peer, op.tag});
+  }
+  return g.forTensor(ops[0].tensor, "batch_isend_irecv").batchP2P(items);
+}
+
 void send(const at::Tensor& tensor, int dst, const Group& group, int tag) { isend(tensor, dst, group, tag)->wait(); }
 
 int recv(at::Tensor& tensor, int src, const Group& group, int tag) {

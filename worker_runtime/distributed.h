@@ -78,6 +78,20 @@ int recv(at::Tensor& tensor, int src, const Group& group = {}, int tag = 0);
 WorkPtr isend(const at::Tensor& tensor, int dst, const Group& group = {}, int tag = 0);
 WorkPtr irecv(at::Tensor& tensor, int src, const Group& group = {}, int tag = 0);
 
+// torch's P2POp and batch_isend_irecv: the sends and receives of `ops` posted together, one
+// Work each (on NCCL one group of sends and receives: any order of the list is safe). Every op
+// must name the same group, and tensors of one device type. A peer that is this rank or outside
+// the group throws DdprunError at once, before anything is posted.
+struct P2POp {
+  enum class Kind { kSend, kRecv };  // torch passes dist.isend / dist.irecv
+  Kind op = Kind::kSend;
+  at::Tensor tensor;
+  int peer = 0;  // a global rank
+  Group group = {};
+  int tag = 0;
+};
+std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops);
+
 // Collectives. With async_op the Work is returned at once; otherwise the call blocks and
 // returns the completed Work. Ranks (src/dst) are global ranks, as in torch.
 WorkPtr broadcast(at::Tensor& tensor, int src, const Group& group = {}, bool async_op = false);

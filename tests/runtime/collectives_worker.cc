@@ -7,7 +7,7 @@
 //
 //   ddprun --standalone --nproc_per_node=4 --no_python ddprun_collectives_worker [flags]
 //
-//   --ops LIST          send_recv, isend_irecv, broadcast, all_reduce, reduce, all_gather,
+//   --ops LIST          send_recv, isend_irecv, batch_p2p, broadcast, all_reduce, reduce, all_gather,
 //                       gather, scatter, reduce_scatter, all_to_all, all_to_all_uneven,
 //                       barrier, noncontig, async, or all (default)
 //   --dtypes LIST       float32, float64, float16, bfloat16, int32, int64, uint8, or all (default);
@@ -89,9 +89,9 @@ class UsageError : public std::runtime_error {
 
 constexpr int64_t kBigSize = 1000;  // from here on, rooted collectives use one root (--roots one)
 
-const std::vector<std::string> kAllOps = {
-    "send_recv", "isend_irecv",    "broadcast",  "all_reduce",        "reduce",  "all_gather", "gather",
-    "scatter",   "reduce_scatter", "all_to_all", "all_to_all_uneven", "barrier", "noncontig",  "async"};
+const std::vector<std::string> kAllOps = {"send_recv",  "isend_irecv",       "batch_p2p", "broadcast", "all_reduce",
+                                          "reduce",     "all_gather",        "gather",    "scatter",   "reduce_scatter",
+                                          "all_to_all", "all_to_all_uneven", "barrier",   "noncontig", "async"};
 const std::vector<std::pair<std::string, at::ScalarType>> kAllDtypes = {
     {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
     {"int32", at::kInt},     {"int64", at::kLong},     {"uint8", at::kByte}};
@@ -467,6 +467,7 @@ class Suite {
   void run(const Team& t, const std::string& op) {
     if (op == "send_recv") return sendRecv(t);
     if (op == "isend_irecv") return isendIrecv(t);
+    if (op == "batch_p2p") return batchP2P(t);
     if (op == "broadcast") return broadcast(t);
     if (op == "all_reduce") return allReduce(t);
     if (op == "reduce") return reduce(t);
@@ -602,6 +603,57 @@ class Suite {
         check_.expect(from_right, dataValues(dt, right, n, m.salt + 1), c, "received from the right");
       }
     }
+  }
+
+  // batch_isend_irecv: both receives listed before both sends, on every rank (the order that
+  // would wait forever on NCCL's one stream as separate ops), each Work settled.
+  void batchP2P(const Team& t) {
+    if (t.size() < 2) return;
+    const int left = t.ranks[(t.me + t.size() - 1) % t.size()];
+    const int right = t.ranks[(t.me + 1) % t.size()];
+    for (auto dt : o_.dtypes) {
+      for (int64_t n : o_.sizes) {
+        const Mode m = next();
+        const int tag = static_cast<int>(m.serial % 1000) * 2 + 1;
+        Case c{"batch_p2p", "-", dt, n, detail(t, fmt::format("left={} right={}", left, right))};
+        Tensor from_left = sentinel(dt, n);
+        Tensor from_right = sentinel(dt, n);
+        Tensor to_right = data(dt, t.global(), n, m.salt);
+        Tensor to_left = data(dt, t.global(), n, m.salt + 1);
+        using Kind = dist::P2POp::Kind;
+        const std::vector<dist::P2POp> ops = {{Kind::kRecv, from_left, left, t.group, tag},
+                                              {Kind::kRecv, from_right, right, t.group, tag + 1},
+                                              {Kind::kSend, to_right, right, t.group, tag},
+                                              {Kind::kSend, to_left, left, t.group, tag + 1}};
+        const auto works = dist::batch_isend_irecv(ops);
+        check_.require(works.size() == ops.size(), c, fmt::format("{} Works for {} operations", works.size(), 4));
+        for (const auto& w : works) check_.settle(w, true, m.poll, c);
+        check_.expect(from_left, dataValues(dt, left, n, m.salt), c, "received from the left");
+        check_.expect(from_right, dataValues(dt, right, n, m.salt + 1), c, "received from the right");
+      }
+    }
+    // Refused at once, before anything is posted (so no peer is left waiting).
+    Case c{"batch_p2p", "-", at::kFloat, 1, detail(t, "bad lists")};
+    Tensor one = sentinel(at::kFloat, 1);
+    check_.require(
+        refusal([&] { dist::batch_isend_irecv({}); }).find("the list of operations is empty") != std::string::npos, c,
+        "an empty list was not refused");
+    const std::string self = refusal([&] {
+      dist::batch_isend_irecv({{dist::P2POp::Kind::kSend, one, right, t.group, 1},
+                               {dist::P2POp::Kind::kSend, one, t.global(), t.group, 1}});
+    });
+    check_.require(self.find("operation 1 has this rank") != std::string::npos, c,
+                   "a list with this rank as a peer was not refused: " + self);
+  }
+
+  // The message of what `body` throws ("" when it throws nothing).
+  static std::string refusal(const std::function<void()>& body) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
   }
 
   void broadcast(const Team& t) {

@@ -22,6 +22,14 @@ using runtime::WorkPtr;
 
 enum class ReduceOp { SUM, PRODUCT, MIN, MAX, AVG };
 
+// One operation of a batch_isend_irecv, peer as a group rank.
+struct P2PItem {
+  bool send = true;  // false: receive into `tensor`
+  at::Tensor tensor;
+  int peer = 0;
+  int tag = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -44,6 +52,17 @@ class Backend {
   // Point to point: always asynchronous (the caller waits for a blocking send/recv).
   virtual WorkPtr send(const at::Tensor& tensor, int peer, int tag) = 0;
   virtual WorkPtr recv(at::Tensor& tensor, int peer, int tag) = 0;
+  // Every item at once, one Work each (torch's batch_isend_irecv). The default posts them one
+  // by one, which is enough where posted messages proceed independently (the host backend);
+  // NCCL overrides it with one group of sends and receives, so no order of the items can
+  // deadlock on its one stream.
+  virtual std::vector<WorkPtr> batchP2P(std::vector<P2PItem>& items) {
+    std::vector<WorkPtr> works;
+    for (auto& item : items) {
+      works.push_back(item.send ? send(item.tensor, item.peer, item.tag) : recv(item.tensor, item.peer, item.tag));
+    }
+    return works;
+  }
 };
 
 }  // namespace ddprun::dist

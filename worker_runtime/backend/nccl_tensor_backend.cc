@@ -304,6 +304,27 @@ class NcclTensorBackend final : public Backend {
     });
   }
 
+  // One group of sends and receives and one Work for all (each item gets it).
+  std::vector<WorkPtr> batchP2P(std::vector<P2PItem>& items) override {
+    std::vector<Staged> staged;
+    for (auto& item : items) staged.push_back(stage(item.tensor));
+    auto work = launch("batch_isend_irecv", staged, true, [&](cudaStream_t stream) {
+      ncclGroupStart();
+      for (size_t i = 0; i < items.size(); ++i) {
+        const at::Tensor& buf = staged[i].buf;
+        if (buf.numel() == 0) continue;  // the peer's matching item is empty too
+        const ncclDataType_t type = ncclTypeOf(buf, "batch_isend_irecv");
+        if (items[i].send) {
+          ncclSend(buf.data_ptr(), buf.numel(), type, items[i].peer, comm_, stream);
+        } else {
+          ncclRecv(buf.data_ptr(), buf.numel(), type, items[i].peer, comm_, stream);
+        }
+      }
+      return ncclGroupEnd();
+    });
+    return std::vector<WorkPtr>(items.size(), work);
+  }
+
   WorkPtr recv(at::Tensor& tensor, int peer, int /*tag*/) override {
     auto s = stage(tensor);
     return launch("recv", {s}, true, [&](cudaStream_t stream) {
