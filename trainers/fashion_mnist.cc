@@ -89,16 +89,6 @@ struct Options {
   bool deterministic = false;
 };
 
-// --device: auto is cuda:(LOCAL_RANK modulo the visible devices) where CUDA is, else the CPU.
-at::Device resolveDevice(const std::string& choice) {
-  if (choice == "cpu") return at::kCPU;
-  const at::Device best = ddprun::ddp::default_device();
-  if (choice == "cuda" && !best.is_cuda()) {
-    throw ddprun::UsageError("--device cuda: no CUDA device is visible (or this LibTorch has no CUDA)");
-  }
-  return best;
-}
-
 // The first `limit` samples (all when 0).
 Dataset limited(Dataset data, int64_t limit) {
   if (limit > 0 && limit < data.size()) {
@@ -153,7 +143,7 @@ EvalResult evaluate(Net& model, const Dataset& test, int rank, int world, const 
 }
 
 int train(const Options& opt) {
-  const at::Device device = resolveDevice(opt.device);
+  const at::Device device = ddprun::ddp::device_from_choice(opt.device);
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);  // torch.cuda.set_device
   if (opt.deterministic) {
     // Bitwise reproducible on the GPU (resume tests): cuBLAS needs a fixed workspace for it.

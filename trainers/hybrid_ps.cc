@@ -145,17 +145,6 @@ std::atomic<int64_t> g_progress{0};
 std::mutex g_fc_mutex;
 torch::nn::Linear g_fc{nullptr};
 
-// The trainers' device: --device cuda or auto on a machine with CUDA gives each trainer
-// cuda:(LOCAL_RANK modulo the visible devices), as seed 000 puts its DDP Linear on the GPU.
-at::Device trainerDevice(const Config& c) {
-  if (c.device == "cpu") return at::kCPU;
-  const at::Device best = ddprun::ddp::default_device();
-  if (c.device == "cuda" && !best.is_cuda()) {
-    throw ddprun::UsageError("hybrid_ps --device cuda: no CUDA device is visible (or this LibTorch has no CUDA)");
-  }
-  return best;
-}
-
 double runTrainer(const Args& a) {
   rpc::RemoteModule emb(a.at(0).toRRef());
   const int trainer = static_cast<int>(a.at(1).toInt());
@@ -163,7 +152,9 @@ double runTrainer(const Args& a) {
   const bool sync = c.mode == "sync";
   // The embedding table stays on the server's CPU: its lookups arrive here on the CPU and move
   // to the device inside autograd, so their gradients go back to the server on the CPU.
-  const at::Device device = trainerDevice(c);
+  // --device cuda or auto on a machine with CUDA: cuda:(LOCAL_RANK modulo the visible devices),
+  // as seed 000 puts its DDP Linear on the GPU.
+  const at::Device device = ddprun::ddp::device_from_choice(c.device);
   BatchSource source(c, trainer);
   std::vector<rpc::RRef> params = emb.remote_parameters();
   std::unique_ptr<ddprun::ddp::DistributedDataParallel<torch::nn::LinearImpl>> ddp;

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <thread>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 
 #include "common/env_names.h"
@@ -264,8 +265,7 @@ void init_process_group(const InitOptions& o) {
   const std::string prefix = s.prefix + "world/";
   auto host = makeHost(spec, s, prefix, rank, size, o.timeout, backend_options);
   std::unique_ptr<Backend> nccl;
-  if (spec.cuda == DeviceBackend::kNccl)
-    nccl = makeNcclBackend(NcclGroup{s.store, prefix, rank, size, rank, o.timeout});
+  if (spec.cuda == DeviceBackend::kNccl) nccl = makeNcclBackend(NcclGroup{s.store, prefix, rank, size, o.timeout});
   s.world = std::make_shared<ProcessGroup>(all, rank, spec, std::move(host), std::move(nccl));
 }
 
@@ -319,8 +319,8 @@ Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout
   // NCCL first: a split from the default group's communicator takes every rank of it.
   std::unique_ptr<Backend> nccl;
   if (spec.cuda == DeviceBackend::kNccl) {
-    nccl = splitNcclBackend(s.world->nccl(), NcclGroup{s.store, prefix, group_rank, size, me, group_timeout},
-                            group_rank >= 0);
+    nccl =
+        splitNcclBackend(s.world->nccl(), NcclGroup{s.store, prefix, group_rank, size, group_timeout}, group_rank >= 0);
   }
   if (group_rank < 0) return nullptr;
   HostBackendOptions backend_options;
@@ -331,6 +331,11 @@ Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout
 }
 
 std::string get_backend(const Group& group) { return runtime::describeBackendSpec(resolve(group).spec()); }
+
+at::Device get_default_device(const Group& group) {
+  if (resolve(group).spec().cpu != DeviceBackend::kNone) return at::kCPU;
+  return c10::impl::getDeviceGuardImpl(at::kCUDA)->getDevice();
+}
 
 WorkPtr isend(const at::Tensor& tensor, int dst, const Group& group, int tag) {
   ProcessGroup& g = resolve(group);

@@ -69,6 +69,9 @@ Group new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout
 // The group's backend as torch's get_backend() names it: "gloo", "nccl" or
 // "cpu:gloo,cuda:nccl" ("auto" settled: NCCL where it is viable).
 std::string get_backend(const Group& group = {});
+// Where the group's small control collectives can run (torch's _get_pg_default_device): the
+// CPU where its backend serves CPU tensors, else this rank's current CUDA device.
+at::Device get_default_device(const Group& group = {});
 
 // Point to point. `tag` must match between the pair; messages between a pair are
 // delivered in order. A peer that is this rank or outside the group throws DdprunError at

@@ -261,14 +261,14 @@ TEST_CASE("backend cpu:gloo (torch's per-device form) runs every collective, in 
   const auto r = runWorkers(3, {"--backend", "cpu:gloo", "--sizes", "0,7", "--teams", "world,even", "--dtypes",
                                 "float32,int64", "--verbose"});
   requireAllOk(r, 3);
-  CHECK(countOf(r.out, "backend cpu:gloo, tensors on cpu") == 3);
+  CHECK(countOf(r.out, "backend cpu:gloo (default device cpu), tensors on cpu") == 3);
 }
 
 TEST_CASE("backend auto is the host backend for CPU tensors where NCCL is not viable", "[e2e][collectives][backend]") {
   const auto r = runWorkers(2, {"--backend", "auto", "--sizes", "7", "--ops", "all_reduce", "--verbose"});
   requireAllOk(r, 2);
 #if !DDPRUN_TEST_TORCH_CUDA
-  CHECK(countOf(r.out, "backend gloo, tensors on cpu") == 2);
+  CHECK(countOf(r.out, "backend gloo (default device cpu), tensors on cpu") == 2);
 #endif
 }
 

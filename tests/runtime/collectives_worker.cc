@@ -33,7 +33,7 @@
 //   --backend B         init_process_group's backend (default auto): gloo runs CUDA tensors
 //                       through host copies, nccl or cpu:gloo,cuda:nccl through NCCL
 //   --group-backend B   new_group's backend for the --teams groups (default: the default group's)
-//   --verbose           print the group's backend (get_backend) and each op's time on the
+//   --verbose           print the group's backend (get_backend, get_default_device) and each op's time on the
 //                       team's first rank
 //   --flight-summary    at the end, read this rank's flight recorder rings of the default group
 //                       (in DDPRUN_FLIGHT_DIR) and print one line each: "flight rank R: OP DTYPE xN, ...
@@ -382,6 +382,9 @@ struct Team {
   int me = 0;              // this rank's index in `ranks`
   int size() const { return static_cast<int>(ranks.size()); }
   int global() const { return ranks[me]; }
+  // This rank's neighbours in the team's ring (global ranks).
+  int left() const { return ranks[(me + size() - 1) % size()]; }
+  int right() const { return ranks[(me + 1) % size()]; }
 };
 
 struct Case {
@@ -527,8 +530,8 @@ class Suite {
 
   void sendRecv(const Team& t) {
     if (t.size() < 2) return;
-    const int left = t.ranks[(t.me + t.size() - 1) % t.size()];
-    const int right = t.ranks[(t.me + 1) % t.size()];
+    const int left = t.left();
+    const int right = t.right();
     for (auto dt : o_.dtypes) {
       for (int64_t n : o_.sizes) {
         const Mode m = next();
@@ -560,25 +563,22 @@ class Suite {
 
   void isendIrecv(const Team& t) {
     if (t.size() < 2) return;
-    const int left = t.ranks[(t.me + t.size() - 1) % t.size()];
-    const int right = t.ranks[(t.me + 1) % t.size()];
+    const int left = t.left();
+    const int right = t.right();
     for (auto dt : o_.dtypes) {
       for (int64_t n : o_.sizes) {
         const Mode m = next();
         const int tag_right = static_cast<int>(m.serial % 1000) * 2 + 1;
         const int tag_left = tag_right + 1;
         Case c{"isend_irecv", "-", dt, n, detail(t, fmt::format("left={} right={}", left, right))};
-        Tensor from_left = sentinel(dt, n);
-        Tensor from_right = sentinel(dt, n);
-        Tensor to_right = data(dt, t.global(), n, m.salt);
-        Tensor to_left = data(dt, t.global(), n, m.salt + 1);
+        RingExchange x = ringExchange(t, dt, n, m.salt);
         if (g_stream_semantics) {
           // On NCCL every op of a rank runs in issue order on one stream, as in torch: a
           // receive queued before a send waits for the peer's send. So one direction at a time,
           // the team's first rank sending first and the others receiving first.
           for (int direction = 0; direction < 2; ++direction) {
-            Tensor& out = direction == 0 ? to_right : to_left;
-            Tensor& in = direction == 0 ? from_left : from_right;
+            Tensor& out = direction == 0 ? x.to_right : x.to_left;
+            Tensor& in = direction == 0 ? x.from_left : x.from_right;
             const int to = direction == 0 ? right : left, from = direction == 0 ? left : right;
             const int tag = direction == 0 ? tag_right : tag_left;
             dist::WorkPtr s, r;
@@ -593,43 +593,53 @@ class Suite {
           }
         } else {
           // Both directions at once: receives posted first, then sends, all waited together.
-          auto r1 = dist::irecv(from_left, left, t.group, tag_right);
-          auto r2 = dist::irecv(from_right, right, t.group, tag_left);
-          auto s1 = dist::isend(to_right, right, t.group, tag_right);
-          auto s2 = dist::isend(to_left, left, t.group, tag_left);
+          auto r1 = dist::irecv(x.from_left, left, t.group, tag_right);
+          auto r2 = dist::irecv(x.from_right, right, t.group, tag_left);
+          auto s1 = dist::isend(x.to_right, right, t.group, tag_right);
+          auto s2 = dist::isend(x.to_left, left, t.group, tag_left);
           for (const auto& w : {s1, s2, r1, r2}) check_.settle(w, true, m.poll, c);
         }
-        check_.expect(from_left, dataValues(dt, left, n, m.salt), c, "received from the left");
-        check_.expect(from_right, dataValues(dt, right, n, m.salt + 1), c, "received from the right");
+        expectRingReceived(x, t, dt, n, m.salt, c);
       }
     }
+  }
+
+  // One message each way around the team's ring: this rank's data to the right (salt) and to
+  // the left (salt + 1), and sentinels for what comes from each side.
+  struct RingExchange {
+    Tensor from_left, from_right, to_right, to_left;
+  };
+  RingExchange ringExchange(const Team& t, at::ScalarType dt, int64_t n, int64_t salt) {
+    return {sentinel(dt, n), sentinel(dt, n), data(dt, t.global(), n, salt), data(dt, t.global(), n, salt + 1)};
+  }
+  // What came from each side is what that neighbour sent this way.
+  void expectRingReceived(const RingExchange& x, const Team& t, at::ScalarType dt, int64_t n, int64_t salt,
+                          const Case& c) {
+    check_.expect(x.from_left, dataValues(dt, t.left(), n, salt), c, "received from the left");
+    check_.expect(x.from_right, dataValues(dt, t.right(), n, salt + 1), c, "received from the right");
   }
 
   // batch_isend_irecv: both receives listed before both sends, on every rank (the order that
   // would wait forever on NCCL's one stream as separate ops), each Work settled.
   void batchP2P(const Team& t) {
     if (t.size() < 2) return;
-    const int left = t.ranks[(t.me + t.size() - 1) % t.size()];
-    const int right = t.ranks[(t.me + 1) % t.size()];
+    const int left = t.left();
+    const int right = t.right();
     for (auto dt : o_.dtypes) {
       for (int64_t n : o_.sizes) {
         const Mode m = next();
         const int tag = static_cast<int>(m.serial % 1000) * 2 + 1;
         Case c{"batch_p2p", "-", dt, n, detail(t, fmt::format("left={} right={}", left, right))};
-        Tensor from_left = sentinel(dt, n);
-        Tensor from_right = sentinel(dt, n);
-        Tensor to_right = data(dt, t.global(), n, m.salt);
-        Tensor to_left = data(dt, t.global(), n, m.salt + 1);
+        RingExchange x = ringExchange(t, dt, n, m.salt);
         using Kind = dist::P2POp::Kind;
-        const std::vector<dist::P2POp> ops = {{Kind::kRecv, from_left, left, t.group, tag},
-                                              {Kind::kRecv, from_right, right, t.group, tag + 1},
-                                              {Kind::kSend, to_right, right, t.group, tag},
-                                              {Kind::kSend, to_left, left, t.group, tag + 1}};
+        const std::vector<dist::P2POp> ops = {{Kind::kRecv, x.from_left, left, t.group, tag},
+                                              {Kind::kRecv, x.from_right, right, t.group, tag + 1},
+                                              {Kind::kSend, x.to_right, right, t.group, tag},
+                                              {Kind::kSend, x.to_left, left, t.group, tag + 1}};
         const auto works = dist::batch_isend_irecv(ops);
         check_.require(works.size() == ops.size(), c, fmt::format("{} Works for {} operations", works.size(), 4));
         for (const auto& w : works) check_.settle(w, true, m.poll, c);
-        check_.expect(from_left, dataValues(dt, left, n, m.salt), c, "received from the left");
-        check_.expect(from_right, dataValues(dt, right, n, m.salt + 1), c, "received from the right");
+        expectRingReceived(x, t, dt, n, m.salt, c);
       }
     }
     // Refused at once, before anything is posted (so no peer is left waiting).
@@ -906,8 +916,8 @@ class Suite {
         if (t.size() >= 2) {
           // Point to point from a transposed view into a strided one.
           const Mode m = next();
-          const int left = t.ranks[(t.me + t.size() - 1) % t.size()];
-          const int right = t.ranks[(t.me + 1) % t.size()];
+          const int left = t.left();
+          const int right = t.right();
           Case c{"isend_irecv", "-", dt, cells, detail(t, fmt::format("from={} view=transposed->strided", left))};
           Tensor sbase = at::empty({cols, rows}, at::TensorOptions().dtype(dt).device(g_device));
           Tensor sview = sbase.t();
@@ -1067,7 +1077,8 @@ int runMatrix(const Options& o) {
   const int rank = dist::get_rank();
   const int world = dist::get_world_size();
   if (o.verbose) {
-    std::printf("rank %d: backend %s, tensors on %s\n", rank, dist::get_backend().c_str(), g_device.str().c_str());
+    std::printf("rank %d: backend %s (default device %s), tensors on %s\n", rank, dist::get_backend().c_str(),
+                dist::get_default_device().str().c_str(), g_device.str().c_str());
   }
   Checker check(o, rank);
   for (const auto& team : makeTeams(o, rank, world)) {

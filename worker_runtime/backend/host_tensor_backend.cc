@@ -74,12 +74,9 @@ struct Staged {
   std::optional<c10::Stream> stream;  // a CUDA tensor's: the caller's current stream at issue
   void finish() {
     if (buf.is_same(user)) return;
-    if (stream) {
-      c10::StreamGuard on_callers_stream(*stream);
-      user.copy_(buf);  // blocking: the result is in place when the Work completes
-    } else {
-      user.copy_(buf);
-    }
+    std::optional<c10::StreamGuard> on_callers_stream;
+    if (stream) on_callers_stream.emplace(*stream);
+    user.copy_(buf);  // blocking: the result is in place when the Work completes
   }
   void* data() { return buf.data_ptr(); }
   size_t bytes() const { return buf.numel() * buf.element_size(); }

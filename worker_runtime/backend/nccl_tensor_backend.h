@@ -32,7 +32,6 @@ struct NcclGroup {
   std::string prefix;  // the group's store prefix
   int rank = 0;        // in the group
   int size = 1;
-  int global_rank = 0;  // for messages
   std::chrono::milliseconds timeout{};
 };
 

@@ -1,7 +1,6 @@
 #include "worker_runtime/checkpoint/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <torch/serialize/input-archive.h>
@@ -296,17 +295,9 @@ GroupView viewOf(const dist::Group& group) {
   return {true, dist::get_rank(group), dist::get_world_size(group)};
 }
 
-// Where this file's small collectives over `group` run: the CPU where the group's backend
-// serves CPU tensors, else (backend "nccl") this rank's current CUDA device.
-at::Device controlDevice(const dist::Group& group) {
-  const std::string backend = dist::get_backend(group);
-  if (backend != "nccl" && backend.rfind("cuda:", 0) != 0) return at::kCPU;
-  return c10::impl::getDeviceGuardImpl(at::kCUDA)->getDevice();
-}
-
-// Every rank's `state` (equal sizes), gathered over the group on its control device.
+// Every rank's `state` (equal sizes), gathered over the group on its default device.
 std::vector<at::Tensor> gatherStates(const at::Tensor& state, const dist::Group& group, int size) {
-  const at::Device device = controlDevice(group);
+  const at::Device device = dist::get_default_device(group);
   at::Tensor mine = state.to(device);
   std::vector<at::Tensor> gathered;
   for (int i = 0; i < size; ++i) gathered.push_back(at::empty_like(mine));
@@ -587,7 +578,7 @@ std::optional<TrainingProgress> CheckpointManager::resumeLatest(torch::nn::Modul
     // The group's rank 0 decides, so every rank loads the same step even if a save was
     // racing with the directory scan. Its global rank comes from an all_gather: broadcast
     // takes global ranks.
-    const auto on = at::TensorOptions().dtype(at::kLong).device(controlDevice(options_.group));
+    const auto on = at::TensorOptions().dtype(at::kLong).device(dist::get_default_device(options_.group));
     std::vector<at::Tensor> globals;
     for (int i = 0; i < view.size; ++i) globals.push_back(at::empty({1}, on));
     dist::all_gather(globals, at::full({1}, static_cast<int64_t>(dist::get_rank()), on), options_.group);

@@ -59,6 +59,15 @@ at::Device default_device() {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % devices));
 }
 
+at::Device device_from_choice(const std::string& choice) {
+  if (choice == "cpu") return at::kCPU;
+  const at::Device best = default_device();
+  if (choice == "cuda" && !best.is_cuda()) {
+    throw UsageError("--device cuda: no CUDA device is visible (or this LibTorch has no CUDA)");
+  }
+  return best;
+}
+
 DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
     : module_(std::move(module)), options_(std::move(options)) {
   if (!module_) throw DdprunError("DistributedDataParallel: the module is null");

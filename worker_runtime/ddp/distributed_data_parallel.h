@@ -62,6 +62,9 @@ struct DDPOptions {
 // Where a rank's model goes by torch's convention: cuda:(LOCAL_RANK modulo the visible CUDA
 // devices) where this LibTorch has CUDA and a device is visible, else the CPU.
 at::Device default_device();
+// A trainer's --device: "cpu", "auto" (default_device()) or "cuda" (default_device(), and a
+// UsageError where that is the CPU).
+at::Device device_from_choice(const std::string& choice);
 
 // One bucket handed to a communication hook: a flat, contiguous buffer holding the
 // bucket's gradients (already divided by nothing: the hook decides how to average).
