@@ -365,6 +365,16 @@ TEST_CASE("a peer killed during shared-memory all_reduce: every other rank gets 
   }
 }
 
+// 4M floats a rank: each rank reads the others' blocks straight from their memory; a rank
+// killed meanwhile must surface as a PeerError naming it, not as a failed read.
+TEST_CASE("a peer killed during large shared-memory all_gather: every other rank gets a PeerError naming it",
+          "[e2e][collectives][fault]") {
+  std::vector<std::unique_ptr<TestProcess>> procs;
+  auto outcome = runKill(procs, 3, 1, true, {"--kill-op", "all_gather"});
+  requireSurvivorsFailed(procs, outcome, 1);
+  requireAllNameTheDead(procs, 1);
+}
+
 // 4 KiB: the synchronous call runs inline on the caller's thread and takes shared memory's
 // one-barrier path; the dead peer must still surface as a PeerError naming it.
 TEST_CASE("a peer killed during small synchronous all_reduce calls: every other rank gets a PeerError naming it",

@@ -24,6 +24,8 @@
 //   --timeout-s S       the process group's timeout (default 60)
 //   --die-after-ms M --victim R --big-count C   rank R kills itself (SIGKILL) M ms into a
 //                       loop of all_reduce on C floats (default 4M); the others must fail
+//   --kill-op OP        that loop's collective: all_reduce (default) or all_gather (C floats
+//                       per rank)
 //   --linger-ms M       after a PeerError, wait M ms before exiting (connections stay open)
 //   --self-test-corrupt OP   rank 0 adds 1 to the middle element of OP's first non-empty
 //                       result before checking it: the check itself must catch that
@@ -133,6 +135,7 @@ struct Options {
   int victim = -1;
   int64_t big_count = 4 << 20;
   int linger_ms = 0;
+  std::string kill_op = "all_reduce";
   std::string corrupt_op;  // self-test: rank 0 sees one element of this op's first result off by one
   bool verbose = false;
   bool flight_summary = false;
@@ -238,6 +241,9 @@ Options parse(int argc, char** argv) {
       o.group_backend = value;
     } else if (flag == "--linger-ms") {
       o.linger_ms = std::stoi(value);
+    } else if (flag == "--kill-op") {
+      if (value != "all_reduce" && value != "all_gather") throw UsageError("--kill-op: all_reduce or all_gather");
+      o.kill_op = value;
     } else {
       throw UsageError("unknown flag " + flag);
     }
@@ -1111,8 +1117,8 @@ int runMatrix(const Options& o) {
   return 0;
 }
 
-// One rank dies abruptly in the middle of a loop of large all_reduce calls; every other rank
-// must see a PeerError (exit 3), never hang.
+// One rank dies abruptly in the middle of a loop of large all_reduce (or all_gather) calls;
+// every other rank must see a PeerError (exit 3), never hang.
 int runKilledPeer(const Options& o) {
   initGroup(o);
   const int rank = dist::get_rank();
@@ -1129,12 +1135,19 @@ int runKilledPeer(const Options& o) {
   const auto start = std::chrono::steady_clock::now();
   const auto limit = std::chrono::duration<double>(3 * o.timeout_s + 30);
   int64_t iterations = 0;
+  std::vector<Tensor> gathered;
+  for (int q = 0; q < dist::get_world_size() && o.kill_op == "all_gather"; ++q) gathered.push_back(at::empty_like(x));
   while (std::chrono::steady_clock::now() - start < limit) {
-    dist::all_reduce(x);
-    x.fill_(1);
+    if (o.kill_op == "all_gather") {
+      dist::all_gather(gathered, x);
+    } else {
+      dist::all_reduce(x);
+      x.fill_(1);
+    }
     ++iterations;
   }
-  std::printf("rank %d: no peer error after %lld all_reduce calls\n", rank, static_cast<long long>(iterations));
+  std::printf("rank %d: no peer error after %lld %s calls\n", rank, static_cast<long long>(iterations),
+              o.kill_op.c_str());
   return 4;
 }
 

@@ -3,9 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <fstream>
+#include <mutex>
 #include <thread>
 
 #include <sched.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -24,6 +29,20 @@ struct alignas(64) Reached {
   // slower one has read this one; it cannot name a third before all have reached g + 1.
   std::atomic<uint64_t> what[2];
   std::atomic<uint64_t> bytes[2];
+  // A single-copy all_gather's input in this rank's address space, for the call at [g % 2].
+  std::atomic<uint64_t> source[2];
+};
+
+// What a rank publishes once, before its first arrival, for the single-copy path: the peers
+// read `probe_value` at `probe_address` in process `pid` after the first barrier, and each
+// says in `reads_peers` whether it could read every peer's (published with its next
+// arrival, so every rank knows every rank's answer once the second barrier is passed).
+struct ShmCollectives::Identity {
+  int32_t pid;
+  uint64_t probe_address;
+  uint64_t probe_value;
+  std::atomic<uint32_t> reads_peers;  // kUnknown, kYes or kNo
+  static constexpr uint32_t kUnknown = 0, kYes = 1, kNo = 2;
 };
 
 struct ShmCollectives::Control {
@@ -39,17 +58,19 @@ struct ShmCollectives::Control {
 
 ShmCollectives::ShmCollectives(rendezvous::Store& store, const std::string& prefix, int rank, int size,
                                std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
-                               std::function<std::string(int)> peer_name, size_t slot_bytes)
+                               std::function<std::string(int)> peer_name, size_t slot_bytes, size_t single_copy_bytes)
     : rank_(rank),
       size_(size),
       slot_bytes_(slot_bytes),
+      single_copy_bytes_(single_copy_bytes),
       peer_gone_(std::move(peer_gone)),
       peer_name_(std::move(peer_name)) {
   // Multiples of 64 keep every slot aligned for any element type (and on its own cache lines).
   DDPRUN_CHECK(slot_bytes > 0 && slot_bytes % 64 == 0,
                "shared-memory collectives' slot of " + std::to_string(slot_bytes) + " bytes");
   const size_t masks = sizeof(Control) + sizeof(Reached) * size;
-  const size_t control = (masks + sizeof(cpu_set_t) * size + 4095) / 4096 * 4096;
+  const size_t identities = masks + sizeof(cpu_set_t) * size;
+  const size_t control = (identities + sizeof(Identity) * size + 4095) / 4096 * 4096;
   segment_ = std::make_unique<ShmSegment>(store, prefix, rank, size, control + 2 * size * slot_bytes_, timeout);
   // A fresh segment is zero-filled: every counter starts at 0.
   control_ = static_cast<Control*>(segment_->data());
@@ -59,6 +80,15 @@ ShmCollectives::ShmCollectives(rendezvous::Store& store, const std::string& pref
   if (::sched_getaffinity(0, sizeof(cpu_set_t), &cpus_[rank_]) != 0) {
     for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &cpus_[rank_]);
   }
+  identities_ = reinterpret_cast<Identity*>(static_cast<uint8_t*>(segment_->data()) + identities);
+  Identity& me = identities_[rank_];
+  me.pid = ::getpid();
+  me.probe_address = reinterpret_cast<uintptr_t>(&probe_value_);
+  // Anything a peer could not read by chance from another address or process.
+  probe_value_ = std::chrono::steady_clock::now().time_since_epoch().count() ^ (static_cast<uint64_t>(me.pid) << 32) ^
+                 reinterpret_cast<uintptr_t>(this);
+  me.probe_value = probe_value_;
+  if (single_copy_bytes_ != kNoSingleCopy) allowPeerReads();
   slots_ = static_cast<uint8_t*>(segment_->data()) + control;
 }
 
@@ -103,7 +133,7 @@ void ShmCollectives::meet(const Call& call, Clock::time_point deadline) {
   settle(deadline);
   const uint32_t target = arrive(call);
   wait(target, call, deadline);
-  if (!cpus_known_) learnCpus();
+  if (!cpus_known_) learnPeers();
   checkCalls(target, call);
 }
 
@@ -130,17 +160,65 @@ void ShmCollectives::settle(Clock::time_point deadline) {
   const Unsettled last = *unsettled_;
   unsettled_.reset();
   wait(last.generation, last.call, deadline);
-  if (!cpus_known_) learnCpus();
+  if (!cpus_known_) learnPeers();
   checkCalls(last.generation, last.call);
 }
 
-void ShmCollectives::learnCpus() {
-  // Every rank wrote its mask before it first arrived, and this rank has seen them all arrive.
+void ShmCollectives::learnPeers() {
+  // Every rank wrote its mask and identity before it first arrived, and this rank has seen
+  // them all arrive.
   cpu_set_t all;
   CPU_ZERO(&all);
   for (int q = 0; q < size_; ++q) CPU_OR(&all, &all, &cpus_[q]);
   oversubscribed_ = size_ > CPU_COUNT(&all);
   cpus_known_ = true;
+  bool reads = single_copy_bytes_ != kNoSingleCopy;
+  for (int q = 0; q < size_ && reads; ++q) {
+    if (q == rank_) continue;
+    uint64_t seen = ~identities_[q].probe_value;
+    reads = readPeer(q, &seen, identities_[q].probe_address, sizeof seen) && seen == identities_[q].probe_value;
+  }
+  // Published by this rank's next arrival.
+  identities_[rank_].reads_peers.store(reads ? Identity::kYes : Identity::kNo, std::memory_order_relaxed);
+}
+
+bool ShmCollectives::singleCopy() {
+  // Every rank asks at the same generation (calls go in step), with that generation passed:
+  // from the second barrier on, every rank's answer is in, so every rank decides alike.
+  if (single_copy_known_ || generation_ < 2) return single_copy_;
+  single_copy_ = true;
+  for (int q = 0; q < size_; ++q) {
+    single_copy_ = single_copy_ && identities_[q].reads_peers.load(std::memory_order_relaxed) == Identity::kYes;
+  }
+  single_copy_known_ = true;
+  return single_copy_;
+}
+
+bool ShmCollectives::readPeer(int q, void* to, uint64_t from, size_t bytes) const {
+  auto* out = static_cast<uint8_t*>(to);
+  while (bytes > 0) {
+    iovec local{out, bytes};
+    iovec remote{reinterpret_cast<void*>(from), bytes};
+    const ssize_t got = ::process_vm_readv(identities_[q].pid, &local, 1, &remote, 1, 0);
+    if (got <= 0) return false;
+    out += got;
+    from += got;
+    bytes -= got;
+  }
+  return true;
+}
+
+void ShmCollectives::allowPeerReads() {
+  // Where Yama allows ptrace only from ancestors (scope 1, Ubuntu's default), sibling ranks
+  // cannot read each other's memory unless each names them; every process of this user is
+  // as much as the kernel lets a rank name (Open MPI's shared-memory transport does the
+  // same). Stricter scopes refuse it whatever we do: the probe then finds out.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int scope = 0;
+    std::ifstream("/proc/sys/kernel/yama/ptrace_scope") >> scope;
+    if (scope == 1) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  });
 }
 
 void ShmCollectives::checkCalls(uint32_t generation, const Call& call) const {
@@ -317,6 +395,11 @@ void ShmCollectives::allGather(const void* in, void* const* outs, size_t bytes_p
   const Call call = callOf(Op::kAllGather, bytes_per_rank);
   const auto* mine = static_cast<const uint8_t*>(in);
   auto* own = static_cast<uint8_t*>(outs[rank_]);
+  settle(deadline);  // singleCopy() needs the last generation passed
+  if (bytes_per_rank >= single_copy_bytes_ && singleCopy()) {
+    allGatherSingleCopy(in, outs, bytes_per_rank, call, deadline);
+    return;
+  }
   size_t offset = 0;
   const size_t chunk = std::min(slot_bytes_, kPipelineBytes);
   do {
@@ -331,6 +414,38 @@ void ShmCollectives::allGather(const void* in, void* const* outs, size_t bytes_p
     }
     offset += len;
   } while (offset < bytes_per_rank);
+}
+
+// Each rank names where its input is, meets the others, and reads their inputs straight
+// into its outputs (one copy a block, where the slots take two); a second barrier keeps
+// every input in place until all have read it. Its own block is copied while the others
+// arrive. The calls are checked before any rank reads: a peer's buffer is as large as
+// the call says.
+void ShmCollectives::allGatherSingleCopy(const void* in, void* const* outs, size_t bytes_per_rank, const Call& call,
+                                         Clock::time_point deadline) {
+  const uint32_t target = generation_ + 1;
+  control_->reached[rank_].source[target % 2].store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+  arrive(call);
+  if (outs[rank_] != in) std::memcpy(outs[rank_], in, bytes_per_rank);
+  wait(target, call, deadline);
+  checkCalls(target, call);
+  int failed = -1, error = 0;
+  for (int q = 0; q < size_ && failed < 0; ++q) {
+    if (q == rank_) continue;
+    const uint64_t from = control_->reached[q].source[target % 2].load(std::memory_order_relaxed);
+    if (!readPeer(q, outs[q], from, bytes_per_rank)) failed = q, error = errno;
+  }
+  // A read fails when its rank died, maybe only because another rank died first and it
+  // gave up: the barrier names the dead the way every other barrier does. A rank can also
+  // die after arriving there (once it has read the others' blocks).
+  meet(call, deadline);
+  if (failed >= 0 && error == ESRCH) {
+    throw PeerError(fmt::format("all_gather (shared memory): {} died", peer_name_(failed)));
+  }
+  if (failed >= 0) {
+    throw DdprunError(fmt::format("all_gather (shared memory): reading {}'s block failed: {}", peer_name_(failed),
+                                  std::strerror(error)));
+  }
 }
 
 // Small: every rank copies its whole input into its slot and, after one barrier, sums block

@@ -8,7 +8,9 @@
 //     sums every slot after a single barrier.
 //   broadcast, all_gather, reduce_scatter: the ranks copy into their slots, meet, copy out
 //     (and reduce_scatter reduces on the way out), one barrier per chunk; a broadcast's root
-//     does not wait at it (the others wait for the root, not the root for them);
+//     does not wait at it (the others wait for the root, not the root for them). Large
+//     all_gather blocks skip the slots where the kernel lets ranks read each other's memory
+//     (process_vm_readv, as Open MPI's CMA): one copy a block instead of two;
 //   barrier: one barrier.
 // Each rank names what it calls (op, size, type, operator, root) on its line before every
 // barrier, and checks everyone's after it: mismatched collectives throw a DdprunError naming
@@ -44,7 +46,8 @@ class ShmCollectives {
   // wants many chunks.
   ShmCollectives(rendezvous::Store& store, const std::string& prefix, int rank, int size,
                  std::chrono::milliseconds timeout, std::function<bool(int)> peer_gone,
-                 std::function<std::string(int)> peer_name, size_t slot_bytes = kDefaultSlotBytes);
+                 std::function<std::string(int)> peer_name, size_t slot_bytes = kDefaultSlotBytes,
+                 size_t single_copy_bytes = kSingleCopyBytes);
   ~ShmCollectives();
 
   // Same contracts as in algorithms.h; each throws PeerError (a peer died or the deadline
@@ -63,7 +66,16 @@ class ShmCollectives {
   // instead of spinning). Known from the first completed barrier on; false before.
   bool oversubscribed() const { return oversubscribed_; }
 
+  // Whether all_gather blocks of at least single_copy_bytes go from each rank's input
+  // straight into the others' outputs (process_vm_readv) instead of through the slots:
+  // known from the second completed barrier on (every rank must be able to read every
+  // other's memory: the kernel may refuse it, under Yama's ptrace rules or a seccomp
+  // filter); false before, and always with kNoSingleCopy.
+  bool singleCopy();
+
   static constexpr size_t kDefaultSlotBytes = 1 << 20;
+  static constexpr size_t kSingleCopyBytes = 256 << 10;
+  static constexpr size_t kNoSingleCopy = SIZE_MAX;
   // all_reduce and reduce_scatter buffers up to this many bytes (and at most one slot) go
   // through whole: every rank reads every slot after one barrier, which beats splitting the
   // work (and all_reduce's second barrier) at these sizes.
@@ -107,8 +119,16 @@ class ShmCollectives {
   void wait(uint32_t target, const Call& call, Clock::time_point deadline);
   // Whether rank q has arrived at generation `target`.
   bool reached(int q, uint32_t target) const;
-  // Sets oversubscribed_ from every rank's CPUs, once all have arrived at a barrier.
-  void learnCpus();
+  // Once all have arrived at the first barrier: sets oversubscribed_ from every rank's
+  // CPUs, and tries to read every peer's probe value (this rank's answer for singleCopy()).
+  void learnPeers();
+  // Reads `bytes` at address `from` of rank q's process into `to`; false (errno set) when
+  // the kernel refuses or the process is gone.
+  bool readPeer(int q, void* to, uint64_t from, size_t bytes) const;
+  // Lets the ranks of this user read this process's memory where Yama would refuse it.
+  static void allowPeerReads();
+  void allGatherSingleCopy(const void* in, void* const* outs, size_t bytes_per_rank, const Call& call,
+                           Clock::time_point deadline);
   // The slot set of the next phase (they alternate; see allReduce()), once settled.
   uint8_t* nextSet(Clock::time_point deadline);
   uint8_t* slot(uint8_t* set, int q) const { return set + q * slot_bytes_; }
@@ -116,8 +136,14 @@ class ShmCollectives {
   int rank_;
   int size_;
   size_t slot_bytes_;
+  size_t single_copy_bytes_;
   std::unique_ptr<ShmSegment> segment_;
+  struct Identity;
   Control* control_;
+  Identity* identities_;
+  uint64_t probe_value_ = 0;  // read by the peers' probes
+  bool single_copy_ = false;
+  bool single_copy_known_ = false;
   uint8_t* slots_;
   uint32_t generation_ = 0;
   uint64_t chunks_done_ = 0;  // selects the slot set; advances identically on every rank

@@ -25,10 +25,34 @@ using namespace ddprun::testing;
 
 std::unique_ptr<ShmCollectives> shmOf(
     ddprun::rendezvous::Store& store, int rank, int size, size_t slot_bytes,
-    std::function<bool(int)> peer_gone = [](int) { return false; }) {
+    std::function<bool(int)> peer_gone = [](int) { return false; },
+    size_t single_copy_bytes = ShmCollectives::kSingleCopyBytes) {
   return std::make_unique<ShmCollectives>(
       store, "shm/", rank, size, kRankOpTimeout, std::move(peer_gone),
-      [](int q) { return "rank " + std::to_string(q); }, slot_bytes);
+      [](int q) { return "rank " + std::to_string(q); }, slot_bytes, single_copy_bytes);
+}
+
+// all_gather of `bytes` per rank (a multiple of 4) into blocks of their own, or in place
+// (this rank's block of the output is its input); throws unless every block is its rank's.
+void checkedAllGather(ShmCollectives& shm, int rank, int size, size_t bytes, int round, bool in_place) {
+  const size_t count = bytes / 4;
+  auto value = [&](int q, size_t i) { return static_cast<float>(q * 1000003 + i * 7 + round); };
+  std::vector<std::vector<float>> all(size, std::vector<float>(count, -1.f));
+  std::vector<float> input(count);
+  for (size_t i = 0; i < count; ++i) input[i] = value(rank, i);
+  float* in = input.data();
+  if (in_place) all[rank] = input, in = all[rank].data();
+  std::vector<void*> outs;
+  for (auto& a : all) outs.push_back(a.data());
+  shm.allGather(in, outs.data(), bytes, Clock::now() + kRankOpTimeout);
+  for (int q = 0; q < size; ++q) {
+    for (size_t i = 0; i < count; ++i) {
+      if (all[q][i] != value(q, i)) {
+        throw std::runtime_error("all_gather of " + std::to_string(bytes) + " bytes: block " + std::to_string(q) +
+                                 " element " + std::to_string(i) + " wrong");
+      }
+    }
+  }
 }
 
 // Catch's assertions are not thread-safe: rank threads throw instead (runThreads reports it).
@@ -281,5 +305,81 @@ TEST_CASE("ranks count as oversubscribed once they are known to outnumber the CP
     // One CPU each: as many CPUs as ranks, though no rank alone may use more than one.
     CHECK(oversubscribedWith(2, [](int rank) { return std::vector<int>{rank}; }) == std::vector<int>{0, 0});
     CHECK(oversubscribedWith(3, [](int rank) { return std::vector<int>{rank % 2}; }) == std::vector<int>{1, 1, 1});
+  }
+}
+
+TEST_CASE("large all_gather blocks go from each rank's input straight into the others' outputs") {
+  for (int p : {2, 3, 5}) {
+    INFO("world size " << p);
+    REQUIRE_NOTHROW(runThreads(p, [&](int rank, ddprun::rendezvous::Store& store) {
+      // Blocks of 1 KiB and more take the single copy here; the slots (256 B) take the rest.
+      auto shm = shmOf(
+          store, rank, p, 256, [](int) { return false; }, 1024);
+      // Every rank's answer to the probe is known from the second barrier on.
+      std::vector<bool> known;
+      known.push_back(shm->singleCopy());
+      shm->barrier(Clock::now() + kRankOpTimeout);
+      known.push_back(shm->singleCopy());
+      shm->barrier(Clock::now() + kRankOpTimeout);
+      known.push_back(shm->singleCopy());
+      if (known != std::vector<bool>{false, false, true}) throw std::runtime_error("single copy not agreed");
+      for (int round = 1; round < 9; ++round) {
+        // Odd sizes on either side of the threshold, in place or not, between all_reduces
+        // (the slot sets go on alternating around the single-copy calls).
+        checkedAllGather(*shm, rank, p, round % 3 == 0 ? 1020 : 1024 + 4 * 331 * round, round, round % 2 == 0);
+        auto reduced = inputBuffer(ReduceOp::kSum, DType::kFloat32, rank, 100, round);
+        shm->allReduce(reduced.data(), 100, DType::kFloat32, ReduceOp::kSum, Clock::now() + kRankOpTimeout);
+        checkReduced("all_reduce", reduced.data(), 100, ReduceOp::kSum, DType::kFloat32, p, round);
+      }
+    }));
+  }
+}
+
+TEST_CASE("a rank that cannot read its peers' memory keeps every rank's all_gather on the slots") {
+  REQUIRE_NOTHROW(runThreads(3, [](int rank, ddprun::rendezvous::Store& store) {
+    // Rank 1 says no (as a rank whose probe the kernel refused does): the others must agree.
+    auto shm = shmOf(
+        store, rank, 3, 256, [](int) { return false; }, rank == 1 ? ShmCollectives::kNoSingleCopy : size_t{1024});
+    shm->barrier(Clock::now() + kRankOpTimeout);
+    shm->barrier(Clock::now() + kRankOpTimeout);
+    if (shm->singleCopy()) throw std::runtime_error("rank " + std::to_string(rank) + " would read its peers");
+    for (int round = 0; round < 3; ++round) checkedAllGather(*shm, rank, 3, 8192 + 4 * round, round, round == 1);
+  }));
+}
+
+TEST_CASE("a single-copy all_gather names a dead peer and a mismatched call before reading anything") {
+  // Rank 1 passes the two barriers that make the single copy known, then dies.
+  std::atomic<bool> rank1_gone{false};
+  REQUIRE_THROWS_WITH(runThreads(2,
+                                 [&](int rank, ddprun::rendezvous::Store& store) {
+                                   auto shm = shmOf(
+                                       store, rank, 2, 64, [&](int q) { return q == 1 && rank1_gone; }, 1024);
+                                   shm->barrier(Clock::now() + kRankOpTimeout);
+                                   shm->barrier(Clock::now() + kRankOpTimeout);
+                                   if (!shm->singleCopy()) throw std::runtime_error("no single copy");
+                                   if (rank == 1) {
+                                     rank1_gone = true;
+                                     return;
+                                   }
+                                   checkedAllGather(*shm, rank, 2, 4096, 0, false);
+                                 }),
+                      "rank 0: all_gather (shared memory): rank 1 died");
+  // A block size the peer's buffer does not have is never read.
+  std::vector<std::string> errors(2);
+  REQUIRE_NOTHROW(runThreads(2, [&](int rank, ddprun::rendezvous::Store& store) {
+    auto shm = shmOf(
+        store, rank, 2, 64, [](int) { return false; }, 1024);
+    shm->barrier(Clock::now() + kRankOpTimeout);
+    shm->barrier(Clock::now() + kRankOpTimeout);
+    try {
+      checkedAllGather(*shm, rank, 2, rank == 1 ? 8192 : 4096, 0, false);
+    } catch (const ddprun::DdprunError& e) {
+      errors[rank] = e.what();
+    }
+  }));
+  for (const auto& e : errors) {
+    CHECK(e ==
+          "mismatched collectives (shared memory): rank 1 called all_gather of 8192 bytes per rank where rank 0 "
+          "called all_gather of 4096 bytes per rank");
   }
 }
