@@ -202,6 +202,11 @@ void TcpMesh::exchange(std::span<Transfer> transfers, Clock::time_point deadline
               (t.done == t.bytes || t.progress_step == 0 || t.done / t.progress_step != before / t.progress_step)) {
             t.on_progress(t.done);
           }
+          // A short send means the socket's buffer is full: asking again only fails with
+          // EAGAIN, and on loopback that failed call slowed large transfers by up to 20%
+          // (3 ranks, 32-128 MiB broadcast). A short receive is no such sign: the sender
+          // may be filling the buffer meanwhile.
+          if (t.send && n < rest.size()) break;
         }
       } catch (const SocketError& e) {
         fail(t, reason(e, "closed the connection (peer died?)"));
