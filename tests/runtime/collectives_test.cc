@@ -365,12 +365,12 @@ TEST_CASE("a peer killed during shared-memory all_reduce: every other rank gets 
   }
 }
 
-// 4M floats a rank: each rank reads the others' blocks straight from their memory; a rank
+// 2 MiB a rank: each rank reads the others' blocks straight from their memory; a rank
 // killed meanwhile must surface as a PeerError naming it, not as a failed read.
 TEST_CASE("a peer killed during large shared-memory all_gather: every other rank gets a PeerError naming it",
           "[e2e][collectives][fault]") {
   std::vector<std::unique_ptr<TestProcess>> procs;
-  auto outcome = runKill(procs, 3, 1, true, {"--kill-op", "all_gather"});
+  auto outcome = runKill(procs, 3, 1, true, {"--kill-op", "all_gather", "--big-count", "524288"});
   requireSurvivorsFailed(procs, outcome, 1);
   requireAllNameTheDead(procs, 1);
 }

@@ -396,7 +396,7 @@ void ShmCollectives::allGather(const void* in, void* const* outs, size_t bytes_p
   const auto* mine = static_cast<const uint8_t*>(in);
   auto* own = static_cast<uint8_t*>(outs[rank_]);
   settle(deadline);  // singleCopy() needs the last generation passed
-  if (bytes_per_rank >= single_copy_bytes_ && singleCopy()) {
+  if (bytes_per_rank >= single_copy_bytes_ && bytes_per_rank <= kSingleCopyMaxBytes && singleCopy()) {
     allGatherSingleCopy(in, outs, bytes_per_rank, call, deadline);
     return;
   }
