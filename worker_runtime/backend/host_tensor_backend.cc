@@ -148,10 +148,13 @@ std::vector<T*> pointersOf(const std::vector<at::Tensor>& list) {
 }
 
 // Queues an async op; runs a synchronous one (inline when the group is idle) and waits.
-WorkPtr issue(runtime::HostBackend& host, std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info,
-              bool async_op) {
-  if (async_op) return host.enqueue(std::move(collective), info);
-  auto work = host.run(std::move(collective), info);
+// The caller of a synchronous op waits until it has run, so the op goes by reference: its
+// std::function then holds one pointer in place, where a copy of the op's captures was a
+// heap allocation on every small collective.
+template <typename Collective>
+WorkPtr issue(runtime::HostBackend& host, Collective&& collective, const FlightOpInfo& info, bool async_op) {
+  if (async_op) return host.enqueue(std::forward<Collective>(collective), info);
+  auto work = host.run([&collective](CollectiveContext& ctx) { collective(ctx); }, info);
   work->wait();
   return work;
 }
