@@ -214,16 +214,16 @@ WorkPtr HostTensorBackend::reduce(at::Tensor& tensor, int root, ReduceOp op, boo
 WorkPtr HostTensorBackend::allGather(std::vector<at::Tensor>& outputs, const at::Tensor& input, bool async_op) {
   auto in = stage(input);
   const FlightOpInfo info = flightInfo(FlightOp::kAllGather, in.buf);
-  auto outs = outputs;
-  if (directlyUsable(outs)) {
-    // Straight into the caller's tensors: no flat buffer to allocate and copy out of.
+  if (directlyUsable(outputs)) {
+    // Straight into the caller's tensors: no flat buffer to allocate and copy out of. A
+    // synchronous caller keeps them alive; a queued op holds them itself.
     return issue(
         *host_,
-        [in, outs](CollectiveContext& ctx) {
-          runtime::allGatherInto(ctx, in.buf.data_ptr(), pointersOf<void>(outs).data(), in.bytes());
-        },
+        [in, outs = pointersOf<void>(outputs), keep = async_op ? outputs : std::vector<at::Tensor>{}](
+            CollectiveContext& ctx) { runtime::allGatherInto(ctx, in.buf.data_ptr(), outs.data(), in.bytes()); },
         info, async_op);
   }
+  auto outs = outputs;
   const std::vector<int64_t> sizes{static_cast<int64_t>(outs.size()) * input.numel()};
   auto flat = in.stream ? pinnedLike(input, sizes) : at::empty(sizes, input.options());
   return issue(
@@ -279,9 +279,9 @@ WorkPtr HostTensorBackend::reduceScatter(at::Tensor& output, const std::vector<a
     // Straight from the caller's tensors: no flat copy of the input to allocate and fill.
     return issue(
         *host_,
-        [out, inputs, dtype, op](CollectiveContext& ctx) mutable {
-          runtime::reduceScatterFrom(ctx, pointersOf<const void>(inputs).data(), out.data(), out.buf.numel(), dtype,
-                                     opOf(op));
+        [out, ins = pointersOf<const void>(inputs), keep = async_op ? inputs : std::vector<at::Tensor>{}, dtype,
+         op](CollectiveContext& ctx) mutable {
+          runtime::reduceScatterFrom(ctx, ins.data(), out.data(), out.buf.numel(), dtype, opOf(op));
           out.finish();
         },
         info, async_op);
