@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/logging.h"
 #include "worker_runtime/transport/shm_wait.h"
 
 namespace ddprun::runtime {
@@ -31,7 +32,11 @@ struct alignas(64) Reached {
   std::atomic<uint64_t> bytes[2];
   // A single-copy all_gather's input in this rank's address space, for the call at [g % 2].
   std::atomic<uint64_t> source[2];
+  // Whether this rank failed to read some peer's input in the single-copy all_gather whose
+  // second barrier is g, in [g % 2].
+  std::atomic<uint32_t> read_failed[2];
 };
+static_assert(sizeof(Reached) == 64, "a rank's barrier words fill one cache line");
 
 // What a rank publishes once, before its first arrival, for the single-copy path: the peers
 // read `probe_value` at `probe_address` in process `pid` after the first barrier, and each
@@ -195,6 +200,7 @@ bool ShmCollectives::singleCopy() {
 }
 
 bool ShmCollectives::readPeer(int q, void* to, uint64_t from, size_t bytes) const {
+  if (read_) return read_(identities_[q].pid, to, from, bytes);
   auto* out = static_cast<uint8_t*>(to);
   while (bytes > 0) {
     iovec local{out, bytes};
@@ -396,8 +402,8 @@ void ShmCollectives::allGather(const void* in, void* const* outs, size_t bytes_p
   const auto* mine = static_cast<const uint8_t*>(in);
   auto* own = static_cast<uint8_t*>(outs[rank_]);
   settle(deadline);  // singleCopy() needs the last generation passed
-  if (bytes_per_rank >= single_copy_bytes_ && bytes_per_rank <= kSingleCopyMaxBytes && singleCopy()) {
-    allGatherSingleCopy(in, outs, bytes_per_rank, call, deadline);
+  if (bytes_per_rank >= single_copy_bytes_ && bytes_per_rank <= kSingleCopyMaxBytes && singleCopy() &&
+      allGatherSingleCopy(in, outs, bytes_per_rank, call, deadline)) {
     return;
   }
   size_t offset = 0;
@@ -421,7 +427,7 @@ void ShmCollectives::allGather(const void* in, void* const* outs, size_t bytes_p
 // every input in place until all have read it. Its own block is copied while the others
 // arrive. The calls are checked before any rank reads: a peer's buffer is as large as
 // the call says.
-void ShmCollectives::allGatherSingleCopy(const void* in, void* const* outs, size_t bytes_per_rank, const Call& call,
+bool ShmCollectives::allGatherSingleCopy(const void* in, void* const* outs, size_t bytes_per_rank, const Call& call,
                                          Clock::time_point deadline) {
   const uint32_t target = generation_ + 1;
   control_->reached[rank_].source[target % 2].store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
@@ -435,6 +441,8 @@ void ShmCollectives::allGatherSingleCopy(const void* in, void* const* outs, size
     const uint64_t from = control_->reached[q].source[target % 2].load(std::memory_order_relaxed);
     if (!readPeer(q, outs[q], from, bytes_per_rank)) failed = q, error = errno;
   }
+  const uint32_t second = target + 1;
+  control_->reached[rank_].read_failed[second % 2].store(failed >= 0, std::memory_order_relaxed);
   // A read fails when its rank died, maybe only because another rank died first and it
   // gave up: the barrier names the dead the way every other barrier does. A rank can also
   // die after arriving there (once it has read the others' blocks).
@@ -442,10 +450,22 @@ void ShmCollectives::allGatherSingleCopy(const void* in, void* const* outs, size
   if (failed >= 0 && error == ESRCH) {
     throw PeerError(fmt::format("all_gather (shared memory): {} died", peer_name_(failed)));
   }
-  if (failed >= 0) {
-    throw DdprunError(fmt::format("all_gather (shared memory): reading {}'s block failed: {}", peer_name_(failed),
-                                  std::strerror(error)));
+  bool all_read = true;
+  for (int q = 0; q < size_; ++q) {
+    all_read = all_read && control_->reached[q].read_failed[second % 2].load(std::memory_order_relaxed) == 0;
   }
+  if (all_read) return true;
+  // Some rank could not read some input: memory the kernel does not hand to process_vm_readv
+  // (CUDA's pinned host memory, device mappings). Every rank saw the same flags after the
+  // barrier, and every input is still in place: all take the slots, now and from here on.
+  if (failed >= 0) {
+    logger("runtime")->info(
+        "all_gather (shared memory): reading {}'s block failed ({}); the group copies "
+        "through shared memory from now on",
+        peer_name_(failed), std::strerror(error));
+  }
+  single_copy_ = false;
+  return false;
 }
 
 // Small: every rank copies its whole input into its slot and, after one barrier, sums block

@@ -10,7 +10,8 @@
 //     (and reduce_scatter reduces on the way out), one barrier per chunk; a broadcast's root
 //     does not wait at it (the others wait for the root, not the root for them). Large
 //     all_gather blocks skip the slots where the kernel lets ranks read each other's memory
-//     (process_vm_readv, as Open MPI's CMA): one copy a block instead of two;
+//     (process_vm_readv, as Open MPI's CMA): one copy a block instead of two (a call where
+//     some rank cannot read some input goes through the slots after all, as do all after it);
 //   barrier: one barrier.
 // Each rank names what it calls (op, size, type, operator, root) on its line before every
 // barrier, and checks everyone's after it: mismatched collectives throw a DdprunError naming
@@ -24,6 +25,7 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <functional>
@@ -73,6 +75,12 @@ class ShmCollectives {
   // other's memory: the kernel may refuse it, under Yama's ptrace rules or a seccomp
   // filter); false before, and always with kNoSingleCopy.
   bool singleCopy();
+
+  // What reads a peer's memory: process_vm_readv unless a test puts another reader in
+  // (one that fails as the kernel would for memory it does not hand over). Returns false,
+  // errno set, on failure.
+  using PeerReader = std::function<bool(pid_t pid, void* to, uint64_t from, size_t bytes)>;
+  void setPeerReader(PeerReader reader) { read_ = std::move(reader); }
 
   static constexpr size_t kDefaultSlotBytes = 1 << 20;
   static constexpr size_t kSingleCopyBytes = 256 << 10;
@@ -131,7 +139,9 @@ class ShmCollectives {
   bool readPeer(int q, void* to, uint64_t from, size_t bytes) const;
   // Lets the ranks of this user read this process's memory where Yama would refuse it.
   static void allowPeerReads();
-  void allGatherSingleCopy(const void* in, void* const* outs, size_t bytes_per_rank, const Call& call,
+  // False when some rank could not read some peer's input: then every rank goes through
+  // the slots instead (and does from then on).
+  bool allGatherSingleCopy(const void* in, void* const* outs, size_t bytes_per_rank, const Call& call,
                            Clock::time_point deadline);
   // The slot set of the next phase (they alternate; see allReduce()), once settled.
   uint8_t* nextSet(Clock::time_point deadline);
@@ -146,6 +156,7 @@ class ShmCollectives {
   Control* control_;
   Identity* identities_;
   uint64_t probe_value_ = 0;  // read by the peers' probes
+  PeerReader read_;
   bool single_copy_ = false;
   bool single_copy_known_ = false;
   uint8_t* slots_;

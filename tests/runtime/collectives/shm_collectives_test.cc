@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -345,6 +346,34 @@ TEST_CASE("a rank that cannot read its peers' memory keeps every rank's all_gath
     if (shm->singleCopy()) throw std::runtime_error("rank " + std::to_string(rank) + " would read its peers");
     for (int round = 0; round < 3; ++round) checkedAllGather(*shm, rank, 3, 8192 + 4 * round, round, round == 1);
   }));
+}
+
+TEST_CASE("an input the kernel will not hand over sends that all_gather and the later ones through the slots") {
+  for (int p : {2, 3}) {
+    INFO("world size " << p);
+    std::atomic<int> refused{0};
+    REQUIRE_NOTHROW(runThreads(p, [&](int rank, ddprun::rendezvous::Store& store) {
+      auto shm = shmOf(
+          store, rank, p, 256, [](int) { return false; }, 1024);
+      shm->barrier(Clock::now() + kRankOpTimeout);
+      shm->barrier(Clock::now() + kRankOpTimeout);
+      if (!shm->singleCopy()) throw std::runtime_error("no single copy");
+      // The last rank's reads fail as they do from CUDA's pinned host memory.
+      if (rank == p - 1) {
+        shm->setPeerReader([&](pid_t, void*, uint64_t, size_t) {
+          ++refused;
+          errno = EFAULT;
+          return false;
+        });
+      }
+      for (int round = 0; round < 3; ++round) {
+        checkedAllGather(*shm, rank, p, 2048 + 4 * round, round, round == 1);
+        if (shm->singleCopy()) throw std::runtime_error("rank " + std::to_string(rank) + " still reads its peers");
+      }
+    }));
+    // Once, by the one rank: the group agreed to stop after the first refusal.
+    CHECK(refused == 1);
+  }
 }
 
 TEST_CASE("a single-copy all_gather names a dead peer and a mismatched call before reading anything") {
