@@ -70,10 +70,9 @@ class ShmCollectives {
 
   // Whether all_gather blocks of single_copy_bytes to kSingleCopyMaxBytes go from each
   // rank's input straight into the others' outputs (process_vm_readv) instead of through the
-  // slots:
-  // known from the second completed barrier on (every rank must be able to read every
-  // other's memory: the kernel may refuse it, under Yama's ptrace rules or a seccomp
-  // filter); false before, and always with kNoSingleCopy.
+  // slots. Known from the second completed barrier on: every rank must be able to read every
+  // other's memory, which the kernel may refuse (Yama's ptrace rules, a seccomp filter,
+  // another pid namespace). False before, after a refused read, and always with kNoSingleCopy.
   bool singleCopy();
 
   // What reads a peer's memory: process_vm_readv unless a test puts another reader in
