@@ -210,7 +210,25 @@ std::string shapeOf(const at::Tensor& t) {
 
 // Tensors are stored under short positional keys ("t0", "t1", ...) with the names in one
 // string: LibTorch archives reject keys with dots, and module names have them.
-// The generator states of a "rng" or "cuda_rng" part (writeTensors' layout), one per rank, on the CPU.
+void writeTensors(OutputArchive& archive, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    names.push_back(tensors[i].first);
+    archive.write("t" + std::to_string(i), tensors[i].second.detach());
+  }
+  archive.write("names", c10::IValue(joinLines(names)));
+}
+
+// Generator states, one per rank, as part `part` of `root` (writeTensors' layout).
+void writeStates(OutputArchive& root, const char* part, const std::vector<at::Tensor>& states) {
+  OutputArchive archive(root.compilation_unit());
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (size_t i = 0; i < states.size(); ++i) named.emplace_back("rank" + std::to_string(i), states[i]);
+  writeTensors(archive, named);
+  root.write(part, archive);
+}
+
+// The generator states of a part writeStates() wrote, one per rank, on the CPU.
 std::vector<at::Tensor> readStates(InputArchive& archive) {
   c10::IValue names;
   archive.read("names", names);
@@ -222,15 +240,6 @@ std::vector<at::Tensor> readStates(InputArchive& archive) {
     states.push_back(state.to(at::kCPU));
   }
   return states;
-}
-
-void writeTensors(OutputArchive& archive, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
-  std::vector<std::string> names;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    names.push_back(tensors[i].first);
-    archive.write("t" + std::to_string(i), tensors[i].second.detach());
-  }
-  archive.write("names", c10::IValue(joinLines(names)));
 }
 
 // Reads and checks the tensors for `expected` (name, tensor) in order; returns them.
@@ -372,22 +381,10 @@ void saveFile(const std::string& path, const torch::nn::Module& model, const tor
   root.write("batch_in_epoch", c10::IValue(progress.batch_in_epoch));
   root.write("data_seed", c10::IValue(static_cast<int64_t>(progress.data_seed)));
 
-  OutputArchive rng(root.compilation_unit());
-  std::vector<std::pair<std::string, at::Tensor>> states;
-  for (size_t i = 0; i < rng_states.size(); ++i) states.emplace_back("rank" + std::to_string(i), rng_states[i]);
-  writeTensors(rng, states);
-  root.write("rng", rng);
+  writeStates(root, "rng", rng_states);
   // Beside the CPU ones, where the ranks have CUDA generators (an optional part: files without
   // it still load).
-  if (!cuda_rng_states.empty() && cuda_rng_states.front().numel() > 0) {
-    OutputArchive cuda_rng(root.compilation_unit());
-    std::vector<std::pair<std::string, at::Tensor>> cuda_states;
-    for (size_t i = 0; i < cuda_rng_states.size(); ++i) {
-      cuda_states.emplace_back("rank" + std::to_string(i), cuda_rng_states[i]);
-    }
-    writeTensors(cuda_rng, cuda_states);
-    root.write("cuda_rng", cuda_rng);
-  }
+  if (!cuda_rng_states.empty() && cuda_rng_states.front().numel() > 0) writeStates(root, "cuda_rng", cuda_rng_states);
 
   std::string payload;
   root.save_to([&payload](const void* data, size_t size) {
