@@ -75,6 +75,16 @@ ncclRedOp_t ncclOpOf(ReduceOp op, const at::Tensor& t, const char* what) {
 
 size_t bytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
+// A call on a non-blocking communicator settled: ncclInProgress waited out until `deadline`
+// (still ncclInProgress when it passed).
+ncclResult_t settled(ncclComm_t comm, ncclResult_t result, Clock::time_point deadline) {
+  while (result == ncclInProgress && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    ncclCommGetAsyncError(comm, &result);
+  }
+  return result;
+}
+
 // One op of the communicator: done when `end` (recorded on the communication stream after it)
 // is, or failed by the watchdog.
 class NcclWork final : public runtime::Work {
@@ -416,13 +426,10 @@ void NcclTensorBackend::makeComm(c10::Device device) {
 }
 
 void NcclTensorBackend::check(ncclResult_t result, const char* what, Clock::time_point deadline) {
-  while (result == ncclInProgress) {
-    if (Clock::now() >= deadline) {
-      std::rethrow_exception(breakGroup(fmt::format("{} ({}): not done within {} ms; a peer is gone or hung", what,
-                                                    where(), group_.timeout.count())));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-    ncclCommGetAsyncError(comm_, &result);
+  result = settled(comm_, result, deadline);
+  if (result == ncclInProgress) {
+    std::rethrow_exception(breakGroup(
+        fmt::format("{} ({}): not done within {} ms; a peer is gone or hung", what, where(), group_.timeout.count())));
   }
   if (result == ncclSuccess) return;
   const std::string message = fmt::format("{} ({}): NCCL error: {}{}", what, where(), ncclGetErrorString(result),
@@ -658,12 +665,9 @@ std::unique_ptr<Backend> splitNcclBackend(Backend* parent, const NcclGroup& grou
              [&] { return ncclCommSplit(nccl->comm(), member ? 0 : NCCL_SPLIT_NOCOLOR, group.rank, &child, &config); });
   if (!member) return nullptr;
   // The child is non-blocking too: settle its own initialisation.
-  ncclResult_t state = ncclInProgress;
-  const auto deadline = Clock::now() + group.timeout;
-  while (state == ncclInProgress && Clock::now() < deadline) {
-    ncclCommGetAsyncError(child, &state);
-    if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
+  ncclResult_t state = ncclSuccess;
+  ncclCommGetAsyncError(child, &state);
+  state = settled(child, state, Clock::now() + group.timeout);
   if (state != ncclSuccess) {
     ncclCommAbort(child);
     throw runtime::PeerError(fmt::format("new_group: ncclCommSplit: {}", state == ncclInProgress
