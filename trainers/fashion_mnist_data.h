@@ -14,7 +14,12 @@
 
 namespace ddprun::trainers {
 
-inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+// Where the build says (DDPRUN_FASHION_MNIST_DIR: a GPU machine without Debian's package gets
+// the package's files unpacked elsewhere by scripts/gpu-build), else Debian's path.
+#ifndef DDPRUN_FASHION_MNIST_DIR
+#define DDPRUN_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+#endif
+inline constexpr const char* kFashionMnistDir = DDPRUN_FASHION_MNIST_DIR;
 
 struct Dataset {
   at::Tensor images;  // uint8 [N, rows, cols]
