@@ -15,6 +15,10 @@
 // does peer() on an inbound connection (its handshake sets it there).
 #pragma once
 
+// First: Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>, which
+// GCC 13's <atomic> no longer brings in (the GPU machine's compiler).
+#include <utility>
+
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cstdint>

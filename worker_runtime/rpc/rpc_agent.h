@@ -15,6 +15,10 @@
 // methods marked "I/O thread".
 #pragma once
 
+// First: Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>, which
+// GCC 13's <atomic> no longer brings in (the GPU machine's compiler).
+#include <utility>
+
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
@@ -27,7 +31,6 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "rendezvous/tcp_store_client.h"
