@@ -411,7 +411,7 @@ class Checker {
   void expect(const Tensor& got, const Tensor& expected, const Case& c, const std::string& what, double tol = 0) {
     LocalTimer timer;
     Tensor g = got.reshape({-1}).to(at::kCPU).to(at::kDouble);
-    Tensor e = expected.reshape({-1}).to(at::kDouble);
+    Tensor e = expected.reshape({-1}).to(at::kCPU).to(at::kDouble);
     if (g.numel() != e.numel()) {
       throw Mismatch(fmt::format("MISMATCH {} {}: got {} elements, expected {}", label(c), what, g.numel(), e.numel()));
     }
@@ -454,7 +454,17 @@ class Checker {
       }
     }
     work->wait();
+    // On NCCL wait() only orders the caller's stream (torch's semantics): the Work is done once
+    // that stream has run up to here.
+    if (g_stream_semantics) syncCurrentStream();
     require(work->isCompleted() && work->isSuccess(), c, "wait() returned but the Work is not a success");
+  }
+
+  // Blocks until this rank's current CUDA stream has run what was queued on it (torch's
+  // torch.cuda.current_stream().synchronize(), without CUDA headers in this worker).
+  static void syncCurrentStream() {
+    const auto* cuda = c10::impl::getDeviceGuardImpl(at::kCUDA);
+    cuda->synchronizeStream(cuda->getStream(g_cuda_device));
   }
 
   std::string label(const Case& c) const {

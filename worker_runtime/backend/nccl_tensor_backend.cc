@@ -158,6 +158,11 @@ class NcclTensorBackend final : public Backend {
   void call(const char* what, const std::function<ncclResult_t()>& body) {
     std::lock_guard lock(launch_mutex_);
     throwIfBroken();
+    // NCCL refuses (invalid argument) a call on a non-blocking communicator whose state is still
+    // in progress: wait that out first, as torch does before it splits.
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &state);
+    check(state, what, Clock::now() + group_.timeout);
     check(body(), what, Clock::now() + group_.timeout);
   }
 
@@ -175,7 +180,7 @@ class NcclTensorBackend final : public Backend {
     return launch("all_reduce", {s}, async_op, [&](cudaStream_t stream) {
       if (s.buf.numel() == 0) return ncclSuccess;
       return ncclAllReduce(s.buf.data_ptr(), s.buf.data_ptr(), s.buf.numel(), ncclTypeOf(s.buf, "all_reduce"),
-                           ncclOpOf(op, s.buf, "all_reduce"), comm_, stream);
+                           opOf(op, s.buf, "all_reduce"), comm_, stream);
     });
   }
 
@@ -184,7 +189,7 @@ class NcclTensorBackend final : public Backend {
     return launch("reduce", {s}, async_op, [&](cudaStream_t stream) {
       if (s.buf.numel() == 0) return ncclSuccess;
       return ncclReduce(s.buf.data_ptr(), s.buf.data_ptr(), s.buf.numel(), ncclTypeOf(s.buf, "reduce"),
-                        ncclOpOf(op, s.buf, "reduce"), root, comm_, stream);
+                        opOf(op, s.buf, "reduce"), root, comm_, stream);
     });
   }
 
@@ -192,20 +197,25 @@ class NcclTensorBackend final : public Backend {
     auto in = stage(input);
     std::vector<Staged> staged{in};
     for (auto& o : outputs) staged.push_back(Staged{o, o});
-    // Into one flat buffer on the communication stream, then out to the caller's tensors there.
-    return launch("all_gather", staged, async_op, [&](cudaStream_t stream) {
-      const int64_t n = input.numel();
-      if (n == 0) return ncclSuccess;
-      at::Tensor flat = at::empty({static_cast<int64_t>(outputs.size()) * n}, input.options());
-      const ncclResult_t r =
-          ncclAllGather(in.buf.data_ptr(), flat.data_ptr(), n, ncclTypeOf(in.buf, "all_gather"), comm_, stream);
-      if (r == ncclSuccess || r == ncclInProgress) {
-        for (size_t i = 0; i < outputs.size(); ++i) {
-          outputs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(outputs[i].sizes()));
-        }
-      }
-      return r;
-    });
+    // Into one flat buffer on the communication stream, then out to the caller's tensors there:
+    // the copies only once the call has settled, since until then the non-blocking communicator
+    // may not have queued the gather, and copies queued first would read the buffer unwritten.
+    const int64_t n = input.numel();
+    at::Tensor flat;
+    return launch(
+        "all_gather", staged, async_op,
+        [&](cudaStream_t stream) {
+          if (n == 0) return ncclSuccess;
+          flat = at::empty({static_cast<int64_t>(outputs.size()) * n}, input.options());
+          return ncclAllGather(in.buf.data_ptr(), flat.data_ptr(), n, ncclTypeOf(in.buf, "all_gather"), comm_, stream);
+        },
+        /*blocks_host=*/false,
+        [&] {
+          if (n == 0) return;
+          for (size_t i = 0; i < outputs.size(); ++i) {
+            outputs[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(outputs[i].sizes()));
+          }
+        });
   }
 
   WorkPtr gather(const at::Tensor& input, std::vector<at::Tensor>* outputs, int root, bool async_op) override {
@@ -265,12 +275,14 @@ class NcclTensorBackend final : public Backend {
     auto out = stage(output);
     std::vector<Staged> staged{out};
     for (auto& i : inputs) staged.push_back(Staged{i, i});
+    // Held until the call has settled (the communicator may queue the op after returning).
+    at::Tensor flat;
     return launch("reduce_scatter", staged, async_op, [&](cudaStream_t stream) {
       if (out.buf.numel() == 0) return ncclSuccess;
       // The inputs side by side, on the communication stream (it already waits for the caller's).
-      at::Tensor flat = at::cat(flatViews(inputs));
+      flat = at::cat(flatViews(inputs));
       return ncclReduceScatter(flat.data_ptr(), out.buf.data_ptr(), out.buf.numel(),
-                               ncclTypeOf(out.buf, "reduce_scatter"), ncclOpOf(op, out.buf, "reduce_scatter"), comm_,
+                               ncclTypeOf(out.buf, "reduce_scatter"), opOf(op, out.buf, "reduce_scatter"), comm_,
                                stream);
     });
   }
@@ -350,8 +362,18 @@ class NcclTensorBackend final : public Backend {
     return views;
   }
 
+  // AVG over one rank is the tensor itself: SUM there, since NCCL 2.28's one-rank AVG (a
+  // pre-multiplied copy) left the last elements of an out-of-place reduce_scatter unwritten when
+  // the count is not a whole number of 16-byte packs (seen on an H200: 100003 float32).
+  ncclRedOp_t opOf(ReduceOp op, const at::Tensor& t, const char* what) const {
+    return ncclOpOf(group_.size == 1 && op == ReduceOp::AVG && t.scalar_type() != at::kBool ? ReduceOp::SUM : op, t,
+                    what);
+  }
+  // Issues `body` on the communication stream and settles it; then `after` (work queued behind
+  // the op on that stream, such as copies out of its buffer).
   WorkPtr launch(const char* what, const std::vector<Staged>& staged, bool async_op,
-                 const std::function<ncclResult_t(cudaStream_t)>& body, bool blocks_host = false);
+                 const std::function<ncclResult_t(cudaStream_t)>& body, bool blocks_host = false,
+                 const std::function<void()>& after = {});
   void makeComm(c10::Device device);
   void adopt(ncclComm_t comm, c10::Device device);
   // Settles an NCCL call on the non-blocking communicator: waits out ncclInProgress until
@@ -446,7 +468,8 @@ void NcclTensorBackend::throwIfBroken() {
 }
 
 WorkPtr NcclTensorBackend::launch(const char* what, const std::vector<Staged>& staged, bool async_op,
-                                  const std::function<ncclResult_t(cudaStream_t)>& body, bool blocks_host) {
+                                  const std::function<ncclResult_t(cudaStream_t)>& body, bool blocks_host,
+                                  const std::function<void()>& after) {
   std::lock_guard lock(launch_mutex_);
   throwIfBroken();
   const c10::Device device = staged[0].user.device();
@@ -480,6 +503,7 @@ WorkPtr NcclTensorBackend::launch(const char* what, const std::vector<Staged>& s
   {
     c10::cuda::CUDAStreamGuard on_comm_stream(*stream_);
     check(body(stream_->stream()), what, Clock::now() + group_.timeout);
+    if (after) after();
     for (auto s : staged) s.finish();
   }
   work->end.record(*stream_);
@@ -502,8 +526,10 @@ std::exception_ptr NcclTensorBackend::breakGroup(const std::string& message) {
     error = broken_;
     failed.swap(pending_);
   }
-  // Abort ends the communicator's kernels, so nothing queued after them waits forever.
-  if (comm_) ncclCommAbort(comm_);
+  // Abort ends the communicator's kernels, so nothing queued after them waits forever. Not
+  // when the process ends here anyway: the caller's thread may be inside an NCCL call on the
+  // communicator, and aborting frees it under that call (a survivor crashed so on an H200).
+  if (comm_ && !tear_down_) ncclCommAbort(comm_);
   for (auto& w : failed) w->settle(error);
   spdlog::error("NCCL watchdog: {}", message);
   if (tear_down_) {
