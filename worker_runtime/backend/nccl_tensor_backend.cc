@@ -158,12 +158,13 @@ class NcclTensorBackend final : public Backend {
   void call(const char* what, const std::function<ncclResult_t()>& body) {
     std::lock_guard lock(launch_mutex_);
     throwIfBroken();
+    const auto deadline = Clock::now() + group_.timeout;
     // NCCL refuses (invalid argument) a call on a non-blocking communicator whose state is still
     // in progress: wait that out first, as torch does before it splits.
     ncclResult_t state = ncclSuccess;
     ncclCommGetAsyncError(comm_, &state);
-    check(state, what, Clock::now() + group_.timeout);
-    check(body(), what, Clock::now() + group_.timeout);
+    check(state, what, deadline);
+    check(body(), what, deadline);
   }
 
   WorkPtr broadcast(at::Tensor& tensor, int root, bool async_op) override {
@@ -362,9 +363,8 @@ class NcclTensorBackend final : public Backend {
     return views;
   }
 
-  // AVG over one rank is the tensor itself: SUM there, since NCCL 2.28's one-rank AVG (a
-  // pre-multiplied copy) left the last elements of an out-of-place reduce_scatter unwritten when
-  // the count is not a whole number of 16-byte packs (seen on an H200: 100003 float32).
+  // AVG over one rank is the tensor itself: SUM there, which NCCL does as a plain copy rather
+  // than its pre-multiplying kernel.
   ncclRedOp_t opOf(ReduceOp op, const at::Tensor& t, const char* what) const {
     return ncclOpOf(group_.size == 1 && op == ReduceOp::AVG && t.scalar_type() != at::kBool ? ReduceOp::SUM : op, t,
                     what);
@@ -448,6 +448,10 @@ void NcclTensorBackend::makeComm(c10::Device device) {
 }
 
 void NcclTensorBackend::check(ncclResult_t result, const char* what, Clock::time_point deadline) {
+  // A call can return ncclSuccess while its work goes on in NCCL's own thread (NCCL 2.28's
+  // ncclCommSplit drops its group's ncclInProgress; seen on an H200): the communicator's state,
+  // in progress until that work is done, says when it is (one atomic read when it is).
+  if (result == ncclSuccess && comm_) ncclCommGetAsyncError(comm_, &result);
   result = settled(comm_, result, deadline);
   if (result == ncclInProgress) {
     std::rethrow_exception(breakGroup(
@@ -685,11 +689,28 @@ std::unique_ptr<Backend> splitNcclBackend(Backend* parent, const NcclGroup& grou
   // Every rank of the parent takes part; ranks outside the new group pass no color.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  ncclComm_t child = nullptr;
+  // NCCL's thread writes the new communicator here once the split is done. On the heap, and
+  // left allocated where this gives up early, so that a late write still lands in live memory.
+  auto* slot = new ncclComm_t(nullptr);
   c10::cuda::CUDAGuard guard(nccl->device());
-  nccl->call("ncclCommSplit",
-             [&] { return ncclCommSplit(nccl->comm(), member ? 0 : NCCL_SPLIT_NOCOLOR, group.rank, &child, &config); });
-  if (!member) return nullptr;
+  nccl->call("ncclCommSplit", [&] {
+    return ncclCommSplit(nccl->comm(), member ? 0 : NCCL_SPLIT_NOCOLOR, member ? group.rank : 0, slot, &config);
+  });
+  // call() waited until the parent's state left ncclInProgress: the split's work is over.
+  if (!member) {
+    delete slot;
+    return nullptr;
+  }
+  const auto deadline = Clock::now() + group.timeout;
+  ncclComm_t child = nullptr;
+  while ((child = __atomic_load_n(slot, __ATOMIC_ACQUIRE)) == nullptr && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  if (child == nullptr) {
+    throw runtime::PeerError(
+        fmt::format("new_group: ncclCommSplit handed over no communicator within {} ms", group.timeout.count()));
+  }
+  delete slot;
   // The child is non-blocking too: settle its own initialisation.
   ncclResult_t state = ncclSuccess;
   ncclCommGetAsyncError(child, &state);
