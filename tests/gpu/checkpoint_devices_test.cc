@@ -94,5 +94,8 @@ int run() {
 }  // namespace
 
 int main() {
+  // Unbuffered: a crash must not swallow the checks that passed before it (the first GPU run
+  // crashed with nothing printed, so it is unknown how far it got).
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
   return ddprun::runtime::recordErrors([] { return run(); });
 }
