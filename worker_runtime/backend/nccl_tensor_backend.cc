@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -76,9 +77,10 @@ ncclRedOp_t ncclOpOf(ReduceOp op, const at::Tensor& t, const char* what) {
 size_t bytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 // A call on a non-blocking communicator settled: ncclInProgress waited out until `deadline`
-// (still ncclInProgress when it passed).
-ncclResult_t settled(ncclComm_t comm, ncclResult_t result, Clock::time_point deadline) {
-  while (result == ncclInProgress && Clock::now() < deadline) {
+// (still ncclInProgress when it passed), or until `stop` is set.
+ncclResult_t settled(ncclComm_t comm, ncclResult_t result, Clock::time_point deadline,
+                     const std::atomic<bool>* stop = nullptr) {
+  while (result == ncclInProgress && Clock::now() < deadline && !(stop && stop->load(std::memory_order_acquire))) {
     std::this_thread::sleep_for(std::chrono::microseconds(20));
     ncclCommGetAsyncError(comm, &result);
   }
@@ -156,7 +158,7 @@ class NcclTensorBackend final : public Backend {
   c10::Device device() const { return device_; }
   // Runs an NCCL call that takes the communicator (ncclCommSplit) and settles it.
   void call(const char* what, const std::function<ncclResult_t()>& body) {
-    std::lock_guard lock(launch_mutex_);
+    CallScope scope(*this);
     throwIfBroken();
     const auto deadline = Clock::now() + group_.timeout;
     // NCCL refuses (invalid argument) a call on a non-blocking communicator whose state is still
@@ -393,7 +395,32 @@ class NcclTensorBackend final : public Backend {
 
   NcclGroup group_;
   bool tear_down_ = true;
-  std::mutex launch_mutex_;  // one op issued at a time: NCCL needs the same order on every rank
+  // The caller's side of the communicator: one op issued at a time (NCCL needs the same order
+  // on every rank), and the communicator aborted only while no call of the caller's thread is
+  // inside NCCL (ncclCommAbort frees it). A group broken meanwhile is aborted as the call
+  // leaves.
+  class CallScope {
+   public:
+    explicit CallScope(NcclTensorBackend& backend) : backend_(backend), lock_(backend.launch_mutex_) {
+      backend_.caller_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    }
+    ~CallScope() {
+      if (backend_.abort_deferred_.exchange(false)) backend_.abortOnce();
+      backend_.caller_.store(std::thread::id(), std::memory_order_relaxed);
+    }
+
+   private:
+    NcclTensorBackend& backend_;
+    std::unique_lock<std::mutex> lock_;
+  };
+  std::mutex launch_mutex_;
+  std::atomic<bool> breaking_{false};        // set once the group is broken: calls stop settling
+  std::atomic<bool> abort_deferred_{false};  // broken while a call was in flight: it aborts
+  std::atomic<std::thread::id> caller_;      // the thread inside a CallScope, if any
+  std::atomic<bool> aborted_{false};
+  void abortOnce() {
+    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+  }
   ncclComm_t comm_ = nullptr;
   c10::Device device_{c10::kCUDA, 0};
   std::optional<c10::cuda::CUDAStream> stream_;  // the communication stream
@@ -452,7 +479,8 @@ void NcclTensorBackend::check(ncclResult_t result, const char* what, Clock::time
   // ncclCommSplit drops its group's ncclInProgress; seen on an H200): the communicator's state,
   // in progress until that work is done, says when it is (one atomic read when it is).
   if (result == ncclSuccess && comm_) ncclCommGetAsyncError(comm_, &result);
-  result = settled(comm_, result, deadline);
+  result = settled(comm_, result, deadline, &breaking_);
+  throwIfBroken();  // broken meanwhile (the watchdog): that error, not this call's state
   if (result == ncclInProgress) {
     std::rethrow_exception(breakGroup(
         fmt::format("{} ({}): not done within {} ms; a peer is gone or hung", what, where(), group_.timeout.count())));
@@ -474,7 +502,7 @@ void NcclTensorBackend::throwIfBroken() {
 WorkPtr NcclTensorBackend::launch(const char* what, const std::vector<Staged>& staged, bool async_op,
                                   const std::function<ncclResult_t(cudaStream_t)>& body, bool blocks_host,
                                   const std::function<void()>& after) {
-  std::lock_guard lock(launch_mutex_);
+  CallScope scope(*this);
   throwIfBroken();
   const c10::Device device = staged[0].user.device();
   for (const auto& s : staged) {
@@ -530,10 +558,22 @@ std::exception_ptr NcclTensorBackend::breakGroup(const std::string& message) {
     error = broken_;
     failed.swap(pending_);
   }
+  breaking_.store(true, std::memory_order_release);
   // Abort ends the communicator's kernels, so nothing queued after them waits forever. Not
-  // when the process ends here anyway: the caller's thread may be inside an NCCL call on the
-  // communicator, and aborting frees it under that call (a survivor crashed so on an H200).
-  if (comm_ && !tear_down_) ncclCommAbort(comm_);
+  // under a call of the caller's thread, which would use the freed communicator (a survivor
+  // crashed so on an H200): that call aborts it as it leaves (CallScope). Not at all when the
+  // process ends here anyway.
+  if (comm_ && !tear_down_) {
+    std::unique_lock<std::mutex> caller;
+    if (caller_.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+      caller = std::unique_lock(launch_mutex_, std::try_to_lock);
+    }
+    if (caller.owns_lock()) {
+      abortOnce();
+    } else {
+      abort_deferred_.store(true, std::memory_order_release);
+    }
+  }
   for (auto& w : failed) w->settle(error);
   spdlog::error("NCCL watchdog: {}", message);
   if (tear_down_) {
@@ -660,13 +700,8 @@ NcclTensorBackend::~NcclTensorBackend() {
     wake_.notify_all();
     watchdog_.join();
   }
-  bool broken = false;
-  {
-    std::lock_guard lock(mutex_);
-    broken = broken_ != nullptr;
-  }
   // Aborting never blocks, where destroying waits for peers that may be gone.
-  if (comm_ && !broken) ncclCommAbort(comm_);
+  if (comm_) abortOnce();
 }
 
 }  // namespace
