@@ -480,7 +480,8 @@ void NcclTensorBackend::check(ncclResult_t result, const char* what, Clock::time
   // in progress until that work is done, says when it is (one atomic read when it is).
   if (result == ncclSuccess && comm_) ncclCommGetAsyncError(comm_, &result);
   result = settled(comm_, result, deadline, &breaking_);
-  throwIfBroken();  // broken meanwhile (the watchdog): that error, not this call's state
+  // Broken meanwhile (by the watchdog): that error, not this call's state.
+  if (breaking_.load(std::memory_order_acquire)) throwIfBroken();
   if (result == ncclInProgress) {
     std::rethrow_exception(breakGroup(
         fmt::format("{} ({}): not done within {} ms; a peer is gone or hung", what, where(), group_.timeout.count())));
