@@ -177,14 +177,23 @@ TEST_CASE("every collective x reduce op x dtype at 1000003 elements with world s
   requireAllOk(runWorkers(4, {"--sizes", big()}), 4);
 }
 
+// Eight processes on CI's two cores, each running every op at a million elements: 140 s alone
+// on a VM whose context switches cost 12 us, and past 240 s beside another test under ctest
+// -j2 (2026-11-26). Their bound is the ctest timeout's, less a margin for the report.
+constexpr std::chrono::seconds kWorldOf8Timeout{540};
+
 TEST_CASE("point to point and rooted collectives at 1000003 elements with world size 8", "[e2e][collectives][large]") {
   requireAllOk(
-      runWorkers(8, {"--sizes", big(), "--ops", "send_recv,isend_irecv,broadcast,reduce,gather,scatter,barrier"}), 8);
+      runWorkers(8, {"--sizes", big(), "--ops", "send_recv,isend_irecv,broadcast,reduce,gather,scatter,barrier"},
+                 kWorldOf8Timeout),
+      8);
 }
 
 TEST_CASE("all-to-all style collectives at 1000003 elements with world size 8", "[e2e][collectives][large]") {
-  requireAllOk(runWorkers(8, {"--sizes", big(), "--ops",
-                              "all_reduce,all_gather,reduce_scatter,all_to_all,all_to_all_uneven,noncontig,async"}),
+  requireAllOk(runWorkers(8,
+                          {"--sizes", big(), "--ops",
+                           "all_reduce,all_gather,reduce_scatter,all_to_all,all_to_all_uneven,noncontig,async"},
+                          kWorldOf8Timeout),
                8);
 }
 
