@@ -160,13 +160,8 @@ class NcclTensorBackend final : public Backend {
   void call(const char* what, const std::function<ncclResult_t()>& body) {
     CallScope scope(*this);
     throwIfBroken();
-    const auto deadline = Clock::now() + group_.timeout;
-    // NCCL refuses (invalid argument) a call on a non-blocking communicator whose state is still
-    // in progress: wait that out first, as torch does before it splits.
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &state);
-    check(state, what, deadline);
-    check(body(), what, deadline);
+    // No wait for the communicator to be ready first: check() left it settled after its last op.
+    check(body(), what, Clock::now() + group_.timeout);
   }
 
   WorkPtr broadcast(at::Tensor& tensor, int root, bool async_op) override {
