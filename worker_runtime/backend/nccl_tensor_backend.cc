@@ -37,6 +37,13 @@ using runtime::PeerError;
 
 // ncclCommSplit appeared in NCCL 2.18; the 8-bit float types in 2.24.
 constexpr bool kCanSplit = NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0);
+// Ops of one communicator that may be unfinished on the GPU before the next waits. Unbounded,
+// a caller that outruns the GPU fills CUDA's launch queue and then blocks inside a launch in
+// NCCL; if a peer dies then, its kernel never ends, and the watchdog cannot abort the
+// communicator under that call: a hang (seen on an H200, TORCH_NCCL_ASYNC_ERROR_HANDLING=0).
+// With the bound, the caller waits here instead, outside NCCL, where it can be aborted. A few
+// launches per op, so 64 stay well under a launch queue's 1024.
+constexpr size_t kMaxInFlight = 64;
 
 ncclDataType_t ncclTypeOf(const at::Tensor& t, const char* what) {
   switch (t.scalar_type()) {
@@ -377,6 +384,8 @@ class NcclTensorBackend final : public Backend {
   // `deadline`; an error or the deadline breaks the group (and throws).
   void check(ncclResult_t result, const char* what, Clock::time_point deadline);
   void throwIfBroken();
+  // Waits, outside any NCCL call, until fewer than kMaxInFlight ops are unfinished.
+  void throttle();
   // Aborts the communicator, fails every pending op with `message`, and ends the process when
   // TORCH_NCCL_ASYNC_ERROR_HANDLING says so. Returns the error every later op throws.
   std::exception_ptr breakGroup(const std::string& message);
@@ -495,9 +504,25 @@ void NcclTensorBackend::throwIfBroken() {
   if (broken_) std::rethrow_exception(broken_);
 }
 
+bool eventFired(const NcclWork& w, std::string& error);
+
+void NcclTensorBackend::throttle() {
+  std::unique_lock lock(mutex_);
+  // The op kMaxInFlight from the newest done means the rest of the limit is free; the watchdog
+  // pops finished ops only every so often, so the queue's length alone would overcount.
+  while (!broken_ && pending_.size() >= kMaxInFlight) {
+    std::string cuda_error;
+    if (eventFired(*pending_[pending_.size() - kMaxInFlight], cuda_error) || !cuda_error.empty()) return;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    lock.lock();
+  }
+}
+
 WorkPtr NcclTensorBackend::launch(const char* what, const std::vector<Staged>& staged, bool async_op,
                                   const std::function<ncclResult_t(cudaStream_t)>& body, bool blocks_host,
                                   const std::function<void()>& after) {
+  throttle();
   CallScope scope(*this);
   throwIfBroken();
   const c10::Device device = staged[0].user.device();

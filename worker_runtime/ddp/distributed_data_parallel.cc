@@ -5,7 +5,7 @@
 #include <torch/utils.h>
 
 #include <cstdlib>
-#include <map>
+#include <algorithm>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -30,13 +30,24 @@ std::string describe(const std::vector<int64_t>& sig, size_t& pos) {
   return fmt::format("{} [{}]", c10::toString(dtype), fmt::join(sizes, ", "));
 }
 
-// Broadcasts tensors from `src` (global rank) with one message per dtype.
+// Broadcasts tensors from `src` (global rank) with one message per device and dtype, as torch's
+// _broadcast_coalesced buckets them (a model spread over a GPU and the CPU, as the tutorial's
+// model-parallel demo on one GPU, cannot go as one tensor). The groups go in the order of their
+// first tensor, the same on every rank even where the ranks' device indices differ.
 void broadcastCoalesced(const std::vector<at::Tensor>& tensors, int src, const dist::Group& group) {
-  if (tensors.empty()) return;
   torch::NoGradGuard no_grad;
-  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
-  for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
-  for (auto& [dtype, list] : by_dtype) {
+  std::vector<std::vector<at::Tensor>> groups;
+  for (const auto& t : tensors) {
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const std::vector<at::Tensor>& g) {
+      return g.front().device() == t.device() && g.front().scalar_type() == t.scalar_type();
+    });
+    if (same == groups.end()) {
+      groups.push_back({t});
+    } else {
+      same->push_back(t);
+    }
+  }
+  for (auto& list : groups) {
     std::vector<at::Tensor> flat;
     for (const auto& t : list) flat.push_back(t.detach().reshape({-1}));
     at::Tensor joined = at::cat(flat);
