@@ -4,8 +4,8 @@
 #include <torch/autograd.h>
 #include <torch/utils.h>
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/error.h"
 #include "common/logging.h"
