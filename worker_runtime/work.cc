@@ -5,11 +5,13 @@ namespace ddprun::runtime {
 std::shared_ptr<Work> Work::completed(std::exception_ptr error) {
   // Every successful inline op returns the same finished Work: nothing about it can change
   // any more, and making one (a mutex, a condition variable, an allocation) was a fifth of a
-  // small collective's own cost.
+  // small collective's own cost. Held by a pointer without a control block (shared_ptr's
+  // aliasing constructor on an empty owner), so handing it out and dropping it touch no
+  // reference count; never freed, so no WorkPtr can outlive it, even at exit.
   static const std::shared_ptr<Work> success = [] {
-    auto work = std::make_shared<Work>();
+    auto* work = new Work();
     work->done_.store(true, std::memory_order_release);
-    return work;
+    return std::shared_ptr<Work>(std::shared_ptr<Work>(), work);
   }();
   if (!error) return success;
   auto work = std::make_shared<Work>();

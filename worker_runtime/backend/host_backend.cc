@@ -121,29 +121,35 @@ void HostBackend::finish(uint64_t seq, const std::exception_ptr& error) {
   running_ = false;
 }
 
-WorkPtr HostBackend::run(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info) {
-  std::unique_lock lock(mutex_);
-  if (running_ || !queue_.empty() || stopping_) {
-    // Earlier ops go first: queue behind them (the caller waits on the Work).
-    auto work = std::make_shared<Work>();
-    queue_.push_back(Queued{std::move(collective), work, recorder_.enqueue(info)});
-    lock.unlock();
-    wake_.notify_one();
-    work->wait();
-    return work;
-  }
+bool HostBackend::claim(const FlightOpInfo& info, uint64_t& seq, std::exception_ptr& error) {
+  std::lock_guard lock(mutex_);
+  if (running_ || !queue_.empty() || stopping_) return false;
   running_ = true;
-  const uint64_t seq = recorder_.enqueue(info);
-  std::exception_ptr error = broken_;
+  seq = recorder_.enqueue(info);
+  error = broken_;
   if (!error) recorder_.start(seq);
-  lock.unlock();
-  error = execute(collective, error);
-  lock.lock();
-  finish(seq, error);
-  const bool more = !queue_.empty();  // queued by other threads meanwhile
-  lock.unlock();
+  return true;
+}
+
+void HostBackend::release(uint64_t seq, const std::exception_ptr& error) {
+  bool more = false;
+  {
+    std::lock_guard lock(mutex_);
+    finish(seq, error);
+    more = !queue_.empty();  // queued by other threads meanwhile
+  }
   if (more) wake_.notify_one();
-  return Work::completed(error);
+}
+
+WorkPtr HostBackend::runQueued(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info) {
+  auto work = std::make_shared<Work>();
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(Queued{std::move(collective), work, recorder_.enqueue(info)});
+  }
+  wake_.notify_one();
+  work->wait();
+  return work;
 }
 
 void HostBackend::loop() {

@@ -1,6 +1,7 @@
 #include "worker_runtime/backend/host_tensor_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -132,20 +133,31 @@ void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& list, const std:
   }
 }
 
-// Whether the host algorithms can work in the tensors themselves: contiguous CPU memory.
+// Whether the host algorithms can work in the tensor itself: contiguous CPU memory.
+bool directlyUsable(const at::Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); }
+
 bool directlyUsable(const std::vector<at::Tensor>& list) {
-  return std::all_of(list.begin(), list.end(),
-                     [](const at::Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); });
+  return std::all_of(list.begin(), list.end(), [](const at::Tensor& t) { return directlyUsable(t); });
 }
 
-// The data pointers of a list of contiguous tensors (void or const void).
+// The data pointers of a list of contiguous tensors (void or const void): in place up to
+// the ranks of a large host, so a small call allocates nothing; on the heap beyond.
 template <typename T>
-std::vector<T*> pointersOf(const std::vector<at::Tensor>& list) {
-  std::vector<T*> pointers;
-  pointers.reserve(list.size());
-  for (const auto& t : list) pointers.push_back(t.data_ptr());
-  return pointers;
-}
+class PointersOf {
+ public:
+  explicit PointersOf(const std::vector<at::Tensor>& list) : size_(list.size()) {
+    if (size_ > kInPlace) heap_.resize(size_);
+    T** to = size_ > kInPlace ? heap_.data() : in_place_.data();
+    for (size_t i = 0; i < size_; ++i) to[i] = list[i].data_ptr();
+  }
+  T* const* data() const { return size_ > kInPlace ? heap_.data() : in_place_.data(); }
+
+ private:
+  static constexpr size_t kInPlace = 16;
+  size_t size_;
+  std::array<T*, kInPlace> in_place_{};
+  std::vector<T*> heap_;
+};
 
 // Queues an async op; runs a synchronous one (inline when the group is idle) and waits.
 // The caller of a synchronous op waits until it has run, so the op goes by reference: its
@@ -154,7 +166,7 @@ std::vector<T*> pointersOf(const std::vector<at::Tensor>& list) {
 template <typename Collective>
 WorkPtr issue(runtime::HostBackend& host, Collective&& collective, const FlightOpInfo& info, bool async_op) {
   if (async_op) return host.enqueue(std::forward<Collective>(collective), info);
-  auto work = host.run([&collective](CollectiveContext& ctx) { collective(ctx); }, info);
+  auto work = host.run(collective, info);
   work->wait();
   return work;
 }
@@ -177,6 +189,13 @@ WorkPtr HostTensorBackend::recv(at::Tensor& tensor, int peer, int tag) {
 }
 
 WorkPtr HostTensorBackend::broadcast(at::Tensor& tensor, int root, bool async_op) {
+  if (!async_op && directlyUsable(tensor)) {
+    void* data = tensor.data_ptr();
+    const size_t bytes = tensor.numel() * tensor.element_size();
+    return issue(
+        *host_, [&](CollectiveContext& ctx) { runtime::broadcast(ctx, data, bytes, root); },
+        flightInfo(FlightOp::kBroadcast, tensor, root), false);
+  }
   auto staged = stage(tensor, /*fill=*/host_->rank() == root);
   return issue(
       *host_,
@@ -187,7 +206,20 @@ WorkPtr HostTensorBackend::broadcast(at::Tensor& tensor, int root, bool async_op
       flightInfo(FlightOp::kBroadcast, staged.buf, root), async_op);
 }
 
+// The synchronous calls on contiguous CPU tensors (the common small collective: a loss, a
+// metric, a flag) work in the caller's memory through raw pointers: the caller holds its
+// tensors until the call returns, so nothing is staged or captured by value, and no tensor's
+// reference count is touched (those atomic updates were a fifth of such a call's own cost).
+
 WorkPtr HostTensorBackend::allReduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
+  if (!async_op && directlyUsable(tensor)) {
+    const DType dtype = dtypeOf(tensor);
+    void* data = tensor.data_ptr();
+    const size_t count = tensor.numel();
+    return issue(
+        *host_, [&](CollectiveContext& ctx) { runtime::allReduce(ctx, data, count, dtype, opOf(op)); },
+        flightInfo(FlightOp::kAllReduce, tensor), false);
+  }
   auto staged = stage(tensor);
   const DType dtype = dtypeOf(tensor);
   return issue(
@@ -212,6 +244,14 @@ WorkPtr HostTensorBackend::reduce(at::Tensor& tensor, int root, ReduceOp op, boo
 }
 
 WorkPtr HostTensorBackend::allGather(std::vector<at::Tensor>& outputs, const at::Tensor& input, bool async_op) {
+  if (!async_op && directlyUsable(input) && directlyUsable(outputs)) {
+    const void* in = input.data_ptr();
+    const size_t bytes = input.numel() * input.element_size();
+    const auto outs = PointersOf<void>(outputs);
+    return issue(
+        *host_, [&](CollectiveContext& ctx) { runtime::allGatherInto(ctx, in, outs.data(), bytes); },
+        flightInfo(FlightOp::kAllGather, input), false);
+  }
   auto in = stage(input);
   const FlightOpInfo info = flightInfo(FlightOp::kAllGather, in.buf);
   if (directlyUsable(outputs)) {
@@ -219,7 +259,7 @@ WorkPtr HostTensorBackend::allGather(std::vector<at::Tensor>& outputs, const at:
     // synchronous caller keeps them alive; a queued op holds them itself.
     return issue(
         *host_,
-        [in, outs = pointersOf<void>(outputs), keep = async_op ? outputs : std::vector<at::Tensor>{}](
+        [in, outs = PointersOf<void>(outputs), keep = async_op ? outputs : std::vector<at::Tensor>{}](
             CollectiveContext& ctx) { runtime::allGatherInto(ctx, in.buf.data_ptr(), outs.data(), in.bytes()); },
         info, async_op);
   }
@@ -270,6 +310,16 @@ WorkPtr HostTensorBackend::scatter(at::Tensor& output, const std::vector<at::Ten
 
 WorkPtr HostTensorBackend::reduceScatter(at::Tensor& output, const std::vector<at::Tensor>& inputs, ReduceOp op,
                                          bool async_op) {
+  if (!async_op && directlyUsable(output) && directlyUsable(inputs)) {
+    const DType dtype = dtypeOf(output);
+    void* out = output.data_ptr();
+    const size_t count = output.numel();
+    const auto ins = PointersOf<const void>(inputs);
+    return issue(
+        *host_,
+        [&](CollectiveContext& ctx) { runtime::reduceScatterFrom(ctx, ins.data(), out, count, dtype, opOf(op)); },
+        flightInfo(FlightOp::kReduceScatter, output), false);
+  }
   auto out = stage(output, /*fill=*/false);
   const DType dtype = dtypeOf(output);
   const FlightOpInfo info = flightInfo(FlightOp::kReduceScatter, out.buf);
@@ -279,7 +329,7 @@ WorkPtr HostTensorBackend::reduceScatter(at::Tensor& output, const std::vector<a
     // Straight from the caller's tensors: no flat copy of the input to allocate and fill.
     return issue(
         *host_,
-        [out, ins = pointersOf<const void>(inputs), keep = async_op ? inputs : std::vector<at::Tensor>{}, dtype,
+        [out, ins = PointersOf<const void>(inputs), keep = async_op ? inputs : std::vector<at::Tensor>{}, dtype,
          op](CollectiveContext& ctx) mutable {
           runtime::reduceScatterFrom(ctx, ins.data(), out.data(), out.buf.numel(), dtype, opOf(op));
           out.finish();

@@ -13,6 +13,8 @@
 //     (process_vm_readv, as Open MPI's CMA): one copy a block instead of two (a call where
 //     some rank cannot read some input goes through the slots after all, as do all after it);
 //   barrier: one barrier.
+//   Tiny ops (kInlineBytes) skip the slots: each rank's data rides on the cache line that
+//     announces its arrival at the barrier, so a peer reads one line per op instead of two.
 // Each rank names what it calls (op, size, type, operator, root) on its line before every
 // barrier, and checks everyone's after it: mismatched collectives throw a DdprunError naming
 // both calls on every rank, where they would otherwise complete with each other's data.
@@ -95,6 +97,11 @@ class ShmCollectives {
   // that the copies out of one chunk overlap the copies into the next (measured on 2 ranks:
   // 256 KiB beat 1 MiB by up to 20% from 512 KiB to 8 MiB, and 64 and 32 KiB).
   static constexpr size_t kPipelineBytes = 256 << 10;
+  // Tiny ops carry their data on the line that announces a rank's arrival at the barrier (a
+  // peer then reads one cache line per op, not two): an all_reduce or broadcast of up to this
+  // many bytes, an all_gather of this many per rank, a reduce_scatter whose input (every
+  // rank's block) is this large.
+  static constexpr size_t kInlineBytes = 40;
 
  private:
   struct Control;
@@ -115,9 +122,14 @@ class ShmCollectives {
   // Meets every rank of the group having named `call` (settle(), arrive(), wait(), then
   // checkCalls()). Throws PeerError naming the missing ranks when one died or the deadline
   // passed, and DdprunError when a rank named another call.
-  void meet(const Call& call, Clock::time_point deadline);
-  // Names `call` at the next generation and marks this rank arrived there; returns it.
-  uint32_t arrive(const Call& call);
+  // `payload` (at most kInlineBytes): data the peers read with payloadOf() once it returns.
+  // Returns the generation met at.
+  uint32_t meet(const Call& call, Clock::time_point deadline, const void* payload = nullptr, size_t payload_bytes = 0);
+  // Names `call` (and puts `payload` beside it) at the next generation and marks this rank
+  // arrived there; returns it.
+  uint32_t arrive(const Call& call, const void* payload = nullptr, size_t payload_bytes = 0);
+  // The payload rank q arrived at `generation` with (valid until this rank arrives at the next).
+  const unsigned char* payloadOf(int q, uint32_t generation) const;
   // Throws DdprunError when some rank named another call than rank 0's at `generation`
   // (every rank has arrived there).
   void checkCalls(uint32_t generation, const Call& call) const;
@@ -159,6 +171,8 @@ class ShmCollectives {
   bool single_copy_ = false;
   bool single_copy_known_ = false;
   uint8_t* slots_;
+  // A small op's own data, kept here rather than read back from this rank's slot.
+  std::unique_ptr<uint8_t[]> own_;
   uint32_t generation_ = 0;
   uint64_t chunks_done_ = 0;  // selects the slot set; advances identically on every rank
   // The generation and call this rank arrived at without waiting (see settle()).
