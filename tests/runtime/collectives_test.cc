@@ -385,15 +385,24 @@ TEST_CASE("a peer killed during large shared-memory all_gather: every other rank
 }
 
 // 4 KiB: the synchronous call runs inline on the caller's thread and takes shared memory's
-// one-barrier path; the dead peer must still surface as a PeerError naming it.
+// one-barrier path; 8 bytes: the data rides on the arrival line (all_reduce and all_gather);
+// the dead peer must still surface as a PeerError naming it.
 TEST_CASE("a peer killed during small synchronous all_reduce calls: every other rank gets a PeerError naming it",
           "[e2e][collectives][fault]") {
-  for (bool shm : {true, false}) {
-    INFO((shm ? "shared memory" : "TCP only"));
+  struct Case {
+    bool shm;
+    std::vector<std::string> args;
+  };
+  const std::vector<Case> cases = {{true, {"--big-count", "1024"}},
+                                   {true, {"--big-count", "2"}},
+                                   {true, {"--kill-op", "all_gather", "--big-count", "2"}},
+                                   {false, {"--big-count", "1024"}}};
+  for (const auto& c : cases) {
+    INFO((c.shm ? "shared memory" : "TCP only") << ", " << c.args.back() << " floats");
     std::vector<std::unique_ptr<TestProcess>> procs;
-    auto outcome = runKill(procs, 3, 1, shm, {"--big-count", "1024"});
+    auto outcome = runKill(procs, 3, 1, c.shm, c.args);
     requireSurvivorsFailed(procs, outcome, 1);
-    if (shm) requireAllNameTheDead(procs, 1);
+    if (c.shm) requireAllNameTheDead(procs, 1);
   }
 }
 
