@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -81,6 +82,20 @@ void afterRankOneDied(const std::function<void(ShmCollectives&)>& op) {
   });
 }
 
+// Runs `body(shm, rank, world size)` on every rank (threads) at world sizes 2, 3 and 5, each
+// group with slots of `slot_bytes`.
+void onWorldSizes(size_t slot_bytes, const std::function<void(ShmCollectives&, int, int)>& body) {
+  for (int p : {2, 3, 5}) {
+    INFO("world size " << p);
+    REQUIRE_NOTHROW(runThreads(p, [&](int rank, ddprun::rendezvous::Store& store) {
+      auto shm = shmOf(store, rank, p, slot_bytes);
+      body(*shm, rank, p);
+    }));
+  }
+}
+
+Clock::time_point inTime() { return Clock::now() + kRankOpTimeout; }
+
 }  // namespace
 
 TEST_CASE("the shared-memory all_reduce spans chunks of the default slot size") {
@@ -137,109 +152,98 @@ TEST_CASE("the shared-memory all_reduce names the ranks that did not come by the
 }
 
 TEST_CASE("small broadcast all_gather reduce_scatter and barrier through the slots between all_reduces") {
-  for (int p : {2, 3, 5}) {
-    INFO("world size " << p);
-    REQUIRE_NOTHROW(runThreads(p, [&](int rank, ddprun::rendezvous::Store& store) {
-      auto shm = shmOf(store, rank, p, 256);
-      const auto deadline = [] { return Clock::now() + kRankOpTimeout; };
-      int salt = 0;
-      // Each one-barrier op takes one slot set, an all_reduce of several chunks several: the
-      // ops below land on either set, and a fast rank's next op writes one a slow rank may read.
-      for (int round = 0; round < 4; ++round) {
-        const size_t count = 1 + round * 19;  // up to 58 floats: one 256-byte slot
-        auto reduced = inputBuffer(ReduceOp::kSum, DType::kFloat32, rank, 200 + round, ++salt);
-        shm->allReduce(reduced.data(), 200 + round, DType::kFloat32, ReduceOp::kSum, deadline());
-        checkReduced("all_reduce", reduced.data(), 200 + round, ReduceOp::kSum, DType::kFloat32, p, salt);
+  onWorldSizes(256, [](ShmCollectives& shm, int rank, int p) {
+    int salt = 0;
+    // Each one-barrier op takes one slot set, an all_reduce of several chunks several: the
+    // ops below land on either set, and a fast rank's next op writes one a slow rank may read.
+    for (int round = 0; round < 4; ++round) {
+      const size_t count = 1 + round * 19;  // up to 58 floats: one 256-byte slot
+      auto reduced = inputBuffer(ReduceOp::kSum, DType::kFloat32, rank, 200 + round, ++salt);
+      shm.allReduce(reduced.data(), 200 + round, DType::kFloat32, ReduceOp::kSum, inTime());
+      checkReduced("all_reduce", reduced.data(), 200 + round, ReduceOp::kSum, DType::kFloat32, p, salt);
 
-        const int root = round % p;
-        std::vector<float> b(count, -1.f);
-        if (rank == root) b = broadcastValues(count, round);
-        shm->broadcast(b.data(), count * 4, root, deadline());
-        expect(b == broadcastValues(count, round), "broadcast");
+      const int root = round % p;
+      std::vector<float> b(count, -1.f);
+      if (rank == root) b = broadcastValues(count, round);
+      shm.broadcast(b.data(), count * 4, root, inTime());
+      expect(b == broadcastValues(count, round), "broadcast");
 
-        // Blocks anywhere (each its own vector), as a torch user's list of tensors.
-        std::vector<float> mine(count, static_cast<float>(rank * 100 + round));
-        std::vector<std::vector<float>> all(p, std::vector<float>(count, -1.f));
-        std::vector<void*> outs;
-        for (auto& a : all) outs.push_back(a.data());
-        shm->allGather(mine.data(), outs.data(), count * 4, deadline());
-        for (int q = 0; q < p; ++q) {
-          expect(all[q] == std::vector<float>(count, static_cast<float>(q * 100 + round)), "all_gather");
-        }
-
-        const size_t block = 256 / 4 / p;  // the whole input fills at most one slot
-        std::vector<std::vector<float>> in(p);
-        std::vector<const void*> ins;
-        for (int q = 0; q < p; ++q) in[q].assign(block, static_cast<float>(rank + q)), ins.push_back(in[q].data());
-        std::vector<float> out(block, -1.f);
-        shm->reduceScatter(ins.data(), out.data(), block, DType::kFloat32, ReduceOp::kMax, deadline());
-        expect(out == std::vector<float>(block, static_cast<float>(p - 1 + rank)), "reduce_scatter");
-
-        shm->barrier(deadline());
+      // Blocks anywhere (each its own vector), as a torch user's list of tensors.
+      std::vector<float> mine(count, static_cast<float>(rank * 100 + round));
+      std::vector<std::vector<float>> all(p, std::vector<float>(count, -1.f));
+      std::vector<void*> outs;
+      for (auto& a : all) outs.push_back(a.data());
+      shm.allGather(mine.data(), outs.data(), count * 4, inTime());
+      for (int q = 0; q < p; ++q) {
+        expect(all[q] == std::vector<float>(count, static_cast<float>(q * 100 + round)), "all_gather");
       }
-    }));
-  }
+
+      const size_t block = 256 / 4 / p;  // the whole input fills at most one slot
+      std::vector<std::vector<float>> in(p);
+      std::vector<const void*> ins;
+      for (int q = 0; q < p; ++q) in[q].assign(block, static_cast<float>(rank + q)), ins.push_back(in[q].data());
+      std::vector<float> out(block, -1.f);
+      shm.reduceScatter(ins.data(), out.data(), block, DType::kFloat32, ReduceOp::kMax, inTime());
+      expect(out == std::vector<float>(block, static_cast<float>(p - 1 + rank)), "reduce_scatter");
+
+      shm.barrier(inTime());
+    }
+  });
 }
 
 TEST_CASE("tiny ops on the arrival line: every op at and around its limit, in place, among slot ops") {
   // kInlineBytes is 40: 36 and 40 bytes ride on the arrival line, 44 go through the slots; a
   // reduce_scatter's limit is its whole input (every rank's block).
   static_assert(ShmCollectives::kInlineBytes == 40);
-  for (int p : {2, 3, 5}) {
-    INFO("world size " << p);
-    REQUIRE_NOTHROW(runThreads(p, [&](int rank, ddprun::rendezvous::Store& store) {
-      auto shm = shmOf(store, rank, p, 256);
-      const auto deadline = [] { return Clock::now() + kRankOpTimeout; };
-      int salt = 0;
-      for (int round = 0; round < 3; ++round) {
-        for (size_t count : {size_t{1}, size_t{9}, size_t{10}, size_t{11}}) {
-          const std::string at = " of " + std::to_string(count * 4) + " bytes";
-          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kAvg}) {
-            auto buf = inputBuffer(op, DType::kFloat32, rank, count, ++salt);
-            shm->allReduce(buf.data(), count, DType::kFloat32, op, deadline());
-            checkReduced("all_reduce" + at, buf.data(), count, op, DType::kFloat32, p, salt);
-          }
-          // Rank order matters for float sums: every rank must get the same bits.
-          auto f64 = inputBuffer(ReduceOp::kSum, DType::kFloat64, rank, count / 2 + 1, ++salt);
-          shm->allReduce(f64.data(), count / 2 + 1, DType::kFloat64, ReduceOp::kSum, deadline());
-          checkReduced("float64 all_reduce" + at, f64.data(), count / 2 + 1, ReduceOp::kSum, DType::kFloat64, p, salt);
-
-          const int root = (round + static_cast<int>(count)) % p;
-          std::vector<float> b(count, -1.f);
-          if (rank == root) b = broadcastValues(count, round);
-          shm->broadcast(b.data(), count * 4, root, deadline());
-          expect(b == broadcastValues(count, round), "broadcast" + at);
-
-          checkedAllGather(*shm, rank, p, count * 4, round, /*in_place=*/count % 2 == 0);
+  onWorldSizes(256, [](ShmCollectives& shm, int rank, int p) {
+    int salt = 0;
+    for (int round = 0; round < 3; ++round) {
+      for (size_t count : {size_t{1}, size_t{9}, size_t{10}, size_t{11}}) {
+        const std::string at = " of " + std::to_string(count * 4) + " bytes";
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kAvg}) {
+          auto buf = inputBuffer(op, DType::kFloat32, rank, count, ++salt);
+          shm.allReduce(buf.data(), count, DType::kFloat32, op, inTime());
+          checkReduced("all_reduce" + at, buf.data(), count, op, DType::kFloat32, p, salt);
         }
-        // reduce_scatter: blocks of 1 to 6 floats, so whole inputs below, at and above 40 bytes
-        // for each world size; in place (the output is this rank's input block) every other time.
-        for (size_t block = 1; block <= 6; ++block) {
-          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
-            ++salt;
-            std::vector<std::vector<uint8_t>> in(p);
-            std::vector<const void*> ins;
-            for (int q = 0; q < p; ++q) {
-              in[q] = inputBuffer(op, DType::kFloat32, rank, block, salt, q * block);
-              ins.push_back(in[q].data());
-            }
-            std::vector<uint8_t> separate(block * 4, 0xff);
-            const bool in_place = (block + static_cast<size_t>(round)) % 2 == 0;
-            void* out = in_place ? in[rank].data() : separate.data();
-            shm->reduceScatter(ins.data(), out, block, DType::kFloat32, op, deadline());
-            checkReduced(
-                "reduce_scatter of " + std::to_string(block * 4 * p) + " bytes" + (in_place ? " in place" : ""), out,
-                block, op, DType::kFloat32, p, salt, rank * block);
-          }
-        }
-        // A slot op between rounds: the arrival lines and the slot sets alternate apart.
-        auto big = inputBuffer(ReduceOp::kSum, DType::kFloat32, rank, 150, ++salt);
-        shm->allReduce(big.data(), 150, DType::kFloat32, ReduceOp::kSum, deadline());
-        checkReduced("all_reduce through the slots", big.data(), 150, ReduceOp::kSum, DType::kFloat32, p, salt);
-        shm->barrier(deadline());
+        // Rank order matters for float sums: every rank must get the same bits.
+        auto f64 = inputBuffer(ReduceOp::kSum, DType::kFloat64, rank, count / 2 + 1, ++salt);
+        shm.allReduce(f64.data(), count / 2 + 1, DType::kFloat64, ReduceOp::kSum, inTime());
+        checkReduced("float64 all_reduce" + at, f64.data(), count / 2 + 1, ReduceOp::kSum, DType::kFloat64, p, salt);
+
+        const int root = (round + static_cast<int>(count)) % p;
+        std::vector<float> b(count, -1.f);
+        if (rank == root) b = broadcastValues(count, round);
+        shm.broadcast(b.data(), count * 4, root, inTime());
+        expect(b == broadcastValues(count, round), "broadcast" + at);
+
+        checkedAllGather(shm, rank, p, count * 4, round, /*in_place=*/count % 2 == 0);
       }
-    }));
-  }
+      // reduce_scatter: blocks of 1 to 6 floats, so whole inputs below, at and above 40 bytes
+      // for each world size; in place (the output is this rank's input block) every other time.
+      for (size_t block = 1; block <= 6; ++block) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          ++salt;
+          std::vector<std::vector<uint8_t>> in(p);
+          std::vector<const void*> ins;
+          for (int q = 0; q < p; ++q) {
+            in[q] = inputBuffer(op, DType::kFloat32, rank, block, salt, q * block);
+            ins.push_back(in[q].data());
+          }
+          std::vector<uint8_t> separate(block * 4, 0xff);
+          const bool in_place = (block + static_cast<size_t>(round)) % 2 == 0;
+          void* out = in_place ? in[rank].data() : separate.data();
+          shm.reduceScatter(ins.data(), out, block, DType::kFloat32, op, inTime());
+          checkReduced("reduce_scatter of " + std::to_string(block * 4 * p) + " bytes" + (in_place ? " in place" : ""),
+                       out, block, op, DType::kFloat32, p, salt, rank * block);
+        }
+      }
+      // A slot op between rounds: the arrival lines and the slot sets alternate apart.
+      auto big = inputBuffer(ReduceOp::kSum, DType::kFloat32, rank, 150, ++salt);
+      shm.allReduce(big.data(), 150, DType::kFloat32, ReduceOp::kSum, inTime());
+      checkReduced("all_reduce through the slots", big.data(), 150, ReduceOp::kSum, DType::kFloat32, p, salt);
+      shm.barrier(inTime());
+    }
+  });
 }
 
 TEST_CASE("mismatched collectives on shared memory fail on every rank naming both calls") {
