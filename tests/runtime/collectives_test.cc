@@ -211,8 +211,8 @@ TEST_CASE("all_reduce across the shared-memory slot size", "[e2e][collectives][l
 // outgrew on a loaded 2-core CI machine.
 namespace {
 void requireTcpAllReduceOk(int world) {
-  requireAllOk(runWorkers(world, {"--sizes", "0,1,7,16411," + big(), "--ops", "all_reduce,noncontig,async"}, 240s,
-                          {{"DDPRUN_SHM", "0"}}),
+  requireAllOk(runWorkers(world, {"--sizes", "0,1,7,16411," + big(), "--ops", "all_reduce,noncontig,async"},
+                          world == 8 ? kWorldOf8Timeout : 240s, {{"DDPRUN_SHM", "0"}}),
                world);
 }
 }  // namespace
