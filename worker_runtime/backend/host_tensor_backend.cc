@@ -188,6 +188,10 @@ WorkPtr HostTensorBackend::recv(at::Tensor& tensor, int peer, int tag) {
       [staged] { staged->finish(); }, static_cast<FlightDType>(dtypeOf(staged->buf)));
 }
 
+// The synchronous calls on contiguous CPU tensors (the common small collective: a loss, a
+// metric, a flag) work in the caller's memory through raw pointers: the caller holds its
+// tensors until the call returns, so nothing is staged or captured by value, and no tensor's
+// reference count is touched (those atomic updates were a fifth of such a call's own cost).
 WorkPtr HostTensorBackend::broadcast(at::Tensor& tensor, int root, bool async_op) {
   if (!async_op && directlyUsable(tensor)) {
     void* data = tensor.data_ptr();
@@ -205,11 +209,6 @@ WorkPtr HostTensorBackend::broadcast(at::Tensor& tensor, int root, bool async_op
       },
       flightInfo(FlightOp::kBroadcast, staged.buf, root), async_op);
 }
-
-// The synchronous calls on contiguous CPU tensors (the common small collective: a loss, a
-// metric, a flag) work in the caller's memory through raw pointers: the caller holds its
-// tensors until the call returns, so nothing is staged or captured by value, and no tensor's
-// reference count is touched (those atomic updates were a fifth of such a call's own cost).
 
 WorkPtr HostTensorBackend::allReduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
   if (!async_op && directlyUsable(tensor)) {

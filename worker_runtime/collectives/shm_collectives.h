@@ -1,6 +1,7 @@
 // Collectives through shared memory, for a group whose ranks all live on one host: every
-// rank has a slot (two sets of them, alternating) and a cache line of its own, and the ranks
-// meet at a barrier where each waits for the others' lines to show the barrier's generation.
+// rank has a slot (two sets of them, alternating) and two arrival cache lines of its own (for
+// even and odd generations), and the ranks meet at a barrier where each waits for the others'
+// lines to show the barrier's generation.
 //   all_reduce: the buffer goes through in chunks; for each chunk every rank reduces its 1/n
 //     share (vectorised loops, one rank per share, so every rank gets bitwise the same result)
 //     from what the others copied into their slots, publishes it, and copies the others'
