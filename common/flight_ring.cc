@@ -142,6 +142,16 @@ uint64_t FlightRingWriter::enqueue(const FlightOpInfo& info, int64_t now_ns) {
   return seq;
 }
 
+uint64_t FlightRingWriter::enqueueStarted(const FlightOpInfo& info, int64_t now_ns) {
+  if (!header_) return 0;
+  const uint64_t seq = ++last_seq_;
+  FlightRecord& r = shadow_[(seq - 1) % capacity_];
+  r = FlightRecord{seq, info, FlightState::kStarted, now_ns, now_ns, 0};
+  write(slot(seq), r);
+  store(header_->last_seq, seq, std::memory_order_release);
+  return seq;
+}
+
 void FlightRingWriter::start(uint64_t seq, int64_t now_ns) {
   if (!header_ || seq == 0) return;
   FlightRecord& r = shadow_[(seq - 1) % capacity_];

@@ -125,6 +125,8 @@ class FlightRingWriter {
 
   // Records a new operation as enqueued at `now_ns`; returns its sequence number.
   uint64_t enqueue(const FlightOpInfo& info, int64_t now_ns);
+  // enqueue() and start() at once: one write of the slot (an op that runs as it is issued).
+  uint64_t enqueueStarted(const FlightOpInfo& info, int64_t now_ns);
   // Moves operation `seq` on; a no-op when its slot has since been reused (the ring wrapped).
   void start(uint64_t seq, int64_t now_ns);
   void finish(uint64_t seq, bool ok, int64_t now_ns);

@@ -98,6 +98,10 @@ void FlightRecorder::release() {
 
 uint64_t FlightRecorder::enqueue(const FlightOpInfo& info) { return memory_ ? writer_.enqueue(info, nowNs()) : 0; }
 
+uint64_t FlightRecorder::enqueueStarted(const FlightOpInfo& info, int64_t now_ns) {
+  return memory_ ? writer_.enqueueStarted(info, now_ns) : 0;
+}
+
 void FlightRecorder::start(uint64_t seq) {
   if (memory_) writer_.start(seq, nowNs());
 }

@@ -42,6 +42,9 @@ class FlightRecorder {
   uint64_t enqueue(const FlightOpInfo& info);
   void start(uint64_t seq);
   void finish(uint64_t seq, bool ok);
+  // enqueue() and start() at `now_ns`, a coarseNow() reading the caller had anyway (one
+  // clock read and one slot write for an op that runs as it is issued).
+  uint64_t enqueueStarted(const FlightOpInfo& info, int64_t now_ns);
 
  private:
   void release();

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
@@ -234,4 +236,83 @@ TEST_CASE("DDPRUN_FLIGHT_RECORDER=0 turns off the point-to-point ring too") {
     if (b.p2p().flightRecorder().on() || b.flightRecorder().on()) throw std::runtime_error("a recorder is on");
   }));
   CHECK(std::filesystem::is_empty(dir.path));
+}
+
+TEST_CASE("ops queued by another thread while a synchronous one runs inline run after it, recorded in that order") {
+  // The inline op owns the group without a lock; ops queued meanwhile must wait for it and
+  // get their records (numbered after its) only when it ends. Each round holds the inline op
+  // until the other thread has queued its ops, so every round takes that handoff.
+  TempFlightDir dir;
+  ScopedEnv flight_dir("DDPRUN_FLIGHT_DIR", dir.path);
+  ScopedEnv on("DDPRUN_FLIGHT_RECORDER", std::nullopt);
+  constexpr int kRounds = 60, kQueuedPerRound = 3;  // 240 ops: within the ring's 256 slots
+  REQUIRE_NOTHROW(runRanks(1, HostBackendOptions{}, [&](HostBackend& b) {
+    std::vector<uint64_t> ran;  // op ids in the order they ran; a race shows as an overlap
+    std::atomic<bool> inside{false}, overlap{false};
+    auto body = [&](uint64_t id) {
+      if (inside.exchange(true)) overlap = true;
+      ran.push_back(id);
+      inside = false;
+    };
+    auto info = [](uint64_t id) { return ddprun::FlightOpInfo{FlightOp::kAllReduce, FlightDType::kInt32, id, -1}; };
+    std::atomic<int> round_inline{-1}, queued_in_round{0};
+    std::atomic<bool> stop{false};
+    std::vector<WorkPtr> works(kRounds * kQueuedPerRound);
+    std::thread queuer([&] {
+      for (int r = 0; r < kRounds; ++r) {
+        while (round_inline.load() != r) {
+          if (stop) return;
+          std::this_thread::yield();
+        }
+        for (int k = 0; k < kQueuedPerRound; ++k) {
+          const uint64_t id = r * (kQueuedPerRound + 1) + 1 + k;
+          works[r * kQueuedPerRound + k] = b.enqueue([&, id](CollectiveContext&) { body(id); }, info(id));
+        }
+        queued_in_round = r + 1;
+      }
+    });
+    // Joins the other thread however this body ends.
+    struct Join {
+      std::thread& thread;
+      std::atomic<bool>& stop;
+      ~Join() {
+        stop = true;
+        thread.join();
+      }
+    } join{queuer, stop};
+    bool all_inline = true;
+    const auto caller = std::this_thread::get_id();
+    for (int r = 0; r < kRounds; ++r) {
+      const uint64_t id = r * (kQueuedPerRound + 1);
+      auto work = b.run(
+          [&](CollectiveContext&) {
+            all_inline = all_inline && std::this_thread::get_id() == caller;
+            round_inline = r;
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (queued_in_round.load() != r + 1 && std::chrono::steady_clock::now() < deadline) {
+              std::this_thread::yield();
+            }
+            body(id);
+          },
+          info(id));
+      work->wait();
+      if (queued_in_round.load() != r + 1) throw std::runtime_error("the other thread did not queue its ops");
+      // The group is idle again before the next round's synchronous op.
+      for (int k = 0; k < kQueuedPerRound; ++k) works[r * kQueuedPerRound + k]->wait();
+    }
+    if (!all_inline) throw std::runtime_error("a synchronous op on an idle group did not run inline");
+    if (overlap) throw std::runtime_error("two ops of the group ran at once");
+    for (size_t i = 0; i < ran.size(); ++i) {
+      if (ran[i] != i) throw std::runtime_error(fmt::format("op {} ran as number {}", ran[i], i));
+    }
+  }));
+  auto ring = ddprun::readFlightRingFile(dir.path + "/rank0.group0.ring");
+  REQUIRE(ring);
+  REQUIRE(ring->records.size() == kRounds * (kQueuedPerRound + 1));
+  for (size_t i = 0; i < ring->records.size(); ++i) {
+    INFO("record " << i);
+    CHECK(ring->records[i].seq == i + 1);
+    CHECK(ring->records[i].info.count == i);  // the op's id: numbered in the order they ran
+    CHECK(ring->records[i].state == FlightState::kCompleted);
+  }
 }

@@ -83,31 +83,45 @@ HostBackend::~HostBackend() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    state_.fetch_or(kBusy, std::memory_order_acq_rel);
   }
   wake_.notify_all();
   thread_.join();
+}
+
+void HostBackend::push(std::function<void(CollectiveContext&)> collective, const WorkPtr& work,
+                       const FlightOpInfo& info) {
+  const uint32_t before = state_.fetch_or(kBusy, std::memory_order_acq_rel);
+  Queued q{std::move(collective), work, info};
+  // Once kBusy is set no op can start inline; one already running owns the recorder and
+  // records this op when it ends (release()).
+  if ((before & kInline) == 0) {
+    q.seq = recorder_.enqueue(info);
+    q.recorded = true;
+  }
+  queue_.push_back(std::move(q));
 }
 
 WorkPtr HostBackend::enqueue(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info) {
   auto work = std::make_shared<Work>();
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back(Queued{std::move(collective), work, recorder_.enqueue(info)});
+    push(std::move(collective), work, info);
   }
   wake_.notify_one();
   return work;
 }
 
-CollectiveContext HostBackend::context() {
+CollectiveContext HostBackend::context(Clock::time_point start) {
   Links& links = shm_links_ ? static_cast<Links&>(*shm_links_) : static_cast<Links&>(mesh_);
-  return CollectiveContext{links, coarseNow() + timeout_, scratch_, shm_.get(), options_.collectives};
+  return CollectiveContext{links, start + timeout_, scratch_, shm_.get(), options_.collectives};
 }
 
 std::exception_ptr HostBackend::execute(const std::function<void(CollectiveContext&)>& collective,
                                         std::exception_ptr broken) {
   if (broken) return broken;
   try {
-    CollectiveContext ctx = context();
+    CollectiveContext ctx = context(coarseNow());
     collective(ctx);
   } catch (...) {
     return std::current_exception();
@@ -118,34 +132,44 @@ std::exception_ptr HostBackend::execute(const std::function<void(CollectiveConte
 void HostBackend::finish(uint64_t seq, const std::exception_ptr& error) {
   if (error && !broken_) broken_ = error;
   recorder_.finish(seq, !error);
-  running_ = false;
 }
 
-bool HostBackend::claim(const FlightOpInfo& info, uint64_t& seq, std::exception_ptr& error) {
-  std::lock_guard lock(mutex_);
-  if (running_ || !queue_.empty() || stopping_) return false;
-  running_ = true;
-  seq = recorder_.enqueue(info);
+bool HostBackend::claim(const FlightOpInfo& info, Clock::time_point now, uint64_t& seq, std::exception_ptr& error) {
+  uint32_t idle = 0;
+  // Acquires what the last op (inline or queued) left: broken_, the recorder, the links.
+  if (!state_.compare_exchange_strong(idle, kInline, std::memory_order_acquire)) return false;
   error = broken_;
-  if (!error) recorder_.start(seq);
+  if (error) {
+    seq = recorder_.enqueue(info);  // never started: the group broke before it
+  } else {
+    seq = recorder_.enqueueStarted(
+        info, std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
+  }
   return true;
 }
 
 void HostBackend::release(uint64_t seq, const std::exception_ptr& error) {
-  bool more = false;
+  finish(seq, error);
+  uint32_t inline_only = kInline;
+  if (state_.compare_exchange_strong(inline_only, 0, std::memory_order_release)) return;
+  // Ops were queued meanwhile (kBusy): record them, in order, and hand the group over.
   {
     std::lock_guard lock(mutex_);
-    finish(seq, error);
-    more = !queue_.empty();  // queued by other threads meanwhile
+    for (auto& q : queue_) {
+      if (q.recorded) continue;
+      q.seq = recorder_.enqueue(q.info);
+      q.recorded = true;
+    }
+    state_.fetch_and(~kInline, std::memory_order_release);
   }
-  if (more) wake_.notify_one();
+  wake_.notify_one();
 }
 
 WorkPtr HostBackend::runQueued(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info) {
   auto work = std::make_shared<Work>();
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back(Queued{std::move(collective), work, recorder_.enqueue(info)});
+    push(std::move(collective), work, info);
   }
   wake_.notify_one();
   work->wait();
@@ -160,13 +184,17 @@ void HostBackend::loop() {
     std::exception_ptr broken;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [this] { return (!queue_.empty() && !running_) || (stopping_ && queue_.empty()); });
+      // Not while an op runs inline: it owns the group (and maybe this op's record) until
+      // its release() clears kInline and wakes this thread.
+      wake_.wait(lock, [this] {
+        const bool inline_op = (state_.load(std::memory_order_acquire) & kInline) != 0;
+        return (!queue_.empty() && !inline_op) || (stopping_ && queue_.empty());
+      });
       if (queue_.empty()) return;
       task = std::move(queue_.front().collective);
       work = std::move(queue_.front().work);
       seq = queue_.front().seq;
       queue_.pop_front();
-      running_ = true;
       broken = broken_;
       if (!broken) recorder_.start(seq);
     }
@@ -176,6 +204,8 @@ void HostBackend::loop() {
     {
       std::lock_guard lock(mutex_);
       finish(seq, error);
+      // Nothing left: synchronous calls may run inline again.
+      if (queue_.empty() && !stopping_) state_.fetch_and(~kBusy, std::memory_order_release);
     }
     work->complete(error);
   }
