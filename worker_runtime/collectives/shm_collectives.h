@@ -126,6 +126,11 @@ class ShmCollectives {
   // `payload` (at most kInlineBytes): data the peers read with payloadOf() once it returns.
   // Returns the generation met at.
   uint32_t meet(const Call& call, Clock::time_point deadline, const void* payload = nullptr, size_t payload_bytes = 0);
+  // meet(), running meanwhile() once this rank has arrived: work no peer waits for (copies
+  // of this rank's own data) done while the peers' arrivals are on their way, not before.
+  template <typename Meanwhile>
+  uint32_t meetWhile(const Call& call, Clock::time_point deadline, const void* payload, size_t payload_bytes,
+                     Meanwhile meanwhile);
   // Names `call` (and puts `payload` beside it) at the next generation and marks this rank
   // arrived there; returns it.
   uint32_t arrive(const Call& call, const void* payload = nullptr, size_t payload_bytes = 0);
