@@ -166,6 +166,8 @@ const unsigned char* ShmCollectives::payloadOf(int q, uint32_t generation) const
   return control_->reached[q].at[generation % 2].payload;
 }
 
+unsigned char* ShmCollectives::nextPayload() { return control_->reached[rank_].at[(generation_ + 1) % 2].payload; }
+
 uint8_t* ShmCollectives::nextSet(Clock::time_point deadline) {
   settle(deadline);
   return slots_ + (chunks_done_++ % 2) * size_ * slot_bytes_;
@@ -558,13 +560,15 @@ void ShmCollectives::reduceScatter(const void* const* ins, void* out, size_t cou
   const Call call = callOf(Op::kReduceScatter, block, dtype, op);
   auto* result = static_cast<uint8_t*>(out);
   if (block > 0 && block * size_ <= kInlineBytes) {
-    // Every block of the input on the arrival line (gathered first: the output may be one of
-    // the inputs); block rank() of each rank's, in rank order.
-    unsigned char blocks[kInlineBytes];
-    for (int q = 0; q < size_; ++q) std::memcpy(blocks + q * block, ins[q], block);
-    const uint32_t met = meet(call, deadline, blocks, block * size_);
-    // This rank's own block from `blocks`, not its line (see allReduce()).
-    auto from = [&](int q) { return (q == rank_ ? blocks : payloadOf(q, met)) + rank_ * block; };
+    // Every block of the input gathered straight onto the arrival line; block rank() of each
+    // rank's, in rank order. This rank's own block from a copy (see allReduce()), taken
+    // before the output is written: the output may be one of the inputs.
+    settle(deadline);
+    unsigned char* line = nextPayload();
+    for (int q = 0; q < size_; ++q) std::memcpy(line + q * block, ins[q], block);
+    unsigned char own[kInlineBytes];
+    const uint32_t met = meetWhile(call, deadline, nullptr, 0, [&] { std::memcpy(own, ins[rank_], block); });
+    auto from = [&](int q) { return q == rank_ ? own : payloadOf(q, met) + rank_ * block; };
     std::memcpy(result, from(0), block);
     for (int q = 1; q < size_; ++q) reduceInto(result, from(q), count_per_rank, dtype, op);
   } else if (small(block * size_)) {

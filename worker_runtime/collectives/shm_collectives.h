@@ -136,6 +136,10 @@ class ShmCollectives {
   uint32_t arrive(const Call& call, const void* payload = nullptr, size_t payload_bytes = 0);
   // The payload rank q arrived at `generation` with (valid until this rank arrives at the next).
   const unsigned char* payloadOf(int q, uint32_t generation) const;
+  // Where this rank's payload for its next arrival goes, to be written in place (then
+  // arrive() with none). Only once settled: until every rank has arrived at the current
+  // generation, a peer may still read the payload two generations back from there.
+  unsigned char* nextPayload();
   // Throws DdprunError when some rank named another call than rank 0's at `generation`
   // (every rank has arrived there).
   void checkCalls(uint32_t generation, const Call& call) const;
