@@ -132,24 +132,22 @@ void FlightRingWriter::update(FlightEntry* e, const FlightRecord& r, uint64_t Fl
   store(e->version, v + 2, std::memory_order_release);
 }
 
-uint64_t FlightRingWriter::enqueue(const FlightOpInfo& info, int64_t now_ns) {
+uint64_t FlightRingWriter::append(const FlightOpInfo& info, FlightState state, int64_t now_ns) {
   if (!header_) return 0;
   const uint64_t seq = ++last_seq_;
   FlightRecord& r = shadow_[(seq - 1) % capacity_];
-  r = FlightRecord{seq, info, FlightState::kEnqueued, now_ns, 0, 0};
+  r = FlightRecord{seq, info, state, now_ns, state == FlightState::kStarted ? now_ns : 0, 0};
   write(slot(seq), r);
   store(header_->last_seq, seq, std::memory_order_release);
   return seq;
 }
 
+uint64_t FlightRingWriter::enqueue(const FlightOpInfo& info, int64_t now_ns) {
+  return append(info, FlightState::kEnqueued, now_ns);
+}
+
 uint64_t FlightRingWriter::enqueueStarted(const FlightOpInfo& info, int64_t now_ns) {
-  if (!header_) return 0;
-  const uint64_t seq = ++last_seq_;
-  FlightRecord& r = shadow_[(seq - 1) % capacity_];
-  r = FlightRecord{seq, info, FlightState::kStarted, now_ns, now_ns, 0};
-  write(slot(seq), r);
-  store(header_->last_seq, seq, std::memory_order_release);
-  return seq;
+  return append(info, FlightState::kStarted, now_ns);
 }
 
 void FlightRingWriter::start(uint64_t seq, int64_t now_ns) {

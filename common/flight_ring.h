@@ -133,6 +133,8 @@ class FlightRingWriter {
 
  private:
   FlightEntry* slot(uint64_t seq) const;
+  // A new record in `state` (kEnqueued, or kStarted as well) at `now_ns`; its sequence number.
+  uint64_t append(const FlightOpInfo& info, FlightState state, int64_t now_ns);
   void write(FlightEntry* e, const FlightRecord& r);
   void update(FlightEntry* e, const FlightRecord& r, uint64_t FlightEntry::*stamp, int64_t now_ns);
 

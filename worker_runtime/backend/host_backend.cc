@@ -92,14 +92,15 @@ HostBackend::~HostBackend() {
 void HostBackend::push(std::function<void(CollectiveContext&)> collective, const WorkPtr& work,
                        const FlightOpInfo& info) {
   const uint32_t before = state_.fetch_or(kBusy, std::memory_order_acq_rel);
-  Queued q{std::move(collective), work, info};
+  queue_.push_back(Queued{std::move(collective), work, info});
   // Once kBusy is set no op can start inline; one already running owns the recorder and
   // records this op when it ends (release()).
-  if ((before & kInline) == 0) {
-    q.seq = recorder_.enqueue(info);
-    q.recorded = true;
-  }
-  queue_.push_back(std::move(q));
+  if ((before & kInline) == 0) record(queue_.back());
+}
+
+void HostBackend::record(Queued& q) {
+  q.seq = recorder_.enqueue(q.info);
+  q.recorded = true;
 }
 
 WorkPtr HostBackend::enqueue(std::function<void(CollectiveContext&)> collective, const FlightOpInfo& info) {
@@ -156,9 +157,7 @@ void HostBackend::release(uint64_t seq, const std::exception_ptr& error) {
   {
     std::lock_guard lock(mutex_);
     for (auto& q : queue_) {
-      if (q.recorded) continue;
-      q.seq = recorder_.enqueue(q.info);
-      q.recorded = true;
+      if (!q.recorded) record(q);
     }
     state_.fetch_and(~kInline, std::memory_order_release);
   }

@@ -72,9 +72,10 @@ class HostBackend {
   // or running it runs on the caller's thread, which saves the handoff to the collective
   // thread and back (most of a small collective's latency), and takes no lock (one atomic
   // exchange each way; the mutex's two lock and unlock pairs were a sixth of a small
-  // collective); otherwise it is queued as by enqueue() and waited for. Blocks until it is done (the deadlines of the
-  // ops before it, then its own). Thread-safe; ordering is as for enqueue(). A template, so the inline case calls
-  // `collective` directly: no std::function in a call that takes a fraction of a microsecond.
+  // collective); otherwise it is queued as by enqueue() and waited for. Blocks until it is
+  // done (the deadlines of the ops before it, then its own). Thread-safe; ordering is as for
+  // enqueue(). A template, so the inline case calls `collective` directly: no std::function
+  // in a call that takes a fraction of a microsecond.
   template <typename Collective>
   WorkPtr run(Collective&& collective, const FlightOpInfo& info = {}) {
     // One clock reading for the deadline and the flight record.
@@ -143,6 +144,8 @@ class HostBackend {
     uint64_t seq = 0;       // in the flight recorder
     bool recorded = false;  // whether it is there yet
   };
+  // Records a queued op as enqueued (by whoever owns the recorder, see state_).
+  void record(Queued& q);
   std::deque<Queued> queue_;
   // Who may run ops: ops never overlap, so scratch_ and the links have one user at a time.
   // kInline: a synchronous op runs on its caller's thread (run()), outside mutex_; that

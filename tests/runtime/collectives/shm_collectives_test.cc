@@ -25,6 +25,9 @@ namespace {
 using namespace ddprun::runtime;
 using namespace ddprun::testing;
 
+// The deadline of one op.
+Clock::time_point inTime() { return Clock::now() + kRankOpTimeout; }
+
 std::unique_ptr<ShmCollectives> shmOf(
     ddprun::rendezvous::Store& store, int rank, int size, size_t slot_bytes,
     std::function<bool(int)> peer_gone = [](int) { return false; },
@@ -46,7 +49,7 @@ void checkedAllGather(ShmCollectives& shm, int rank, int size, size_t bytes, int
   if (in_place) all[rank] = input, in = all[rank].data();
   std::vector<void*> outs;
   for (auto& a : all) outs.push_back(a.data());
-  shm.allGather(in, outs.data(), bytes, Clock::now() + kRankOpTimeout);
+  shm.allGather(in, outs.data(), bytes, inTime());
   for (int q = 0; q < size; ++q) {
     for (size_t i = 0; i < count; ++i) {
       if (all[q][i] != value(q, i)) {
@@ -94,8 +97,6 @@ void onWorldSizes(size_t slot_bytes, const std::function<void(ShmCollectives&, i
   }
 }
 
-Clock::time_point inTime() { return Clock::now() + kRankOpTimeout; }
-
 }  // namespace
 
 TEST_CASE("the shared-memory all_reduce spans chunks of the default slot size") {
@@ -106,7 +107,7 @@ TEST_CASE("the shared-memory all_reduce spans chunks of the default slot size") 
     for (DType dtype : {DType::kFloat64, DType::kFloat16, DType::kUInt8}) {
       const size_t count = 2 * ShmCollectives::kDefaultSlotBytes / elementBytes(dtype) + 12345;
       auto buf = inputBuffer(ReduceOp::kSum, dtype, rank, count, ++salt);
-      shm->allReduce(buf.data(), count, dtype, ReduceOp::kSum, Clock::now() + kRankOpTimeout);
+      shm->allReduce(buf.data(), count, dtype, ReduceOp::kSum, inTime());
       checkReduced("shared-memory all_reduce", buf.data(), count, ReduceOp::kSum, dtype, 3, salt);
     }
   }));
@@ -122,7 +123,7 @@ TEST_CASE("shared-memory all_reduce calls of changing sizes follow each other wi
       for (int round = 0; round < 3; ++round) {
         for (size_t count : {size_t{67}, size_t{1}, size_t{0}, size_t{16}, size_t{33}, size_t{200}, size_t{3}}) {
           auto buf = inputBuffer(ReduceOp::kMax, DType::kFloat32, rank, count, ++salt);
-          shm->allReduce(buf.data(), count, DType::kFloat32, ReduceOp::kMax, Clock::now() + kRankOpTimeout);
+          shm->allReduce(buf.data(), count, DType::kFloat32, ReduceOp::kMax, inTime());
           checkReduced("shared-memory all_reduce", buf.data(), count, ReduceOp::kMax, DType::kFloat32, p, salt);
         }
       }
@@ -133,7 +134,7 @@ TEST_CASE("shared-memory all_reduce calls of changing sizes follow each other wi
 TEST_CASE("the shared-memory all_reduce names a rank known dead") {
   REQUIRE_THROWS_WITH(afterRankOneDied([](ShmCollectives& shm) {
                         float x = 1;
-                        shm.allReduce(&x, 1, DType::kFloat32, ReduceOp::kSum, Clock::now() + kRankOpTimeout);
+                        shm.allReduce(&x, 1, DType::kFloat32, ReduceOp::kSum, inTime());
                       }),
                       "rank 0: all_reduce (shared memory): rank 1 died");
 }
@@ -252,38 +253,37 @@ TEST_CASE("mismatched collectives on shared memory fail on every rank naming bot
     std::function<void(ShmCollectives&)> others, rank1;
     const char* message;
   };
-  const auto deadline = [] { return Clock::now() + kRankOpTimeout; };
   const std::vector<Case> cases = {
       {"broadcast where the others all_reduce",
        [&](ShmCollectives& s) {
          float x[4] = {};
-         s.allReduce(x, 4, DType::kFloat32, ReduceOp::kSum, deadline());
+         s.allReduce(x, 4, DType::kFloat32, ReduceOp::kSum, inTime());
        },
        [&](ShmCollectives& s) {
          float x[4] = {};
-         s.broadcast(x, 16, 0, deadline());
+         s.broadcast(x, 16, 0, inTime());
        },
        "mismatched collectives (shared memory): rank 1 called broadcast of 16 bytes from rank 0 where rank 0 "
        "called all_reduce of 16 bytes (float32, sum)"},
       {"another size",
        [&](ShmCollectives& s) {
          float x[4] = {};
-         s.allReduce(x, 4, DType::kFloat32, ReduceOp::kSum, deadline());
+         s.allReduce(x, 4, DType::kFloat32, ReduceOp::kSum, inTime());
        },
        [&](ShmCollectives& s) {
          float x[4] = {};
-         s.allReduce(x, 3, DType::kFloat32, ReduceOp::kSum, deadline());
+         s.allReduce(x, 3, DType::kFloat32, ReduceOp::kSum, inTime());
        },
        "mismatched collectives (shared memory): rank 1 called all_reduce of 12 bytes (float32, sum) where rank 0 "
        "called all_reduce of 16 bytes (float32, sum)"},
       {"another root",
        [&](ShmCollectives& s) {
          float x[4] = {};
-         s.broadcast(x, 16, 0, deadline());
+         s.broadcast(x, 16, 0, inTime());
        },
        [&](ShmCollectives& s) {
          float x[4] = {};
-         s.broadcast(x, 16, 2, deadline());
+         s.broadcast(x, 16, 2, inTime());
        },
        "mismatched collectives (shared memory): rank 1 called broadcast of 16 bytes from rank 2 where rank 0 "
        "called broadcast of 16 bytes from rank 0"},
@@ -291,9 +291,9 @@ TEST_CASE("mismatched collectives on shared memory fail on every rank naming bot
        [&](ShmCollectives& s) {
          float in[3] = {}, out[1] = {};
          const void* ins[3] = {in, in + 1, in + 2};
-         s.reduceScatter(ins, out, 1, DType::kFloat32, ReduceOp::kMax, deadline());
+         s.reduceScatter(ins, out, 1, DType::kFloat32, ReduceOp::kMax, inTime());
        },
-       [&](ShmCollectives& s) { s.barrier(deadline()); },
+       [&](ShmCollectives& s) { s.barrier(inTime()); },
        "mismatched collectives (shared memory): rank 1 called barrier where rank 0 called reduce_scatter of 4 "
        "bytes per rank (float32, max)"},
   };
@@ -305,7 +305,7 @@ TEST_CASE("mismatched collectives on shared memory fail on every rank naming bot
       try {
         (rank == 1 ? c.rank1 : c.others)(*shm);
         // A broadcast's root does not wait for the others: it finds out at its next call.
-        shm->barrier(deadline());
+        shm->barrier(inTime());
       } catch (const ddprun::DdprunError& e) {
         errors[rank] = e.what();
       }
@@ -319,8 +319,8 @@ TEST_CASE("a shared-memory broadcast names a rank known dead to its receivers an
     INFO("root " << root);
     REQUIRE_THROWS_WITH(afterRankOneDied([root](ShmCollectives& shm) {
                           float x = 1;
-                          shm.broadcast(&x, 4, root, Clock::now() + kRankOpTimeout);
-                          shm.barrier(Clock::now() + kRankOpTimeout);
+                          shm.broadcast(&x, 4, root, inTime());
+                          shm.barrier(inTime());
                         }),
                         "rank 0: broadcast (shared memory): rank 1 died");
   }
@@ -329,18 +329,17 @@ TEST_CASE("a shared-memory broadcast names a rank known dead to its receivers an
 TEST_CASE("a broadcast root runs ahead of slow receivers without overwriting what they have not read") {
   REQUIRE_NOTHROW(runThreads(3, [](int rank, ddprun::rendezvous::Store& store) {
     auto shm = shmOf(store, rank, 3, 64);
-    const auto deadline = [] { return Clock::now() + kRankOpTimeout; };
     for (int i = 0; i < 60; ++i) {
       // 1 to 5 slot-sized chunks; the root never waits, the receivers now and then dawdle.
       const size_t count = 1 + (i * 37) % 80;
       std::vector<float> buf(count, rank == 0 ? static_cast<float>(i) : -1.f);
       if (rank != 0 && i % 7 == rank) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      shm->broadcast(buf.data(), count * 4, 0, deadline());
+      shm->broadcast(buf.data(), count * 4, 0, inTime());
       expect(buf == std::vector<float>(count, static_cast<float>(i)), "broadcast " + std::to_string(i));
       if (i % 10 == 9) {
         // Other ops in between start from a settled root too.
         float x = 1;
-        shm->allReduce(&x, 1, DType::kFloat32, ReduceOp::kSum, deadline());
+        shm->allReduce(&x, 1, DType::kFloat32, ReduceOp::kSum, inTime());
         expect(x == 3.f, "all_reduce after broadcast " + std::to_string(i));
       }
     }
@@ -359,7 +358,7 @@ TEST_CASE("ranks count as oversubscribed once they are known to outnumber the CP
       if (::pthread_setaffinity_np(::pthread_self(), sizeof set, &set) != 0) throw std::runtime_error("affinity");
       auto shm = shmOf(store, rank, world, 64);
       before[rank] = shm->oversubscribed();
-      shm->barrier(Clock::now() + kRankOpTimeout);
+      shm->barrier(inTime());
       after[rank] = shm->oversubscribed();
     }));
     CHECK(before == std::vector<int>(world, 0));
@@ -384,9 +383,9 @@ TEST_CASE("large all_gather blocks go from each rank's input straight into the o
       // Every rank's answer to the probe is known from the second barrier on.
       std::vector<bool> known;
       known.push_back(shm->singleCopy());
-      shm->barrier(Clock::now() + kRankOpTimeout);
+      shm->barrier(inTime());
       known.push_back(shm->singleCopy());
-      shm->barrier(Clock::now() + kRankOpTimeout);
+      shm->barrier(inTime());
       known.push_back(shm->singleCopy());
       if (known != std::vector<bool>{false, false, true}) throw std::runtime_error("single copy not agreed");
       for (int round = 1; round < 9; ++round) {
@@ -394,7 +393,7 @@ TEST_CASE("large all_gather blocks go from each rank's input straight into the o
         // (the slot sets go on alternating around the single-copy calls).
         checkedAllGather(*shm, rank, p, round % 3 == 0 ? 1020 : 1024 + 4 * 331 * round, round, round % 2 == 0);
         auto reduced = inputBuffer(ReduceOp::kSum, DType::kFloat32, rank, 100, round);
-        shm->allReduce(reduced.data(), 100, DType::kFloat32, ReduceOp::kSum, Clock::now() + kRankOpTimeout);
+        shm->allReduce(reduced.data(), 100, DType::kFloat32, ReduceOp::kSum, inTime());
         checkReduced("all_reduce", reduced.data(), 100, ReduceOp::kSum, DType::kFloat32, p, round);
       }
     }));
@@ -406,8 +405,8 @@ TEST_CASE("a rank that cannot read its peers' memory keeps every rank's all_gath
     // Rank 1 says no (as a rank whose probe the kernel refused does): the others must agree.
     auto shm = shmOf(
         store, rank, 3, 256, [](int) { return false; }, rank == 1 ? ShmCollectives::kNoSingleCopy : size_t{1024});
-    shm->barrier(Clock::now() + kRankOpTimeout);
-    shm->barrier(Clock::now() + kRankOpTimeout);
+    shm->barrier(inTime());
+    shm->barrier(inTime());
     if (shm->singleCopy()) throw std::runtime_error("rank " + std::to_string(rank) + " would read its peers");
     for (int round = 0; round < 3; ++round) checkedAllGather(*shm, rank, 3, 8192 + 4 * round, round, round == 1);
   }));
@@ -420,8 +419,8 @@ TEST_CASE("an input the kernel will not hand over sends that all_gather and the 
     REQUIRE_NOTHROW(runThreads(p, [&](int rank, ddprun::rendezvous::Store& store) {
       auto shm = shmOf(
           store, rank, p, 256, [](int) { return false; }, 1024);
-      shm->barrier(Clock::now() + kRankOpTimeout);
-      shm->barrier(Clock::now() + kRankOpTimeout);
+      shm->barrier(inTime());
+      shm->barrier(inTime());
       if (!shm->singleCopy()) throw std::runtime_error("no single copy");
       // The last rank's reads fail as they do from CUDA's pinned host memory.
       if (rank == p - 1) {
@@ -448,8 +447,8 @@ TEST_CASE("a single-copy all_gather names a dead peer and a mismatched call befo
                                  [&](int rank, ddprun::rendezvous::Store& store) {
                                    auto shm = shmOf(
                                        store, rank, 2, 64, [&](int q) { return q == 1 && rank1_gone; }, 1024);
-                                   shm->barrier(Clock::now() + kRankOpTimeout);
-                                   shm->barrier(Clock::now() + kRankOpTimeout);
+                                   shm->barrier(inTime());
+                                   shm->barrier(inTime());
                                    if (!shm->singleCopy()) throw std::runtime_error("no single copy");
                                    if (rank == 1) {
                                      rank1_gone = true;
@@ -463,8 +462,8 @@ TEST_CASE("a single-copy all_gather names a dead peer and a mismatched call befo
   REQUIRE_NOTHROW(runThreads(2, [&](int rank, ddprun::rendezvous::Store& store) {
     auto shm = shmOf(
         store, rank, 2, 64, [](int) { return false; }, 1024);
-    shm->barrier(Clock::now() + kRankOpTimeout);
-    shm->barrier(Clock::now() + kRankOpTimeout);
+    shm->barrier(inTime());
+    shm->barrier(inTime());
     try {
       checkedAllGather(*shm, rank, 2, rank == 1 ? 8192 : 4096, 0, false);
     } catch (const ddprun::DdprunError& e) {
