@@ -9,7 +9,8 @@
 //     sums every slot after a single barrier.
 //   broadcast, all_gather, reduce_scatter: the ranks copy into their slots, meet, copy out
 //     (and reduce_scatter reduces on the way out), one barrier per chunk; a broadcast's root
-//     does not wait at it (the others wait for the root, not the root for them). Large
+//     does not wait at it (the others wait for the root, not the root for them; with more
+//     ranks than CPUs all wait for all at a last barrier instead, see broadcast()). Large
 //     all_gather blocks skip the slots where the kernel lets ranks read each other's memory
 //     (process_vm_readv, as Open MPI's CMA): one copy a block instead of two (a call where
 //     some rank cannot read some input goes through the slots after all, as do all after it);
@@ -60,7 +61,9 @@ class ShmCollectives {
   void allReduce(void* buf, size_t count, DType dtype, ReduceOp op, Clock::time_point deadline);
   void barrier(Clock::time_point deadline);
   // A broadcast's root returns once its data is in shared memory; it waits for the others
-  // (and learns of a mismatch or a dead peer) at its next call.
+  // (and learns of a mismatch or a dead peer) at its next call. With more ranks than CPUs
+  // (oversubscribed()) a broadcast of more than kInlineBytes returns on every rank, root
+  // included, once every rank has the data.
   void broadcast(void* buf, size_t bytes, int root, Clock::time_point deadline);
   // The blocks of all_gather and reduce_scatter are in rank order, size() of them.
   void allGather(const void* in, void* const* outs, size_t bytes_per_rank, Clock::time_point deadline);

@@ -2,7 +2,8 @@
 // chunks of the default slot size, calls of changing sizes back to back (the two slot sets
 // alternate across calls), the one-barrier broadcast, all_gather, reduce_scatter and barrier
 // among them, mismatched calls named on every rank, the ranks named when one is dead or
-// does not come, and when the group counts as having more ranks than CPUs.
+// does not come, when the group counts as having more ranks than CPUs, and when a
+// broadcast root waits for its receivers.
 #include <pthread.h>
 #include <sched.h>
 
@@ -344,6 +345,53 @@ TEST_CASE("a broadcast root runs ahead of slow receivers without overwriting wha
       }
     }
   }));
+}
+
+TEST_CASE("a broadcast root leaves before its receivers but waits for them when ranks outnumber CPUs") {
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  // Two ranks, each thread pinned to `cpus_of(rank)`; one chunk (64 bytes, slots of 64) from
+  // rank 0, after a barrier (from which the ranks know whether they are oversubscribed).
+  // Rank 1 calls once `go()` returns; returns whether rank 0's call returned before that.
+  auto rootLeftFirst = [](std::function<std::vector<int>(int)> cpus_of, std::function<void(std::atomic<bool>&)> go) {
+    std::atomic<bool> root_returned{false}, receiver_called{false};
+    bool left_first = false;
+    REQUIRE_NOTHROW(runThreads(2, [&](int rank, ddprun::rendezvous::Store& store) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : cpus_of(rank)) CPU_SET(c, &set);
+      if (::pthread_setaffinity_np(::pthread_self(), sizeof set, &set) != 0) throw std::runtime_error("affinity");
+      auto shm = shmOf(store, rank, 2, 64);
+      shm->barrier(inTime());
+      std::vector<float> buf(16, rank == 0 ? 7.f : -1.f);
+      if (rank == 0) {
+        shm->broadcast(buf.data(), 64, 0, inTime());
+        left_first = !receiver_called;
+        root_returned = true;
+      } else {
+        go(root_returned);
+        receiver_called = true;
+        shm->broadcast(buf.data(), 64, 0, inTime());
+      }
+      expect(buf == std::vector<float>(16, 7.f), "broadcast");
+      shm->barrier(inTime());
+    }));
+    return left_first;
+  };
+  SECTION("more ranks than CPUs: the root returns once the receiver has the data") {
+    // The receiver calls 100 ms late: a root that did not wait would be long gone.
+    CHECK_FALSE(rootLeftFirst([](int) { return std::vector<int>{0}; },
+                              [](std::atomic<bool>&) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }));
+  }
+  if (cpus >= 2) {
+    SECTION("a CPU per rank: the root returns at once") {
+      // The receiver calls only once the root has returned (or 10 s have passed, when a root
+      // that waited for it would have waited in vain).
+      CHECK(rootLeftFirst([](int rank) { return std::vector<int>{rank}; }, [](std::atomic<bool>& root_returned) {
+        const auto give_up = Clock::now() + std::chrono::seconds(10);
+        while (!root_returned && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }));
+    }
+  }
 }
 
 TEST_CASE("ranks count as oversubscribed once they are known to outnumber the CPUs they may use together") {
