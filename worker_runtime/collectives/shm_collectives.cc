@@ -347,13 +347,16 @@ void ShmCollectives::wait(uint32_t target, const Call& call, Clock::time_point d
     }
     shm_wait::sleepUnless(&control_->bell, &control_->sleepers, all_here);
     if (all_here()) return;
-    // Who is missing, and is it dead or just late?
-    std::string missing;
+    // Who is missing, and is it dead or just late? Every dead rank is named, not the first:
+    // a rank that gave up on a dead peer has left too, and when its number is the lower,
+    // the first name alone would blame it for the other's death.
+    std::string missing, dead;
     for (int q = 0; q < size_; ++q) {
       if (q == rank_ || reached(q, target)) continue;
-      if (peer_gone_(q)) throw PeerError(fmt::format("{} (shared memory): {} died", opName(call), peer_name_(q)));
-      missing += (missing.empty() ? "" : ", ") + peer_name_(q);
+      std::string& list = peer_gone_(q) ? dead : missing;
+      list += (list.empty() ? "" : ", ") + peer_name_(q);
     }
+    if (!dead.empty()) throw PeerError(fmt::format("{} (shared memory): {} died", opName(call), dead));
     if (Clock::now() >= deadline) {
       throw PeerError(fmt::format("{} (shared memory): timed out waiting for {}", opName(call), missing));
     }

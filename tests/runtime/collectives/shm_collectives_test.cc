@@ -327,6 +327,21 @@ TEST_CASE("a shared-memory broadcast names a rank known dead to its receivers an
   }
 }
 
+TEST_CASE("a shared-memory barrier names every rank known dead and not only the first") {
+  // Rank 1 may only have left because rank 2 died: both are named.
+  std::atomic<int> gone{0};
+  REQUIRE_THROWS_WITH(runThreads(3,
+                                 [&](int rank, ddprun::rendezvous::Store& store) {
+                                   auto shm = shmOf(store, rank, 3, 64, [&](int q) { return q != 0 && gone == 2; });
+                                   if (rank != 0) {
+                                     ++gone;
+                                     return;
+                                   }
+                                   shm->barrier(inTime());
+                                 }),
+                      "rank 0: barrier (shared memory): rank 1, rank 2 died");
+}
+
 TEST_CASE("a broadcast root runs ahead of slow receivers without overwriting what they have not read") {
   REQUIRE_NOTHROW(runThreads(3, [](int rank, ddprun::rendezvous::Store& store) {
     auto shm = shmOf(store, rank, 3, 64);
