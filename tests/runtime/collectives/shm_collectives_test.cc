@@ -86,6 +86,14 @@ void afterRankOneDied(const std::function<void(ShmCollectives&)>& op) {
   });
 }
 
+// Lets the calling thread run on `cpus` only (a rank's thread, before it builds its side).
+void pinThisThread(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  if (::pthread_setaffinity_np(::pthread_self(), sizeof set, &set) != 0) throw std::runtime_error("affinity");
+}
+
 // Runs `body(shm, rank, world size)` on every rank (threads) at world sizes 2, 3 and 5, each
 // group with slots of `slot_bytes`.
 void onWorldSizes(size_t slot_bytes, const std::function<void(ShmCollectives&, int, int)>& body) {
@@ -371,10 +379,7 @@ TEST_CASE("a broadcast root leaves before its receivers but waits for them when 
     std::atomic<bool> root_returned{false}, receiver_called{false};
     bool left_first = false;
     REQUIRE_NOTHROW(runThreads(2, [&](int rank, ddprun::rendezvous::Store& store) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      for (int c : cpus_of(rank)) CPU_SET(c, &set);
-      if (::pthread_setaffinity_np(::pthread_self(), sizeof set, &set) != 0) throw std::runtime_error("affinity");
+      pinThisThread(cpus_of(rank));
       auto shm = shmOf(store, rank, 2, 64);
       shm->barrier(inTime());
       std::vector<float> buf(16, rank == 0 ? 7.f : -1.f);
@@ -401,10 +406,12 @@ TEST_CASE("a broadcast root leaves before its receivers but waits for them when 
     SECTION("a CPU per rank: the root returns at once") {
       // The receiver calls only once the root has returned (or 10 s have passed, when a root
       // that waited for it would have waited in vain).
-      CHECK(rootLeftFirst([](int rank) { return std::vector<int>{rank}; }, [](std::atomic<bool>& root_returned) {
-        const auto give_up = Clock::now() + std::chrono::seconds(10);
-        while (!root_returned && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }));
+      CHECK(rootLeftFirst([](int rank) { return std::vector<int>{rank}; },
+                          [](std::atomic<bool>& root_returned) {
+                            const auto give_up = Clock::now() + std::chrono::seconds(10);
+                            while (!root_returned && Clock::now() < give_up)
+                              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                          }));
     }
   }
 }
@@ -415,10 +422,7 @@ TEST_CASE("ranks count as oversubscribed once they are known to outnumber the CP
   auto oversubscribedWith = [](int world, std::function<std::vector<int>(int)> cpus_of) {
     std::vector<int> before(world, -1), after(world, -1);
     REQUIRE_NOTHROW(runThreads(world, [&](int rank, ddprun::rendezvous::Store& store) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      for (int c : cpus_of(rank)) CPU_SET(c, &set);
-      if (::pthread_setaffinity_np(::pthread_self(), sizeof set, &set) != 0) throw std::runtime_error("affinity");
+      pinThisThread(cpus_of(rank));
       auto shm = shmOf(store, rank, world, 64);
       before[rank] = shm->oversubscribed();
       shm->barrier(inTime());
