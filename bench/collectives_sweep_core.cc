@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include <sched.h>
 #include <time.h>
 
 namespace ddprun::bench {
@@ -30,6 +31,33 @@ size_t parseBytes(const std::string& text) {
   if (unit == "M") return v << 20;
   if (unit == "G") return v << 30;
   throw std::invalid_argument("size '" + text + "' (a number with an optional K, M or G)");
+}
+
+// "0,1,1": CPU numbers, comma-separated.
+std::vector<int> parseCpus(const std::string& text) {
+  std::vector<int> cpus;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    const bool digits = !item.empty() && item.size() <= 4 && item.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits) throw std::invalid_argument("--pin '" + text + "' (CPU numbers, comma-separated, as 0,1)");
+    cpus.push_back(std::stoi(item));
+  }
+  if (cpus.empty() || text.back() == ',') {
+    throw std::invalid_argument("--pin '" + text + "' (CPU numbers, comma-separated, as 0,1)");
+  }
+  return cpus;
+}
+
+// The CPUs this thread may run on, as "0,1".
+std::string currentCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "unknown";
+  std::string list;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) list += (list.empty() ? "" : ",") + std::to_string(c);
+  }
+  return list;
 }
 
 // One op at one size: fills the inputs, runs it, checks the result.
@@ -148,6 +176,8 @@ SweepOptions parseSweepArgs(int argc, char** argv) {
       o.wait_probe_ms = std::stoi(value());
     } else if (arg == "--seconds") {
       o.seconds_per_size = std::stod(value());
+    } else if (arg == "--pin") {
+      o.pin = parseCpus(value());
     } else {
       throw std::invalid_argument("unknown argument '" + arg + "'");
     }
@@ -170,8 +200,32 @@ std::vector<size_t> sweepSizes(const SweepOptions& options) {
   return sizes;
 }
 
+void pinRank(const SweepOptions& options, const char* local_rank_var) {
+  if (options.pin.empty()) return;
+  const char* value = std::getenv(local_rank_var);
+  if (value == nullptr) throw std::runtime_error(std::string("--pin: ") + local_rank_var + " is not set");
+  const std::string rank = value;
+  if (rank.empty() || rank.size() > 6 || rank.find_first_not_of("0123456789") != std::string::npos) {
+    throw std::runtime_error(std::string("--pin: ") + local_rank_var + "='" + rank + "' is not a rank");
+  }
+  const int cpu = options.pin[std::stoul(rank) % options.pin.size()];
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+  if (cpu >= CPU_SETSIZE || ::sched_setaffinity(0, sizeof set, &set) != 0) {
+    throw std::runtime_error("--pin: cannot run rank " + rank + " on CPU " + std::to_string(cpu) +
+                             " (not one of this host's, or not allowed here)");
+  }
+}
+
 int runSweep(SweepOps& ops, const SweepOptions& options) {
   int wrong_total = 0;
+  if (!options.pin.empty()) {
+    // What the rank runs on now that its implementation started (which may bind ranks itself).
+    std::printf("sweep_pinned impl=%s n=%d rank=%d cpus=%s\n", options.impl.c_str(), ops.size(), ops.rank(),
+                currentCpus().c_str());
+    std::fflush(stdout);
+  }
   for (const auto& op : options.ops) {
     std::vector<size_t> sizes = op == "barrier" ? std::vector<size_t>{0} : sweepSizes(options);
     for (size_t size : sizes) {

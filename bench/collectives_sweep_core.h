@@ -17,6 +17,8 @@
 //     algbw_GBps=.. busbw_GBps=.. wrong=W
 // and, for the wait probe, one line:
 //   sweep_wait impl=NAME n=N wait_ms=MS wall_ms=.. cpu_ms=..
+// With --pin, every rank first prints the CPUs it runs on once its implementation started:
+//   sweep_pinned impl=NAME n=N rank=R cpus=C[,C...]
 #pragma once
 
 #include <cstddef>
@@ -55,12 +57,23 @@ struct SweepOptions {
   // many milliseconds later, and reports the CPU time its process spent meanwhile (how
   // politely it waits). 0: skipped. Default 1000.
   int wait_probe_ms = 1000;
+  // --pin 0,1: rank r runs on CPU pin[r % pin.size()], in every implementation alike. With
+  // more ranks than CPUs, which ranks share a CPU decides a point's time as much as the
+  // implementation does, and unpinned the scheduler places them anew in every run. Empty:
+  // unpinned.
+  std::vector<int> pin;
 };
 
 // Parses --impl NAME, --ops a,b,c, --min-bytes B, --max-bytes B, --full, --seconds S,
-// --wait-probe-ms MS.
+// --wait-probe-ms MS, --pin C,C,...
 // Throws std::invalid_argument on anything else.
 SweepOptions parseSweepArgs(int argc, char** argv);
+
+// Puts the calling thread, and the threads it starts from then on, on the CPU options.pin
+// names for the rank the launcher put in environment variable `local_rank_var`; nothing
+// without --pin. Call before the implementation starts its threads. Throws
+// std::runtime_error naming the variable or the CPU when it is unset or refused.
+void pinRank(const SweepOptions& options, const char* local_rank_var);
 
 // The sizes of one sweep, ascending (see the rules above).
 std::vector<size_t> sweepSizes(const SweepOptions& options);

@@ -69,6 +69,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "collectives_sweep_ddprun: %s\n", e.what());
     return 2;
   }
+  try {
+    ddprun::bench::pinRank(options, "LOCAL_RANK");  // before the runtime starts its threads
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collectives_sweep_ddprun: %s\n", e.what());
+    return 1;
+  }
   return ddprun::runtime::recordErrors([&] {
     dist::init_process_group();
     DdprunOps ops;

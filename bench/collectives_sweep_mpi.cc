@@ -50,15 +50,23 @@ class MpiOps final : public ddprun::bench::SweepOps {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ddprun::bench::SweepOptions options;
+  try {
+    // Before MPI_Init, which starts Open MPI's threads; the arguments are the program's own.
+    options = ddprun::bench::parseSweepArgs(argc, argv);
+    ddprun::bench::pinRank(options, "OMPI_COMM_WORLD_LOCAL_RANK");
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "collectives_sweep_mpi: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collectives_sweep_mpi: %s\n", e.what());
+    return 1;
+  }
   MPI_Init(&argc, &argv);
   int status = 0;
   try {
-    const auto options = ddprun::bench::parseSweepArgs(argc, argv);
     MpiOps ops;
     status = ddprun::bench::runSweep(ops, options) == 0 ? 0 : 1;
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "collectives_sweep_mpi: %s\n", e.what());
-    status = 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collectives_sweep_mpi: %s\n", e.what());
     status = 1;

@@ -4,6 +4,7 @@ It starts its own N ranks (fork, rendezvous through a file store), so the same s
 under Debian's torch 1.13 (/usr/bin/python3) and torch 2.6 (scripts/torch2-python).
 Usage: python3 collectives_sweep_torch.py --nproc N [--impl NAME] [--ops a,b] [--min-bytes B]
                                           [--max-bytes B] [--full] [--seconds S] [--timeout S]
+                                          [--pin C,C,...]
 Rank 0 prints sweep_row lines; an op gloo does not support prints one
 "sweep_unsupported impl=.. n=.. op=.." line instead. Exit status 1 when a result was wrong."""
 import argparse
@@ -22,6 +23,13 @@ OPS = ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"]
 def parse_bytes(text):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def parse_cpus(text):
+    items = text.split(",")
+    if not all(item.isdigit() and len(item) <= 4 for item in items):
+        raise argparse.ArgumentTypeError(f"--pin '{text}' (CPU numbers, comma-separated, as 0,1)")
+    return [int(item) for item in items]
 
 
 def sweep_sizes(args):
@@ -110,6 +118,9 @@ class Case:
 
 
 def rank_main(rank, args, store_path, status):
+    if args.pin:
+        # Before torch starts its threads, which inherit the CPU (see the C++ core's --pin).
+        os.sched_setaffinity(0, {args.pin[rank % len(args.pin)]})
     import torch
     import torch.distributed as dist
 
@@ -118,6 +129,9 @@ def rank_main(rank, args, store_path, status):
     dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank, world_size=args.nproc,
                             timeout=datetime.timedelta(seconds=60))
     n = args.nproc
+    if args.pin:
+        cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+        print(f"sweep_pinned impl={args.impl} n={n} rank={rank} cpus={cpus}", flush=True)
 
     def max_over_ranks(values):
         t = torch.tensor(values, dtype=torch.float64)
@@ -182,7 +196,16 @@ def main():
     p.add_argument("--seconds", type=float, default=0.1)
     p.add_argument("--wait-probe-ms", type=int, default=1000)
     p.add_argument("--timeout", type=float, default=500, help="for the whole sweep; then the ranks are killed")
+    p.add_argument("--pin", type=parse_cpus, default=None, help="rank r runs on CPU PIN[r %% len(PIN)]")
     args = p.parse_args()
+    # Checked here, not in the ranks: one rank failing alone would leave the others waiting.
+    allowed = os.sched_getaffinity(0)
+    for r in range(args.nproc if args.pin else 0):
+        cpu = args.pin[r % len(args.pin)]
+        if cpu not in allowed:
+            print(f"{args.impl}: --pin: cannot run rank {r} on CPU {cpu} (not one of this host's, or not allowed here)",
+                  file=sys.stderr)
+            sys.exit(1)
     args.ops = args.ops.split(",")
     if args.full:
         args.max_bytes = 256 << 20
