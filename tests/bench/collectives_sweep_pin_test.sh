@@ -43,7 +43,7 @@ for impl in $impls; do
       fail "$impl n=$n rows: $(grep "impl=$impl n=$n" "$dir/rows")"
   done
 done
-grep -q "^# pinned: rank r on CPU r mod the length of $pin" "$dir/rows" || fail "the rows do not say they were pinned"
+grep -qF "# pinned (--pin $pin): rank r on" "$dir/rows" || fail "the rows do not say they were pinned"
 
 # A CPU this host does not have: every implementation fails, naming it.
 for impl in $impls; do
