@@ -4,18 +4,9 @@
 # a --passes that is not a positive number is one clear error and exit 2.
 # Usage: collectives_sweep_passes_test.sh BIN_DIR (where ddprun and collectives_sweep_ddprun are)
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-export DDPRUN_BIN_DIR="$1"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/../support/collectives_sweep.sh"
 
-rc=0
-"$root/bench/collectives_sweep" --passes 0 >"$dir/out" 2>"$dir/err" || rc=$?
-[[ $rc -eq 2 ]] || fail "--passes 0: exit $rc, not 2"
-if [[ $(wc -l <"$dir/err") -ne 1 ]] || ! grep -q "passes '0' is not a positive number" "$dir/err"; then
-  fail "--passes 0: $(cat "$dir/err")"
-fi
+sweep_rejects "passes '0' is not a positive number" --passes 0
 
 timeout 200 "$root/bench/collectives_sweep" --passes 3 --impls ddprun_shm --ranks 2 --ops all_reduce,barrier \
   --max-bytes 32 --seconds 0.01 --wait-probe-ms 0 --rows "$dir/rows" >"$dir/out" 2>"$dir/err" ||

@@ -7,18 +7,9 @@
 # /usr/bin/python3 has torch.
 # Usage: collectives_sweep_pin_test.sh BIN_DIR (where ddprun and collectives_sweep_ddprun are)
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-export DDPRUN_BIN_DIR="$1"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/../support/collectives_sweep.sh"
 
-rc=0
-"$root/bench/collectives_sweep" --pin 0,x >"$dir/out" 2>"$dir/err" || rc=$?
-[[ $rc -eq 2 ]] || fail "--pin 0,x: exit $rc, not 2"
-if [[ $(wc -l <"$dir/err") -ne 1 ]] || ! grep -q "pin '0,x' is not a list of CPU numbers" "$dir/err"; then
-  fail "--pin 0,x: $(cat "$dir/err")"
-fi
+sweep_rejects "pin '0,x' is not a list of CPU numbers" --pin 0,x
 
 impls="ddprun_shm ddprun_tcp"
 [[ -x "$1/collectives_sweep_mpi" ]] && command -v mpirun >/dev/null && impls+=" mpi"
