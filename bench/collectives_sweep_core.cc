@@ -33,13 +33,17 @@ size_t parseBytes(const std::string& text) {
   throw std::invalid_argument("size '" + text + "' (a number with an optional K, M or G)");
 }
 
+// Whether `text` is a number of 1 to `max_digits` decimal digits.
+bool isNumber(const std::string& text, size_t max_digits) {
+  return !text.empty() && text.size() <= max_digits && text.find_first_not_of("0123456789") == std::string::npos;
+}
+
 // "0,1,1": CPU numbers, comma-separated.
 std::vector<int> parseCpus(const std::string& text) {
   std::vector<int> cpus;
   std::stringstream list(text);
   for (std::string item; std::getline(list, item, ',');) {
-    const bool digits = !item.empty() && item.size() <= 4 && item.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits) throw std::invalid_argument("--pin '" + text + "' (CPU numbers, comma-separated, as 0,1)");
+    if (!isNumber(item, 4)) throw std::invalid_argument("--pin '" + text + "' (CPU numbers, comma-separated, as 0,1)");
     cpus.push_back(std::stoi(item));
   }
   if (cpus.empty() || text.back() == ',') {
@@ -205,7 +209,7 @@ void pinRank(const SweepOptions& options, const char* local_rank_var) {
   const char* value = std::getenv(local_rank_var);
   if (value == nullptr) throw std::runtime_error(std::string("--pin: ") + local_rank_var + " is not set");
   const std::string rank = value;
-  if (rank.empty() || rank.size() > 6 || rank.find_first_not_of("0123456789") != std::string::npos) {
+  if (!isNumber(rank, 6)) {
     throw std::runtime_error(std::string("--pin: ") + local_rank_var + "='" + rank + "' is not a rank");
   }
   const int cpu = options.pin[std::stoul(rank) % options.pin.size()];
