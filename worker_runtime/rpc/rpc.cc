@@ -34,7 +34,15 @@ void init_rpc(const std::string& name, int rank, int world_size, const RpcBacken
   detail::registerBuiltins();
   auto a = std::make_shared<detail::RpcAgent>(name, rank, world_size, options);
   a->start();
+  // Current before it serves: the built-ins a peer may call at once look the agent up.
   detail::setCurrentAgent(a);
+  try {
+    a->serve();
+  } catch (...) {
+    detail::setCurrentAgent(nullptr);
+    a->stop();
+    throw;
+  }
 }
 
 bool is_initialized() { return currentAgentOrNull() != nullptr; }

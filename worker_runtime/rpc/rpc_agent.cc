@@ -155,6 +155,10 @@ void RpcAgent::start() {
   outbound_.resize(world_size_);
   for (int r = 0; r < world_size_; ++r) connect_mutex_.push_back(std::make_unique<std::mutex>());
   running_ = true;
+  rpcLog()->debug("rpc agent '{}' (rank {}) listening on {}:{}", name_, rank_, my_host, port);
+}
+
+void RpcAgent::serve() {
   accept();
   sweep();
   io_thread_ = std::thread([this] {
@@ -164,7 +168,6 @@ void RpcAgent::start() {
       rpcLog()->error("rpc I/O thread: {}", e.what());
     }
   });
-  rpcLog()->debug("rpc agent '{}' (rank {}) listening on {}:{}", name_, rank_, my_host, port);
 }
 
 // The secret the launcher handed over, else one agreed through the store (the first

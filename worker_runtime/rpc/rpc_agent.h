@@ -11,8 +11,8 @@
 // and write their own requests, and connect (with the client handshake) on first use.
 //
 // Thread-safety: every public method is thread-safe once start() has returned, except
-// start() and stop() themselves (once each, from the thread that owns the agent), and the
-// methods marked "I/O thread".
+// start(), serve() and stop() themselves (once each, from the thread that owns the
+// agent), and the methods marked "I/O thread".
 #pragma once
 
 // First: Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>, which
@@ -50,10 +50,16 @@ class RpcAgent {
  public:
   RpcAgent(std::string name, int rank, int world_size, RpcBackendOptions options);
 
-  // Meets every peer through the store (blocks up to options.init_timeout) and starts
-  // serving. Throws DdprunError (no store named, duplicate worker name, bad address) or
-  // StoreError (store unreachable, a worker missing).
+  // Meets every peer through the store (blocks up to options.init_timeout) and listens.
+  // Throws DdprunError (no store named, duplicate worker name, bad address) or
+  // StoreError (store unreachable, a worker missing). Peers may connect from here on, but
+  // the kernel holds their connections until serve().
   void start();
+  // Accepts connections and dispatches requests (starts the I/O thread). Apart from start()
+  // because handlers find the agent through currentAgent(): init_rpc makes this agent
+  // current in between, else a peer's first request could meet "init_rpc has not been
+  // called".
+  void serve();
   // Closes everything at once: pending calls fail with RpcError, owned values are freed.
   // Joins the I/O and pool threads (not the calling one). Idempotent.
   void stop();
