@@ -37,8 +37,9 @@ TEST_CASE("a request that arrives while the callee's init_rpc is finishing is se
   caller->serve();  // its I/O thread reads the reply
 
   // owned_count is a built-in that asks currentAgent(); the callee is not current yet.
-  auto reply = std::async(std::launch::async,
-                          [&] { return caller->call(1, "ddprun.rref.owned_count", {}, options.rpc_timeout, -1).wait(); });
+  auto reply = std::async(std::launch::async, [&] {
+    return caller->call(1, "ddprun.rref.owned_count", {}, options.rpc_timeout, -1).wait();
+  });
   // Let the request reach the callee's listening socket before the callee becomes current.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   rpc::detail::setCurrentAgent(callee);
