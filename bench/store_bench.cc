@@ -89,11 +89,14 @@ double median(std::vector<double> v) {
 
 // Options for every torch store here. LibTorch 2.x defaults to its libuv backend, and Debian 13's
 // LibTorch 2.6 is built without libuv, where asking for it throws; the classic backend is the one
-// that build has (and the only one LibTorch 1.13 has).
+// that build has (and the only one LibTorch 1.13 has). --torch-libuv asks for libuv (pip torch
+// 2.x has it, and makes it its default).
+bool g_torch_libuv = false;
+
 c10d::TCPStoreOptions torchStoreOptions() {
   c10d::TCPStoreOptions options;
 #if TORCH_VERSION_MAJOR >= 2
-  options.useLibUV = false;
+  options.useLibUV = g_torch_libuv;
 #endif
   return options;
 }
@@ -375,10 +378,16 @@ Config parseArgs(int argc, char** argv) {
       c.wait_rounds = std::stoi(next());
     } else if (arg == "--no-torch-wait") {
       c.torch_wait = false;
+    } else if (arg == "--torch-libuv") {
+#if TORCH_VERSION_MAJOR >= 2
+      g_torch_libuv = true;
+#else
+      throw std::invalid_argument("--torch-libuv needs LibTorch 2.x (this is " TORCH_VERSION ")");
+#endif
     } else if (arg == "-h" || arg == "--help") {
       std::printf(
           "usage: store_bench [--seconds S] [--rounds R] [--clients N] [--waiters W] [--wait-rounds R]\n"
-          "                   [--no-torch-wait]\n"
+          "                   [--no-torch-wait] [--torch-libuv]\n"
           "defaults: --seconds 1.0 --rounds 5 --clients 8 --waiters 1024 --wait-rounds 3\n");
       std::exit(0);
     } else {

@@ -177,10 +177,19 @@ std::string ownAddress() {
   return address;
 }
 
+// Where rank 0 serves the store of a tcp://host:port init: on the loopback address itself when
+// the method names one (every rank dials it there, so nothing beyond this host needs it, and
+// a test's store is not open to the network), else on every interface, as torch's TCPStore.
+std::string storeBindHost(const std::string& host) {
+  in_addr addr{};
+  if (::inet_pton(AF_INET, host.c_str(), &addr) == 1 && (ntohl(addr.s_addr) >> 24) == 127) return host;
+  return "0.0.0.0";
+}
+
 void connectStore(GlobalState& s, const std::string& host, int port, bool host_it, std::chrono::milliseconds timeout) {
   if (host_it) {
     rendezvous::StoreServerOptions options;
-    options.host = "0.0.0.0";
+    options.host = storeBindHost(host);
     options.port = port;
     s.server = std::make_unique<rendezvous::StoreServer>(options);
     port = s.server->port();

@@ -4,7 +4,8 @@
 # group's timeout (20 s), never hang. Twice: torch's default (TORCH_NCCL_ASYNC_ERROR_HANDLING=3:
 # the survivor's process ends, its error file says why) and with 0 (the op throws PeerError,
 # the worker reports "peer error: ..." and exits 3). The two ranks are started directly
-# (tcp:// init), as the CPU killed-peer tests do, so no launcher stops the survivor first.
+# (file:// init: no port to pick, so jobs beside this test cannot collide with it), so no
+# launcher stops the survivor first.
 # Usage: killed_peer_test.sh COLLECTIVES_WORKER
 set -uo pipefail
 worker=$1
@@ -12,13 +13,12 @@ dir=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
 failed=0
 for mode in 3 0; do
-  port=$((20000 + RANDOM % 40000))
   pids=()
   for rank in 0 1; do
     # The worker's own loop gives up after 3 timeouts + 30 s (exit 4); `timeout` bounds a hang.
     NCCL_HOSTID="ddprun-test-rank-$rank" TORCH_NCCL_ASYNC_ERROR_HANDLING=$mode \
       TORCHELASTIC_ERROR_FILE="$dir/error.$mode.$rank" \
-      timeout 200 "$worker" --init "tcp://127.0.0.1:$port" --rank "$rank" --world-size 2 --device cuda \
+      timeout 200 "$worker" --init "file://$dir/init.$mode" --rank "$rank" --world-size 2 --device cuda \
       --backend nccl --victim 1 --die-after-ms 3000 --timeout-s 20 >"$dir/out.$mode.$rank" 2>&1 &
     pids+=($!)
   done

@@ -1006,8 +1006,88 @@ class Suite {
           check_.settle(dep_work, true, m.poll, c);
           check_.expect(dep, expectedReduce(ReduceOp::SUM, dt, t.ranks, n, m.salt + 4), cs,
                         "blocking MAX after an async SUM of the same tensor");
+          stagedOrder(t, dt, n, m, cs);
         }
       }
+    }
+  }
+
+  // The same order through the staged path: a strided tensor is worked on through a
+  // contiguous copy (a CUDA one through a host copy), and each op queued behind an async SUM
+  // of that tensor must copy in what the SUM wrote back, whichever op it is. Every op after
+  // the SUM gives the SUM again (MAX of equal values), so a copy made before it shows.
+  void stagedOrder(const Team& t, at::ScalarType dt, int64_t n, const Mode& m, const Case& cs) {
+    const int root = t.ranks.front();
+    const Tensor summed = expectedReduce(ReduceOp::SUM, dt, t.ranks, n, m.salt + 5);
+    auto summing = [&] {
+      Tensor view = sentinel(dt, 2 * n).slice(0, 0, 2 * n, 2);
+      view.copy_(reduceValues(ReduceOp::SUM, dt, t.global(), n, m.salt + 5).to(g_device, dt));
+      dist::WorkPtr work = dist::all_reduce(view, ReduceOp::SUM, t.group, true);
+      return std::make_pair(view, work);
+    };
+    auto label = [&](const std::string& op) {
+      Case c = cs;
+      c.detail += " view=strided then=" + op;
+      return c;
+    };
+    {
+      auto [x, sum] = summing();
+      dist::all_reduce(x, ReduceOp::MAX, t.group);
+      check_.settle(sum, true, m.poll, label("all_reduce"));
+      check_.expect(x, summed, label("all_reduce"), "strided: blocking MAX after an async SUM of the same tensor");
+    }
+    {
+      auto [x, sum] = summing();
+      dist::broadcast(x, root, t.group);
+      check_.settle(sum, true, m.poll, label("broadcast"));
+      check_.expect(x, summed, label("broadcast"), "strided: broadcast after an async SUM of the same tensor");
+    }
+    {
+      auto [x, sum] = summing();
+      dist::reduce(x, root, ReduceOp::MAX, t.group);
+      check_.settle(sum, true, m.poll, label("reduce"));
+      if (t.global() == root) {
+        check_.expect(x, summed, label("reduce"), "strided: reduce MAX after an async SUM of the same tensor");
+      }
+    }
+    {
+      auto [x, sum] = summing();
+      std::vector<Tensor> gathered;
+      for (int i = 0; i < t.size(); ++i) gathered.push_back(sentinel(dt, n));
+      dist::all_gather(gathered, x, t.group);
+      check_.settle(sum, true, m.poll, label("all_gather"));
+      for (int i = 0; i < t.size(); ++i) {
+        check_.expect(gathered[i], summed, label("all_gather"), "strided: all_gather after an async SUM of its input");
+      }
+    }
+    {
+      auto [x, sum] = summing();
+      std::vector<Tensor> gathered;
+      if (t.global() == root) {
+        for (int i = 0; i < t.size(); ++i) gathered.push_back(sentinel(dt, n));
+      }
+      dist::gather(x, t.global() == root ? &gathered : nullptr, root, t.group);
+      check_.settle(sum, true, m.poll, label("gather"));
+      for (const Tensor& g : gathered) {
+        check_.expect(g, summed, label("gather"), "strided: gather after an async SUM of its input");
+      }
+    }
+    {
+      // Every input of the reduce_scatter and the scatter is the summed tensor.
+      std::vector<Tensor> xs;
+      std::vector<dist::WorkPtr> sums;
+      for (int i = 0; i < t.size(); ++i) {
+        auto [x, sum] = summing();
+        xs.push_back(x);
+        sums.push_back(sum);
+      }
+      Tensor out = sentinel(dt, n);
+      dist::reduce_scatter(out, xs, ReduceOp::MAX, t.group);
+      Tensor scattered = sentinel(dt, n);
+      dist::scatter(scattered, t.global() == root ? &xs : nullptr, root, t.group);
+      for (auto& sum : sums) check_.settle(sum, true, m.poll, label("reduce_scatter"));
+      check_.expect(out, summed, label("reduce_scatter"), "strided: reduce_scatter MAX after async SUMs of its inputs");
+      check_.expect(scattered, summed, label("scatter"), "strided: scatter after async SUMs of its inputs");
     }
   }
 

@@ -67,12 +67,22 @@ at::Tensor pinnedLike(const at::Tensor& t, at::IntArrayRef sizes) {
 }
 
 // A tensor as the host algorithms see it: contiguous CPU memory. A non-contiguous CPU tensor
-// is worked on through a contiguous copy, a CUDA tensor through a pinned host copy; either is
-// written back when the operation ends (finish(), on whichever thread ran it).
+// is worked on through a contiguous copy, a CUDA tensor through a pinned host copy. The copy
+// in is made by load() when the op runs, not when it is issued: an op queued behind others on
+// the group must read what they wrote back (an async SUM, then a blocking MAX of the same
+// tensor). Either is written back by finish() when the operation ends (on whichever thread
+// ran it).
 struct Staged {
   at::Tensor user;
   at::Tensor buf;
   std::optional<c10::Stream> stream;  // a CUDA tensor's: the caller's current stream at issue
+  bool fill = true;                   // whether the op reads the tensor
+  void load() {
+    if (!fill || buf.is_same(user)) return;
+    std::optional<c10::StreamGuard> on_callers_stream;
+    if (stream) on_callers_stream.emplace(*stream);
+    buf.copy_(user);  // blocking: waits for the caller's stream
+  }
   void finish() {
     if (buf.is_same(user)) return;
     std::optional<c10::StreamGuard> on_callers_stream;
@@ -83,27 +93,30 @@ struct Staged {
   size_t bytes() const { return buf.numel() * buf.element_size(); }
 };
 
+// Allocates the host copy of `t` (none for a contiguous CPU tensor); load() fills it.
 // `fill`: whether the op reads the tensor (an output-only one needs no copy in).
 Staged stage(const at::Tensor& t, bool fill = true) {
   dtypeOf(t);
-  if (t.device().is_cpu()) return Staged{t, t.is_contiguous() ? t : t.contiguous(), std::nullopt};
-  auto stream = callerStream(t);
-  c10::StreamGuard on_callers_stream(*stream);
-  at::Tensor buf = pinnedLike(t, t.sizes());
-  if (fill) buf.copy_(t);  // blocking: waits for the caller's stream
-  return Staged{t, buf, stream};
+  if (t.device().is_cpu()) {
+    return Staged{t, t.is_contiguous() ? t : at::empty(t.sizes(), t.options()), std::nullopt, fill};
+  }
+  return Staged{t, pinnedLike(t, t.sizes()), callerStream(t), fill};
 }
 
 // A list of equally sized tensors (same dtype and device, checked by the caller) as one
 // contiguous host buffer, and back. Contiguous CPU tensors, the usual case, go by memcpy:
 // ATen's cat and copy_ cost a few microseconds of dispatch each, as much as a whole small
-// collective on shared memory.
-at::Tensor flatten(const std::vector<at::Tensor>& list) {
+// collective on shared memory. flatBuffer() allocates when the op is issued; flatten() fills
+// it when the op runs, after the ops issued before it (see Staged).
+at::Tensor flatBuffer(const std::vector<at::Tensor>& list) {
+  const std::vector<int64_t> sizes{static_cast<int64_t>(list.size()) * list[0].numel()};
+  return list[0].device().is_cpu() ? at::empty(sizes, list[0].options()) : pinnedLike(list[0], sizes);
+}
+
+void flatten(const std::vector<at::Tensor>& list, at::Tensor& flat) {
   const int64_t n = list[0].numel();
-  const std::vector<int64_t> sizes{static_cast<int64_t>(list.size()) * n};
   const bool on_host = list[0].device().is_cpu();
-  at::Tensor flat = on_host ? at::empty(sizes, list[0].options()) : pinnedLike(list[0], sizes);
-  if (n == 0) return flat;
+  if (n == 0) return;
   std::optional<c10::StreamGuard> on_callers_stream;
   if (!on_host) on_callers_stream.emplace(*callerStream(list[0]));
   for (size_t i = 0; i < list.size(); ++i) {
@@ -114,7 +127,6 @@ at::Tensor flatten(const std::vector<at::Tensor>& list) {
       flat.narrow(0, static_cast<int64_t>(i) * n, n).view(list[i].sizes()).copy_(list[i]);
     }
   }
-  return flat;
 }
 
 // `stream`: the caller's, when the list is on a device.
@@ -176,7 +188,11 @@ WorkPtr issue(runtime::HostBackend& host, Collective&& collective, const FlightO
 }  // namespace
 
 WorkPtr HostTensorBackend::send(const at::Tensor& tensor, int peer, int tag) {
+  // Point-to-point messages keep their own order, apart from the group's queue of collectives,
+  // as in torch's gloo (waiting for queued collectives here would deadlock programs that gloo
+  // runs): the tensor is read now, when the send is issued.
   auto staged = std::make_shared<Staged>(stage(tensor));
+  staged->load();
   // The callback owns the staged copy until the message is out.
   return host_->p2p().send(
       peer, tag, staged->data(), staged->bytes(), runtime::Clock::now() + host_->timeout(), [staged] {},
@@ -206,6 +222,7 @@ WorkPtr HostTensorBackend::broadcast(at::Tensor& tensor, int root, bool async_op
   return issue(
       *host_,
       [staged, root](CollectiveContext& ctx) mutable {
+        staged.load();
         runtime::broadcast(ctx, staged.data(), staged.bytes(), root);
         staged.finish();
       },
@@ -226,6 +243,7 @@ WorkPtr HostTensorBackend::allReduce(at::Tensor& tensor, ReduceOp op, bool async
   return issue(
       *host_,
       [staged, dtype, op](CollectiveContext& ctx) mutable {
+        staged.load();
         runtime::allReduce(ctx, staged.data(), staged.buf.numel(), dtype, opOf(op));
         staged.finish();
       },
@@ -238,6 +256,7 @@ WorkPtr HostTensorBackend::reduce(at::Tensor& tensor, int root, ReduceOp op, boo
   return issue(
       *host_,
       [staged, dtype, op, root](CollectiveContext& ctx) mutable {
+        staged.load();
         runtime::reduce(ctx, staged.data(), staged.buf.numel(), dtype, opOf(op), root);
         staged.finish();
       },
@@ -260,8 +279,11 @@ WorkPtr HostTensorBackend::allGather(std::vector<at::Tensor>& outputs, const at:
     // synchronous caller keeps them alive; a queued op holds them itself.
     return issue(
         *host_,
-        [in, outs = PointersOf<void>(outputs), keep = async_op ? outputs : std::vector<at::Tensor>{}](
-            CollectiveContext& ctx) { runtime::allGatherInto(ctx, in.buf.data_ptr(), outs.data(), in.bytes()); },
+        [in, outs = PointersOf<void>(outputs),
+         keep = async_op ? outputs : std::vector<at::Tensor>{}](CollectiveContext& ctx) mutable {
+          in.load();
+          runtime::allGatherInto(ctx, in.buf.data_ptr(), outs.data(), in.bytes());
+        },
         info, async_op);
   }
   auto outs = outputs;
@@ -270,6 +292,7 @@ WorkPtr HostTensorBackend::allGather(std::vector<at::Tensor>& outputs, const at:
   return issue(
       *host_,
       [in, flat, outs, stream = callerStream(outs[0])](CollectiveContext& ctx) mutable {
+        in.load();
         runtime::allGather(ctx, in.data(), flat.data_ptr(), in.bytes());
         unflatten(flat, outs, stream);
       },
@@ -290,6 +313,7 @@ WorkPtr HostTensorBackend::gather(const at::Tensor& input, std::vector<at::Tenso
   return issue(
       *host_,
       [in, flat, outs, stream, root](CollectiveContext& ctx) mutable {
+        in.load();
         runtime::gather(ctx, in.data(), flat.defined() ? flat.data_ptr() : nullptr, in.bytes(), root);
         if (flat.defined()) unflatten(flat, outs, stream);
       },
@@ -298,11 +322,16 @@ WorkPtr HostTensorBackend::gather(const at::Tensor& input, std::vector<at::Tenso
 
 WorkPtr HostTensorBackend::scatter(at::Tensor& output, const std::vector<at::Tensor>* inputs, int root, bool async_op) {
   at::Tensor flat;
-  if (inputs) flat = flatten(*inputs);
+  std::vector<at::Tensor> ins;
+  if (inputs) {
+    ins = *inputs;
+    flat = flatBuffer(ins);
+  }
   auto out = stage(output, /*fill=*/false);
   return issue(
       *host_,
-      [out, flat, root](CollectiveContext& ctx) mutable {
+      [out, flat, ins, root](CollectiveContext& ctx) mutable {
+        if (flat.defined()) flatten(ins, flat);
         runtime::scatter(ctx, flat.defined() ? flat.data_ptr() : nullptr, out.data(), out.bytes(), root);
         out.finish();
       },
@@ -337,10 +366,11 @@ WorkPtr HostTensorBackend::reduceScatter(at::Tensor& output, const std::vector<a
         },
         info, async_op);
   }
-  auto flat = flatten(inputs);
+  auto flat = flatBuffer(inputs);
   return issue(
       *host_,
-      [out, flat, dtype, op](CollectiveContext& ctx) mutable {
+      [out, flat, ins = inputs, dtype, op](CollectiveContext& ctx) mutable {
+        flatten(ins, flat);
         runtime::reduceScatter(ctx, flat.data_ptr(), out.data(), out.buf.numel(), dtype, opOf(op));
         out.finish();
       },
@@ -363,6 +393,7 @@ WorkPtr HostTensorBackend::allToAll(std::vector<at::Tensor>& outputs, const std:
       [ins, outs](CollectiveContext& ctx) mutable {
         std::vector<std::span<const uint8_t>> in_blocks;
         std::vector<std::span<uint8_t>> out_blocks;
+        for (auto& i : ins) i.load();
         for (auto& i : ins) in_blocks.emplace_back(static_cast<const uint8_t*>(i.data()), i.bytes());
         for (auto& o : outs) out_blocks.emplace_back(static_cast<uint8_t*>(o.data()), o.bytes());
         runtime::allToAllV(ctx, in_blocks, out_blocks);
