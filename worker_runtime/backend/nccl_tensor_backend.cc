@@ -135,16 +135,22 @@ class NcclWork final : public runtime::Work {
 };
 
 // A tensor as NCCL sees it: contiguous. A non-contiguous one goes through a contiguous copy,
-// made on the caller's stream and written back on the communication stream after the op.
+// made on the communication stream just before the op (load()) and written back there after
+// it (finish()). Copied on the caller's stream instead, an op issued after an async one on the
+// same tensor read it before the async op's result was written back (the caller's stream
+// waits for the communication stream only in wait()).
 struct Staged {
   at::Tensor user;
   at::Tensor buf;
+  void load() {
+    if (!buf.is_same(user)) buf.copy_(user);
+  }
   void finish() {
     if (!buf.is_same(user)) user.copy_(buf);
   }
 };
 
-Staged stage(const at::Tensor& t) { return Staged{t, t.is_contiguous() ? t : t.contiguous()}; }
+Staged stage(const at::Tensor& t) { return Staged{t, t.is_contiguous() ? t : at::empty(t.sizes(), t.options())}; }
 
 class NcclTensorBackend final : public Backend {
  public:
@@ -390,6 +396,13 @@ class NcclTensorBackend final : public Backend {
   // TORCH_NCCL_ASYNC_ERROR_HANDLING says so. Returns the error every later op throws.
   std::exception_ptr breakGroup(const std::string& message);
   void watchdog();
+  // At teardown: waits (at most kPeerTeardownWait, or the group's timeout if shorter) until
+  // every other rank has completed every op this one issued. Aborting first could cut a peer's
+  // last op off: this rank's part of an op ends on its GPU while NCCL's proxy may still be
+  // moving bytes the peer needs (a DDP rank that ended first failed its peer's last all_reduce
+  // with "remote process exited" on an H200, ranks under load).
+  void waitForPeers();
+  static constexpr std::chrono::seconds kPeerTeardownWait{30};
   // Which ranks are behind op #seq, from what each published in the store.
   std::string blame(uint64_t seq);
   std::string where() const {
@@ -555,6 +568,7 @@ WorkPtr NcclTensorBackend::launch(const char* what, const std::vector<Staged>& s
   }
   {
     c10::cuda::CUDAStreamGuard on_comm_stream(*stream_);
+    for (auto s : staged) s.load();
     check(body(stream_->stream()), what, Clock::now() + group_.timeout);
     if (after) after();
     for (auto s : staged) s.finish();
@@ -720,9 +734,40 @@ NcclTensorBackend::~NcclTensorBackend() {
     }
     wake_.notify_all();
     watchdog_.join();
+    waitForPeers();
   }
   // Aborting never blocks, where destroying waits for peers that may be gone.
   if (comm_) abortOnce();
+}
+
+void NcclTensorBackend::waitForPeers() {
+  uint64_t mine = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_ || !comm_ || group_.size < 2) return;
+    mine = next_seq_ - 1;
+  }
+  if (mine == 0) return;
+  const auto wait = std::min<std::chrono::milliseconds>(group_.timeout, kPeerTeardownWait);
+  const auto deadline = Clock::now() + wait;
+  try {
+    group_.store->set(progressKey(group_.rank), std::to_string(mine));
+    for (int q = 0; q < group_.size; ++q) {
+      if (q == group_.rank) continue;
+      for (;;) {
+        if (group_.store->check({progressKey(q)}) && std::stoull(group_.store->get(progressKey(q))) >= mine) break;
+        if (Clock::now() > deadline) {
+          spdlog::warn("NCCL teardown ({}): rank {} has not completed op #{} after {} s; aborting the communicator",
+                       where(), q, mine, wait.count() / 1000.0);
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+  } catch (const std::exception& e) {
+    // The store went first (its host rank ended): nothing left to wait for.
+    spdlog::debug("NCCL teardown ({}): the peers' progress is unknown: {}", where(), e.what());
+  }
 }
 
 }  // namespace
