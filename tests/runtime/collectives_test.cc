@@ -142,6 +142,16 @@ TEST_CASE("every collective blocking only and async only at world size 3", "[e2e
   }
 }
 
+// A strided tensor goes through a contiguous copy; every op queued behind an async SUM of it
+// must copy in the SUM's result (the host-copy ordering bug first seen on a GPU). The worker's
+// async section checks all_reduce, broadcast, reduce, all_gather, gather, reduce_scatter and
+// scatter so, on shared memory and on TCP.
+TEST_CASE("an op reads what the async op issued before it on the group wrote back, through host copies",
+          "[e2e][collectives]") {
+  requireAllOk(runWorkers(2, {"--ops", "async", "--sizes", "1,7,4099"}), 2);
+  requireAllOk(runWorkers(3, {"--ops", "async", "--sizes", "7"}, 240s, {{"DDPRUN_SHM", "0"}}), 3);
+}
+
 // ---- the same matrix with shared memory forced off: every collective over TCP ----
 
 TEST_CASE("every collective x reduce op x dtype at sizes 0 1 7 over TCP only with world sizes 2 3 and 8",
