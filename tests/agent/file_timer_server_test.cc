@@ -159,7 +159,7 @@ TEST_CASE("timers of pids that no worker owns are refused with one warning and c
 }
 
 // Issue 39, defect 4: the table grew without bound (30,000 scopes: 114 MiB).
-TEST_CASE("a worker's processes share its bound of timers; past it new timers are refused with one warning",
+TEST_CASE("a worker's processes share its bound of timers, and past it new timers are refused with one warning",
           "[file_timer_server]") {
   Harness h(8);
   std::string lines;

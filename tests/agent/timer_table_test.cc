@@ -100,7 +100,7 @@ TEST_CASE("clearing the table drops every timer", "[timer_table]") {
 }
 
 // Issue 39, defect 4: the table had no bound.
-TEST_CASE("a worker's new timers past its bound are refused; moving and releasing are not", "[timer_table]") {
+TEST_CASE("a worker's new timers past its bound are refused, but moving and releasing are not", "[timer_table]") {
   TimerTable table(3);
   CHECK(table.apply(timer(10, "a", 100.0), 10) == TimerApplied::kSet);
   CHECK(table.apply(timer(11, "b", 100.0), 10) == TimerApplied::kSet);  // a process of worker 10
