@@ -51,6 +51,7 @@
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/text_escape.h"
 #include "rendezvous/dynamic_rendezvous.h"
 
 namespace ddprun::agent {
@@ -609,7 +610,12 @@ void ElasticAgent::Impl::startFileTimers() {
   const std::string path =
       named != base_env_.end() && !named->second.empty() ? named->second : FileTimerServer::defaultPath();
   try {
-    timer_server_ = std::make_unique<FileTimerServer>(io_, path, [this](const TimerExpiry& e) { onTimerExpired(e); });
+    timer_server_ = std::make_unique<FileTimerServer>(
+        io_, path, [this](const TimerExpiry& e) { onTimerExpired(e); },
+        [this](int64_t pid) -> int64_t {
+          const Worker* w = workerOwning(static_cast<pid_t>(pid));
+          return w ? w->pid : -1;
+        });
   } catch (const SystemError& e) {
     // A pipe name that cannot be made (no such directory, not writable) is the user's to fix.
     throw UsageError(std::string("file timers (") + env::kEnableFileTimer + "=1): " + e.what());
@@ -635,8 +641,9 @@ ElasticAgent::Impl::Worker* ElasticAgent::Impl::workerOwning(pid_t pid) {
 
 void ElasticAgent::Impl::onTimerExpired(const TimerExpiry& expiry) {
   std::string scopes;
-  for (const std::string& scope : expiry.expired_scopes) scopes += (scopes.empty() ? "'" : ", '") + scope + "'";
-  const std::string& scope = expiry.timer.scope_id;
+  // Scopes are the worker's text: shown escaped, so that they cannot forge log lines.
+  for (const std::string& s : expiry.expired_scopes) scopes += (scopes.empty() ? "'" : ", '") + printable(s) + "'";
+  const std::string scope = printable(expiry.timer.scope_id);
   const pid_t pid = static_cast<pid_t>(expiry.pid);
   Worker* w = workerOwning(pid);
   // Unlike torch's server, which signals whatever pid a request names, ddprun stops only
@@ -650,7 +657,7 @@ void ElasticAgent::Impl::onTimerExpired(const TimerExpiry& expiry) {
                             .add("rank", w->place.rank)
                             .add("local_rank", w->place.local_rank)
                             .add("pid", pid)
-                            .add("scope", scope)
+                            .add("scope", expiry.timer.scope_id)
                             .add("signal", expiry.signal > 0 ? signalName(expiry.signal) : "none")
                             .add("attempt", attempt_));
   if (stopping_) {

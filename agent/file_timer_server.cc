@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/text_escape.h"
 
 namespace ddprun::agent {
 namespace {
@@ -41,8 +42,14 @@ std::string FileTimerServer::defaultPath() {
   return fmt::format("{}/watchdog_timer_{}", tmp && *tmp ? tmp : "/tmp", uuid);
 }
 
-FileTimerServer::FileTimerServer(boost::asio::io_context& io, std::string path, ExpiryHandler on_expiry)
-    : path_(std::move(path)), on_expiry_(std::move(on_expiry)), pipe_(io), expiry_timer_(io) {
+FileTimerServer::FileTimerServer(boost::asio::io_context& io, std::string path, ExpiryHandler on_expiry,
+                                 OwnerLookup owner_of, size_t max_timers_per_worker)
+    : path_(std::move(path)),
+      on_expiry_(std::move(on_expiry)),
+      pipe_(io),
+      expiry_timer_(io),
+      owner_of_(std::move(owner_of)),
+      table_(max_timers_per_worker) {
   if (::unlink(path_.c_str()) != 0 && errno != ENOENT) throw SystemError("unlink(" + path_ + ")", errno);
   if (::mkfifo(path_.c_str(), 0600) != 0) throw SystemError("mkfifo(" + path_ + ")", errno);
   // Non-blocking, so that opening needs no writer; then a writer of our own, so that the
@@ -63,6 +70,7 @@ FileTimerServer::FileTimerServer(boost::asio::io_context& io, std::string path, 
 }
 
 FileTimerServer::~FileTimerServer() {
+  logCounts();
   boost::system::error_code ignored;
   expiry_timer_.cancel();
   pipe_.close(ignored);
@@ -78,6 +86,21 @@ void FileTimerServer::start() {
 void FileTimerServer::clearTimers() {
   table_.clear();
   expiry_timer_.cancel();
+  logCounts();
+}
+
+void FileTimerServer::logCounts() {
+  auto report = [&](int64_t& count, const std::string& what, const char* outcome) {
+    if (count > 1) logger("agent")->warn("file timer {}: {} {} in this attempt; {}", path_, count, what, outcome);
+    count = 0;
+  };
+  report(not_a_worker_, "timer requests named a pid that is not a process of this node's workers",
+         "ignored (the first was logged)");
+  report(over_bound_, fmt::format("new timers of workers holding {} already", table_.maxPerWorker()),
+         "refused (the first of each worker was logged)");
+  over_bound_owners_.clear();
+  report(gone_at_expiry_, "timers expired for processes no longer of this node's running workers",
+         "ignored (the first was logged)");
 }
 
 void FileTimerServer::readMore() {
@@ -113,22 +136,59 @@ void FileTimerServer::onLine(const TimerLineBuffer::Line& line) {
   ParsedTimerRequest parsed = parseTimerRequest(line.text);
   if (!parsed.request) {
     const bool cut = line.text.size() > kShownBytes;
-    warn(fmt::format("skipped a malformed request ({}): {}{}", parsed.error, line.text.substr(0, kShownBytes),
-                     cut ? "..." : ""));
+    warn(fmt::format("skipped a malformed request ({}): {}{}", printable(parsed.error),
+                     printable(std::string_view(line.text).substr(0, kShownBytes)), cut ? "..." : ""));
     return;
   }
   const TimerRequest& request = *parsed.request;
+  const std::string scope = printable(request.scope_id);
   if (request.isRelease()) {
-    logger("agent")->debug("file timer: pid {} released '{}'", request.pid, request.scope_id);
-  } else {
-    logger("agent")->debug("file timer: pid {} set '{}' to expire in {:.3f} s (signal {})", request.pid,
-                           request.scope_id, request.expiration_time - wallSeconds(), request.signal);
+    logger("agent")->debug("file timer: pid {} released '{}'", request.pid, scope);
+    table_.apply(request);
+    return;
   }
-  table_.apply(request);
+  // Releasing needs no owner (it only ever removes); a new timer must belong to a worker,
+  // or any process could fill the table, and the log, in the workers' name.
+  const int64_t owner = owner_of_ ? owner_of_(request.pid) : request.pid;
+  if (owner <= 0) {
+    if (++not_a_worker_ == 1) {
+      logger("agent")->warn(
+          "file timer {}: ignored timer '{}' of pid {}: not a process of this node's running workers (further such "
+          "requests are counted, the count logged when the attempt ends)",
+          path_, scope, request.pid);
+    }
+    return;
+  }
+  const TimerApplied applied = table_.apply(request, owner);
+  if (applied == TimerApplied::kRefused) {
+    ++over_bound_;
+    if (over_bound_owners_.insert(owner).second) {
+      logger("agent")->warn(
+          "file timer {}: refused timer '{}' of pid {}: the worker (pid {}) holds {} timers, the most one worker may "
+          "hold; its further new timers are refused and counted until some are released",
+          path_, scope, request.pid, owner, table_.maxPerWorker());
+    }
+    return;
+  }
+  logger("agent")->debug("file timer: pid {} {} '{}' to expire in {:.3f} s (signal {})", request.pid,
+                         applied == TimerApplied::kSet ? "set" : "moved", scope,
+                         request.expiration_time - wallSeconds(), request.signal);
 }
 
 void FileTimerServer::checkExpired() {
-  for (const TimerExpiry& expiry : table_.takeExpired(wallSeconds())) on_expiry_(expiry);
+  for (const TimerExpiry& expiry : table_.takeExpired(wallSeconds())) {
+    if (owner_of_ && owner_of_(expiry.pid) <= 0) {
+      // It was a worker's process when it set the timer; it has exited or left since.
+      if (++gone_at_expiry_ == 1) {
+        logger("agent")->warn(
+            "file timer {}: timer '{}' of pid {} expired, but pid {} is no longer a process of this node's running "
+            "workers; ignored (further such expiries are counted)",
+            path_, printable(expiry.timer.scope_id), expiry.pid, expiry.pid);
+      }
+      continue;
+    }
+    on_expiry_(expiry);
+  }
   arm();
 }
 

@@ -5,7 +5,7 @@ namespace ddprun::agent {
 void LineSplitter::feed(std::string_view data, const Emit& emit) {
   size_t start = 0;
   while (start < data.size()) {
-    size_t end = data.find_first_of("\n\r", start);
+    size_t end = data.find('\n', start);
     if (end == std::string_view::npos) {
       held_.append(data.substr(start));
       if (held_.size() >= kMaxHeld) {

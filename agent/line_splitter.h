@@ -1,7 +1,9 @@
 // Cuts a byte stream into whole lines so that prefixed console output never splits a
-// line or mixes two workers' lines. A line ends at '\n' or '\r' (progress bars); the
-// terminator stays with its line. An unterminated tail is held until more bytes come,
-// the stream ends (flush), or it grows past kMaxHeld, when it goes out as it is.
+// line or mixes two workers' lines. A line ends at '\n' (so "\r\n", a Windows-style
+// end, is one end, even when the two bytes come in different reads); a bare '\r' ends
+// nothing and stays inside its line. The terminator stays with its line. An unterminated
+// tail is held until more bytes come, the stream ends (flush), or it grows past kMaxHeld,
+// when it goes out as it is.
 #pragma once
 
 #include <functional>

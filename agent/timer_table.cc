@@ -1,31 +1,62 @@
 #include "agent/timer_table.h"
 
 #include <algorithm>
-#include <set>
 
 namespace ddprun::agent {
 
-void TimerTable::apply(const TimerRequest& request) {
-  auto key = std::make_pair(request.pid, request.scope_id);
+TimerApplied TimerTable::apply(const TimerRequest& request, int64_t owner) {
+  Key key(request.pid, request.scope_id);
+  auto it = timers_.find(key);
   if (request.isRelease()) {
-    timers_.erase(key);
-  } else {
-    timers_[key] = request;
+    if (it != timers_.end()) erase(it);
+    return TimerApplied::kReleased;
   }
+  if (it != timers_.end()) {
+    // Moved: the old deadline leaves the index, the new one enters; the owner stays the one
+    // that the timer was first counted against.
+    deadlines_.erase({it->second.expiration_time, &it->first});
+    it->second.expiration_time = request.expiration_time;
+    it->second.signal = request.signal;
+    it->second.version = request.version;
+    deadlines_.insert({request.expiration_time, &it->first});
+    return TimerApplied::kReplaced;
+  }
+  size_t& count = per_owner_[owner];
+  if (count >= max_per_worker_) return TimerApplied::kRefused;
+  ++count;
+  it = timers_.emplace(std::move(key), Timer{request.expiration_time, request.signal, request.version, owner}).first;
+  deadlines_.insert({request.expiration_time, &it->first});
+  return TimerApplied::kSet;
+}
+
+TimerTable::Timers::iterator TimerTable::erase(Timers::iterator it) {
+  deadlines_.erase({it->second.expiration_time, &it->first});
+  auto owned = per_owner_.find(it->second.owner);
+  if (owned != per_owner_.end() && --owned->second == 0) per_owner_.erase(owned);
+  return timers_.erase(it);
 }
 
 std::vector<TimerExpiry> TimerTable::takeExpired(double now) {
-  std::set<int64_t> due;
-  for (const auto& [key, timer] : timers_) {
-    if (timer.expiration_time <= now) due.insert(key.first);
-  }
+  std::vector<int64_t> due;
+  for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) due.push_back(it->second->first);
+  std::sort(due.begin(), due.end());
+  due.erase(std::unique(due.begin(), due.end()), due.end());
+
   std::vector<TimerExpiry> expiries;
   for (int64_t pid : due) {
     std::vector<TimerRequest> expired;
     for (auto it = timers_.lower_bound({pid, std::string()}); it != timers_.end() && it->first.first == pid;) {
-      if (it->second.expiration_time <= now) expired.push_back(it->second);
+      if (it->second.expiration_time <= now) {
+        TimerRequest timer;
+        timer.version = it->second.version;
+        timer.pid = pid;
+        timer.scope_id = it->first.second;
+        timer.expiration_time = it->second.expiration_time;
+        timer.signal = it->second.signal;
+        expired.push_back(std::move(timer));
+      }
       // As torch clears them: a process that is killed keeps none of its timers.
-      it = timers_.erase(it);
+      it = erase(it);
     }
     std::stable_sort(expired.begin(), expired.end(), [](const TimerRequest& a, const TimerRequest& b) {
       return a.expiration_time < b.expiration_time;
@@ -46,11 +77,19 @@ std::vector<TimerExpiry> TimerTable::takeExpired(double now) {
 }
 
 std::optional<double> TimerTable::nextExpiration() const {
-  std::optional<double> next;
-  for (const auto& [key, timer] : timers_) {
-    if (!next || timer.expiration_time < *next) next = timer.expiration_time;
-  }
-  return next;
+  if (deadlines_.empty()) return std::nullopt;
+  return deadlines_.begin()->first;
+}
+
+void TimerTable::clear() {
+  deadlines_.clear();
+  timers_.clear();
+  per_owner_.clear();
+}
+
+size_t TimerTable::countOf(int64_t owner) const {
+  auto it = per_owner_.find(owner);
+  return it == per_owner_.end() ? 0 : it->second;
 }
 
 }  // namespace ddprun::agent

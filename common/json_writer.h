@@ -4,6 +4,7 @@
 // its own events file.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -11,13 +12,27 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/text_escape.h"
+
 namespace ddprun {
 
-// `text` as a JSON string literal, quotes included (control characters escaped; UTF-8
-// passes through as it is).
+// `text` as a JSON string literal, quotes included: control characters escaped, valid
+// UTF-8 passed through as it is, and each byte of an invalid UTF-8 sequence (a 0xFF in a
+// run id, a worker's Latin-1 scope) written as U+FFFD, so that the line stays JSON.
 inline std::string jsonString(std::string_view text) {
   std::string out = "\"";
-  for (char c : text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      const size_t length = utf8SequenceLength(text, i);
+      if (length == 0) {
+        out += "\\ufffd";
+      } else {
+        out.append(text.substr(i, length));
+        i += length - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -47,7 +62,9 @@ class JsonObject {
   JsonObject& add(std::string_view key, T value) {
     return raw(key, std::to_string(value));
   }
+  // Three decimals; a NaN or an infinity, which JSON cannot hold, as null.
   JsonObject& add(std::string_view key, double value) {
+    if (!std::isfinite(value)) return addNull(key);
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.3f", value);
     return raw(key, buf);

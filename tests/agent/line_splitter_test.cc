@@ -27,11 +27,25 @@ TEST_CASE("partial writes are joined into whole lines", "[line_splitter]") {
   CHECK(c.lines == std::vector<std::string>{"hello\n", "world\n", "next\n"});
 }
 
-TEST_CASE("carriage returns end a line so progress bars show up", "[line_splitter]") {
+// Issue 39, defect 14: under --tee each "\r\n" line also printed an empty "[rank0]:" line.
+TEST_CASE("CRLF is one line end, also when the two bytes come in different reads", "[line_splitter]") {
+  LineSplitter splitter;
+  Collected c;
+  splitter.feed("one\r\ntwo\r", c.emit());
+  splitter.feed("\nthree\r\n", c.emit());
+  CHECK(c.lines == std::vector<std::string>{"one\r\n", "two\r\n", "three\r\n"});
+}
+
+TEST_CASE("a bare carriage return ends no line and stays inside it", "[line_splitter]") {
   LineSplitter splitter;
   Collected c;
   splitter.feed(" 10%\r 20%\r", c.emit());
-  CHECK(c.lines == std::vector<std::string>{" 10%\r", " 20%\r"});
+  CHECK(c.lines.empty());
+  splitter.feed("100%\n", c.emit());
+  CHECK(c.lines == std::vector<std::string>{" 10%\r 20%\r100%\n"});
+  splitter.feed("\r", c.emit());
+  splitter.flush(c.emit());
+  CHECK(c.lines.back() == "\r\n");
 }
 
 TEST_CASE("flush emits the unterminated tail with a newline", "[line_splitter]") {

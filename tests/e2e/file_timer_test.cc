@@ -158,3 +158,108 @@ TEST_CASE("without eu-stack or gdb the report says so and the worker is still st
   CHECK(fileExists(file.substr(0, file.find(')'))));
   std::filesystem::remove_all(file.substr(0, file.find("/attempt_")));
 }
+
+namespace {
+
+// A shell worker (it is the worker process: $$ is the worker's pid) that writes `requests`
+// (an awk program printing request lines; `pid` and `now` are set) to the timer pipe, then
+// a timer of its own that expires at once and asks for no signal, waits (bounded) until
+// ddprun has logged that one in the events file, and exits 0. The pipe is read in order,
+// so every request before it has been handled by then.
+std::string floodingWorker(const std::string& requests, const std::string& events, const std::string& last_scope) {
+  return "now=$(date +%s); "
+         "awk -v pid=$$ -v now=$now 'BEGIN { " +
+         requests +
+         " }' > \"$TORCHELASTIC_TIMER_FILE\"; "
+         "printf '{\"version\": 1, \"pid\": %d, \"scope_id\": \"" +
+         last_scope +
+         "\", \"expiration_time\": %d, \"signal\": 0}\\n' $$ $now > \"$TORCHELASTIC_TIMER_FILE\"; "
+         "i=0; while ! grep -q timer_expired '" +
+         events + "'; do i=$((i+1)); [ $i -gt 600 ] && exit 3; sleep 0.1; done; exit 0";
+}
+
+bool hasRawControl(const std::string& text) {
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n') || u == 0x7F) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// Issue 39, defect 4: 30,000 distinct scopes from one worker grew ddprun by 114 MiB.
+TEST_CASE("a worker's timers are bounded: new ones past the bound are refused with one warning and counted",
+          "[e2e][timer]") {
+  TempDir dir;
+  const std::string events = dir.file("events.jsonl");
+  // 1100 timers far in the future: 1024 are held, 76 refused; releasing s0 makes room for the last one.
+  const std::string requests =
+      "for (i = 0; i < 1100; i++) printf \"{\\\"version\\\": 1, \\\"pid\\\": %d, \\\"scope_id\\\": \\\"s%d\\\", "
+      "\\\"expiration_time\\\": %d, \\\"signal\\\": 9}\\n\", pid, i, now + 3600; "
+      "printf \"{\\\"version\\\": 1, \\\"pid\\\": %d, \\\"scope_id\\\": \\\"s0\\\", \\\"expiration_time\\\": -1, "
+      "\\\"signal\\\": 0}\\n\", pid";
+  auto env = kTimersOn;
+  env["DDPRUN_EVENTS_FILE"] = events;
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", "/bin/sh", "-c",
+                floodingWorker(requests, events, "last")},
+               env, 90s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.err, "holds 1024 timers, the most one worker may hold") == 1);
+  CHECK_THAT(r.err, Catch::Contains("76 new timers of workers holding 1024 already in this attempt; refused"));
+  CHECK_THAT(r.err, Catch::Contains("timer 'last' expired; it asked for no signal"));
+}
+
+// Issue 39, defect 6: 3,000 requests naming a pid that is not a worker logged 3,000 warnings.
+TEST_CASE("timers of pids that are not the workers' are ignored with one warning and a count", "[e2e][timer]") {
+  TempDir dir;
+  const std::string events = dir.file("events.jsonl");
+  const std::string requests =
+      "for (i = 0; i < 50; i++) printf \"{\\\"version\\\": 1, \\\"pid\\\": %d, \\\"scope_id\\\": \\\"x\\\", "
+      "\\\"expiration_time\\\": %d, \\\"signal\\\": 9}\\n\", 2000000000 + i, now";
+  auto env = kTimersOn;
+  env["DDPRUN_EVENTS_FILE"] = events;
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", "/bin/sh", "-c",
+                floodingWorker(requests, events, "last")},
+               env, 90s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.err, "not a process of this node's running workers") == 1);
+  CHECK_THAT(r.err, Catch::Contains(
+                        "50 timer requests named a pid that is not a process of this node's workers in this attempt"));
+}
+
+// Issue 39, defects 6 and 9: a scope with a newline forged "[ddprun] info:" lines, with a
+// terminal escape drove the console, and with a 0xFF byte (or --rdzv_id with one) made the
+// events file invalid JSON.
+TEST_CASE("a hostile timer scope and run id are escaped in the log and the events file stays JSON", "[e2e][timer]") {
+  TempDir dir;
+  const std::string events = dir.file("events.jsonl");
+  auto env = kTimersOn;
+  env["DDPRUN_EVENTS_FILE"] = events;
+  // JSON escapes for the newline and ESC; the 0xFF byte raw, as a worker may write it.
+  const std::string scope = "x\\\\n[ddprun] info: forged \\\\u001b[31mred\xff";
+  auto r = run({ddprunPath(), "--nproc_per_node=1", "--rdzv_backend=c10d",
+                "--rdzv_endpoint=127.0.0.1:" + std::to_string(freePort()), "--rdzv_id=job\xff", "--no_python",
+                "/bin/sh", "-c", floodingWorker("", events, scope)},
+               env, 90s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("timer 'x\\n[ddprun] info: forged \\x1b[31mred\\xff' expired"));
+  CHECK_THAT(r.err, !Catch::Contains("\n[ddprun] info: forged"));
+  CHECK_FALSE(hasRawControl(r.err));
+  auto checked = ops::checkWithPython(events, R"(
+import json, sys
+lines = open(sys.argv[1], 'rb').read().decode('utf-8').splitlines()
+events = [json.loads(l) for l in lines]
+assert events and all(e["run_id"] == "job\ufffd" for e in events), events
+expired = [e for e in events if e['event'] == 'timer_expired']
+assert len(expired) == 1 and expired[0]['scope'] == 'x\n[ddprun] info: forged \x1b[31mred\ufffd', expired
+)");
+  INFO(checked.out << checked.err);
+  CHECK(checked.exit_code == 0);
+}

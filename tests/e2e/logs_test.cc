@@ -69,6 +69,17 @@ TEST_CASE("tee prefixes console lines with the global rank and never splits a li
   CHECK(countOf(out0, "[rank") == 0);
 }
 
+// Issue 39, defect 14: each CRLF line also printed an empty "[rank0]:" line.
+TEST_CASE("tee prints a CRLF line once and keeps a bare carriage return inside its line", "[e2e][logs]") {
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--tee=3", "--no_python", "/usr/bin/printf",
+                "a\\r\\nb\\r\\n10%%\\r20%%\\n"});
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank0]:a\r\n[rank0]:b\r\n[rank0]:10%\r20%\n"));
+  CHECK(countOf(r.out, "[rank0]:") == 3);
+}
+
 TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is honoured", "[e2e][logs]") {
   auto r = run(
       {ddprunPath(), "--nproc_per_node=2", "--role=trainer", "--tee=1", "--no_python", testWorkerPath(), "lines", "2"},
