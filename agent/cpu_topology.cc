@@ -1,11 +1,15 @@
 #include "agent/cpu_topology.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "common/env_names.h"
 #include "common/env_reader.h"
@@ -15,12 +19,17 @@ namespace ddprun::agent {
 namespace fs = std::filesystem;
 namespace {
 
+// sysfs attributes are a page at most (a list of 8192 CPUs fits); more is not sysfs.
+constexpr size_t kMaxFileBytes = 64 * 1024;
+
 std::string readSmallFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw SystemError("read " + path, errno ? errno : ENOENT);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::string text(kMaxFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxFileBytes) throw DdprunError(path + ": more than " + std::to_string(kMaxFileBytes) + " bytes");
+  return text;
 }
 
 std::string_view trim(std::string_view s) {
@@ -48,16 +57,14 @@ int readInt(const std::string& path) {
   return value;
 }
 
-CpuSet readCpuList(const std::string& path) {
-  auto cpus = parseCpuList(readSmallFile(path));
-  if (!cpus) throw DdprunError(path + ": not a CPU list");
-  return *cpus;
-}
+struct CpuRange {
+  int first = 0;
+  int last = 0;
+};
 
-}  // namespace
-
-std::optional<CpuSet> parseCpuList(std::string_view text) {
-  CpuSet cpus;
+// The list's ranges as written, not expanded; nothing when malformed.
+std::optional<std::vector<CpuRange>> parseCpuRanges(std::string_view text) {
+  std::vector<CpuRange> ranges;
   text = trim(text);
   while (!text.empty()) {
     auto comma = text.find(',');
@@ -68,7 +75,31 @@ std::optional<CpuSet> parseCpuList(std::string_view text) {
     auto first = parseNonNegative(item.substr(0, dash));
     auto last = dash == std::string_view::npos ? first : parseNonNegative(item.substr(dash + 1));
     if (!first || !last || *last < *first) return std::nullopt;
-    for (int cpu = *first; cpu <= *last; ++cpu) cpus.insert(cpu);
+    ranges.push_back({*first, *last});
+  }
+  return ranges;
+}
+
+// The highest CPU of a list's ranges; -1 for none.
+int highestCpu(const std::vector<CpuRange>& ranges) {
+  int highest = -1;
+  for (const CpuRange& r : ranges) highest = std::max(highest, r.last);
+  return highest;
+}
+
+std::string shown(std::string_view text) {
+  text = trim(text);
+  return text.size() <= 64 ? std::string(text) : std::string(text.substr(0, 64)) + "...";
+}
+
+}  // namespace
+
+std::optional<CpuSet> parseCpuList(std::string_view text, int cpu_limit) {
+  const auto ranges = parseCpuRanges(text);
+  if (!ranges || highestCpu(*ranges) >= cpu_limit) return std::nullopt;
+  CpuSet cpus;
+  for (const CpuRange& r : *ranges) {
+    for (int cpu = r.first; cpu <= r.last; ++cpu) cpus.insert(cpu);
   }
   return cpus;
 }
@@ -92,6 +123,36 @@ CpuTopology::CpuTopology(std::string root) : root_(root == "/" ? "" : std::move(
 CpuTopology CpuTopology::fromEnvironment() { return CpuTopology(env::stringOr(env::kTopologyRoot, "")); }
 
 std::string CpuTopology::path(const std::string& relative) const { return root_ + "/" + relative; }
+
+int CpuTopology::cpuLimit() {
+  if (cpu_limit_) return *cpu_limit_;
+  const std::string file = path("sys/devices/system/cpu/possible");
+  std::error_code ec;
+  int limit = kMaxCpus;
+  if (fs::exists(file, ec)) {
+    const std::string text = readSmallFile(file);
+    const auto ranges = parseCpuRanges(text);
+    if (!ranges || ranges->empty() || highestCpu(*ranges) >= kMaxCpus) {
+      throw DdprunError(file + ": '" + shown(text) + "' is not a list of at most " + std::to_string(kMaxCpus) +
+                        " CPUs");
+    }
+    limit = highestCpu(*ranges) + 1;
+  }
+  cpu_limit_ = limit;
+  return limit;
+}
+
+CpuSet CpuTopology::readCpuList(const std::string& file) {
+  const std::string text = readSmallFile(file);
+  const auto ranges = parseCpuRanges(text);
+  if (!ranges) throw DdprunError(file + ": '" + shown(text) + "' is not a CPU list");
+  const int limit = cpuLimit();
+  if (highestCpu(*ranges) >= limit) {
+    throw DdprunError(fmt::format("{}: '{}' names CPU {}, but this machine has at most {} CPUs (0-{})", file,
+                                  shown(text), highestCpu(*ranges), limit, limit - 1));
+  }
+  return *parseCpuList(text, limit);
+}
 
 const std::map<int, CpuSet>& CpuTopology::nodes() {
   if (nodes_) return *nodes_;

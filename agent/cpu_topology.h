@@ -17,9 +17,13 @@ namespace ddprun::agent {
 
 using CpuSet = std::set<int>;
 
+// The most CPUs Linux supports (NR_CPUS is at most 8192): no CPU list names a CPU beyond it.
+inline constexpr int kMaxCpus = 8192;
+
 // Parses the kernel's list format ("0-3,8,10-11", blanks and a trailing newline allowed).
-// Returns nothing for malformed text.
-std::optional<CpuSet> parseCpuList(std::string_view text);
+// Returns nothing for malformed text or a CPU numbered `cpu_limit` or more. The ranges are
+// checked before any is expanded, so "0-2000000000" costs no more than "0-3".
+std::optional<CpuSet> parseCpuList(std::string_view text, int cpu_limit = kMaxCpus);
 // The kernel's list format for `cpus`: "0-3,8"; "" for an empty set.
 std::string formatCpuList(const CpuSet& cpus);
 
@@ -32,6 +36,11 @@ class CpuTopology {
 
   const std::string& root() const { return root_; }
   bool isRealHost() const { return root_.empty(); }
+
+  // How many CPUs this machine may have: one more than the last in
+  // sys/devices/system/cpu/possible, or kMaxCpus where that file is missing (fake trees).
+  // Every CPU list read here must stay below it. Throws DdprunError for a malformed file.
+  int cpuLimit();
 
   // NUMA node -> its CPUs, from sys/devices/system/node/node<N>/cpulist. Throws
   // SystemError when the node directory cannot be read; a host without NUMA support
@@ -52,7 +61,12 @@ class CpuTopology {
  private:
   std::string path(const std::string& relative) const;
 
+  // A CPU list file; throws DdprunError naming the file when it is malformed or names a CPU
+  // at or beyond cpuLimit().
+  CpuSet readCpuList(const std::string& path);
+
   std::string root_;
+  std::optional<int> cpu_limit_;
   std::optional<std::map<int, CpuSet>> nodes_;
   std::map<int, int> packages_;
   std::map<int, CpuSet> siblings_;

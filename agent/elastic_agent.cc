@@ -705,12 +705,18 @@ std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
   std::vector<RankPosition> positions = localPositions();
   if (current_ && current_->group_world_size > 1) {
     size_t nodes = 0;
+    std::vector<int> local_ranks;
+    for (const Worker& w : workers_) local_ranks.push_back(w.place.rank);
     for (const std::string& answer : rendezvous_->gatherHangSummaries(kHangSummaryWait)) {
       ++nodes;
-      std::istringstream lines(answer);
-      for (std::string line; std::getline(lines, line);) {
-        if (auto p = decodePosition(line)) positions.push_back(*p);
+      SummaryPositions summary = decodeSummary(answer, current_->world_size, local_ranks);
+      if (summary.rejected > 0) {
+        log_->warn(
+            "hang verdict: ignored {} position(s) of another node's summary that no rank of this job of {} "
+            "can hold",
+            summary.rejected, current_->world_size);
       }
+      positions.insert(positions.end(), summary.positions.begin(), summary.positions.end());
     }
     if (nodes + 1 < static_cast<size_t>(current_->group_world_size)) {
       log_->warn("hang verdict without {} of {} nodes (no answer within {} s)", current_->group_world_size - 1 - nodes,

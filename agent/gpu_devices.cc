@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -127,7 +128,12 @@ std::vector<std::string> visibleGpuPciAddresses(const CpuTopology& topology) {
     // CUDA stops at the first invalid entry ("-1" hides every device).
     if (item.empty() || item.front() == '-') break;
     if (isIndex(item)) {
-      const size_t index = std::stoul(item);
+      size_t index = 0;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), index);
+      if (ec != std::errc() || end != item.data() + item.size()) {
+        throw DdprunError(std::string(env::kCudaVisibleDevices) + "='" + visible + "': device index " + item +
+                          " is out of range");
+      }
       if (index >= all.size()) break;
       picked.push_back(all[index]);
       continue;

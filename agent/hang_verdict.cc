@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -417,6 +418,28 @@ std::optional<RankPosition> decodePosition(const std::string& text) {
   r.started_ns = started;
   p.pending = r;
   return p;
+}
+
+SummaryPositions decodeSummary(std::string_view summary, int world_size, const std::vector<int>& local_ranks) {
+  SummaryPositions out;
+  std::set<std::tuple<FlightRingKind, int, int>> seen;
+  while (!summary.empty()) {
+    const size_t newline = summary.find('\n');
+    const std::string_view line = summary.substr(0, newline);
+    summary = newline == std::string_view::npos ? std::string_view{} : summary.substr(newline + 1);
+    if (line.empty()) continue;
+    const std::optional<RankPosition> p = decodePosition(std::string(line));
+    const bool fits = p && p->rank >= 0 && p->rank < world_size && p->group_rank >= 0 && p->group_rank < world_size &&
+                      p->group >= 0 &&
+                      std::find(local_ranks.begin(), local_ranks.end(), p->rank) == local_ranks.end() &&
+                      out.positions.size() < kMaxSummaryPositions && seen.emplace(p->kind, p->group, p->rank).second;
+    if (fits) {
+      out.positions.push_back(*p);
+    } else {
+      ++out.rejected;
+    }
+  }
+  return out;
 }
 
 }  // namespace ddprun::agent

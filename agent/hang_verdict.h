@@ -77,4 +77,20 @@ std::string rankRanges(std::vector<int> ranks);
 std::string encodePosition(const RankPosition& p);
 std::optional<RankPosition> decodePosition(const std::string& text);
 
+// The most positions one node's summary may hold: a node runs at most a few hundred ranks,
+// each with a collective and a message ring per group.
+inline constexpr size_t kMaxSummaryPositions = 4096;
+
+// The positions of another node's hang summary (one encoded position a line) that can be
+// true in this job: a rank and group rank within 0..world_size-1, not one of `local_ranks`
+// (this node knows those itself), the first of each (kind, group, rank) only, and at most
+// kMaxSummaryPositions. A summary is any store value, and a worker can write one: a forged
+// one once made the verdict blame ranks 4242 and 4243 of a 2-rank job in 20,000 lines.
+// `rejected` counts the lines dropped (malformed ones included). Pure; never throws.
+struct SummaryPositions {
+  std::vector<RankPosition> positions;
+  size_t rejected = 0;
+};
+SummaryPositions decodeSummary(std::string_view summary, int world_size, const std::vector<int>& local_ranks);
+
 }  // namespace ddprun::agent

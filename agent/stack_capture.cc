@@ -137,7 +137,8 @@ std::vector<std::string> stackToolCommand(const StackTool& tool, pid_t pid) {
   return {tool.path, "-batch", "-nx", "-p", p, "-ex", "thread apply all bt"};
 }
 
-std::vector<ProcessStacks> captureNativeStacks(const std::vector<pid_t>& pids, std::chrono::milliseconds timeout) {
+std::vector<ProcessStacks> captureNativeStacks(const std::vector<pid_t>& pids, std::chrono::milliseconds timeout,
+                                               const AttachCheck& check) {
   std::vector<ProcessStacks> result(pids.size());
   for (size_t i = 0; i < pids.size(); ++i) result[i].pid = pids[i];
   const char* path_env = std::getenv(env::kPath);
@@ -149,6 +150,10 @@ std::vector<ProcessStacks> captureNativeStacks(const std::vector<pid_t>& pids, s
   std::vector<std::string> env = toolEnvironment();
   std::vector<Running> running(pids.size());
   for (size_t i = 0; i < pids.size(); ++i) {
+    if (check) {
+      result[i].problem = check(pids[i]);
+      if (!result[i].problem.empty()) continue;
+    }
     result[i].tool = tool->name;
     result[i].problem = startTool(*tool, pids[i], env, running[i]);
   }

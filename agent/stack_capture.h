@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,12 +42,19 @@ struct ProcessStacks {
   std::string problem;  // empty when the tool ran to the end and exited 0; else why the stacks are missing or partial
 };
 
+// Says, just before a tool attaches to `pid`, why it must not (empty: it may). A pid read
+// from a file may have been given to another process since it was checked.
+using AttachCheck = std::function<std::string(pid_t)>;
+
 // Captures the stacks of every pid at once with the tool on this process's PATH. Blocks
 // until every tool has exited, and at most `timeout` (tools still running then are killed
-// with their process groups and reaped). Never throws. Waits for its own children by pid
-// only, so it can run beside a SIGCHLD handler that reaps others; not thread-safe.
+// with their process groups and reaped). `check`, when given, is asked about each pid right
+// before its tool starts; a pid it refuses gets no tool and its answer as the problem.
+// Never throws. Waits for its own children by pid only, so it can run beside a SIGCHLD
+// handler that reaps others; not thread-safe.
 std::vector<ProcessStacks> captureNativeStacks(const std::vector<pid_t>& pids,
-                                               std::chrono::milliseconds timeout = kStackCaptureTimeout);
+                                               std::chrono::milliseconds timeout = kStackCaptureTimeout,
+                                               const AttachCheck& check = {});
 
 // A worker's stacks.txt: a header naming the worker, when and why the stacks were taken
 // and by which tool, then the tool's output (or the note saying why there is none).

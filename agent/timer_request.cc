@@ -153,7 +153,11 @@ class Reader {
       if (digits() == 0) return fail("expected digits in the exponent");
     }
     const std::string number(s_.substr(start, i_ - start));
-    v.number = std::strtod(number.c_str(), nullptr);
+    // The grammar above admits only what from_chars reads; a value out of double's range
+    // reads as an infinity, as strtod gives it.
+    const auto [number_end, number_ec] = std::from_chars(number.data(), number.data() + number.size(), v.number);
+    if (number_ec == std::errc::result_out_of_range) v.number = number[0] == '-' ? -HUGE_VAL : HUGE_VAL;
+    if (number_ec != std::errc() && number_ec != std::errc::result_out_of_range) return fail("not a number");
     if (integral) {
       auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), v.integer);
       v.integral = ec == std::errc() && end == number.data() + number.size();

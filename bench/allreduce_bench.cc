@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "worker_runtime/distributed.h"
@@ -21,7 +23,12 @@ int main(int argc, char** argv) {
     dist::init_process_group();
     const int rank = dist::get_rank(), n = dist::get_world_size();
     std::vector<double> sizes_mb;
-    for (int i = 1; i < argc; ++i) sizes_mb.push_back(std::atof(argv[i]));
+    for (int i = 1; i < argc; ++i) {
+      size_t used = 0;
+      const double mb = std::stod(argv[i], &used);
+      if (argv[i][used] != '\0' || !(mb > 0)) throw std::invalid_argument(std::string("not a size in MB: ") + argv[i]);
+      sizes_mb.push_back(mb);
+    }
     if (sizes_mb.empty()) sizes_mb = {0.004, 1, 16, 64};
     int wrong_total = 0;
     for (double mb : sizes_mb) {

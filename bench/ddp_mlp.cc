@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env_reader.h"
 #include "worker_runtime/ddp/distributed_data_parallel.h"
 #include "worker_runtime/distributed.h"
 
@@ -34,11 +35,11 @@ int main(int argc, char** argv) {
     if (arg == "--device" && i + 1 < argc) {
       cuda = std::string(argv[++i]) == "cuda";
     } else if (arg == "--width" && i + 1 < argc) {
-      width = std::atoll(argv[++i]);
+      width = ddprun::env::parseInteger("--width", argv[++i], 1, INT32_MAX);
     } else if (arg == "--batch" && i + 1 < argc) {
-      batch = std::atoll(argv[++i]);
+      batch = ddprun::env::parseInteger("--batch", argv[++i], 1, INT32_MAX);
     } else {
-      steps = std::atoi(arg.c_str());
+      steps = static_cast<int>(ddprun::env::parseInteger("steps", arg, 0, INT32_MAX));
     }
   }
   if (steps < 6) {

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/env_reader.h"
 #include "rendezvous/tcp_store_client.h"
 #include "worker_runtime/backend/host_backend.h"
 #include "worker_runtime/env_contract.h"
@@ -65,8 +66,8 @@ double recorderNsPerOp() {
 
 int main(int argc, char** argv) {
   return recordErrors([&] {
-    const int rounds = argc > 1 ? std::atoi(argv[1]) : 101;
-    const int iters = argc > 2 ? std::atoi(argv[2]) : 300;
+    const auto rounds = static_cast<int>(argc > 1 ? ddprun::env::parseInteger("rounds", argv[1], 1, INT32_MAX) : 101);
+    const auto iters = static_cast<int>(argc > 2 ? ddprun::env::parseInteger("iters", argv[2], 1, INT32_MAX) : 300);
     if (rounds < 1 || iters < 1) throw std::invalid_argument("usage: flight_recorder_bench [rounds] [iters]");
     const auto e = StoreEnv::fromEnvironment();
     ddprun::rendezvous::StoreClientOptions options;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "worker_runtime/distributed.h"
+#include "worker_runtime/env_contract.h"
 #include "worker_runtime/error_record.h"
 
 namespace dist = ddprun::dist;
@@ -42,8 +43,7 @@ int run(int argc, char** argv) {
       throw std::invalid_argument("unknown flag " + flag + " (--max-bytes B, --seconds S)");
     }
   }
-  const char* local = std::getenv("LOCAL_RANK");
-  const auto device = static_cast<c10::DeviceIndex>((local ? std::atoi(local) : 0) % c10::cuda::device_count());
+  const auto device = static_cast<c10::DeviceIndex>(ddprun::runtime::localDeviceIndex(c10::cuda::device_count()));
   c10::cuda::set_device(device);
   dist::init_process_group("nccl");
   const int rank = dist::get_rank(), n = dist::get_world_size();

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/env_reader.h"
 #include "common/logging.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/store_server.h"
@@ -48,7 +49,7 @@ void* joinRound(void* arg) {
 
 int main(int argc, char** argv) {
   ddprun::configureLogging("rdzv_sim");
-  const int n = argc > 1 ? std::atoi(argv[1]) : 4096;
+  const auto n = static_cast<int>(argc > 1 ? ddprun::env::parseInteger("nodes", argv[1], 1, 1 << 20) : 4096);
   rlimit files{};
   getrlimit(RLIMIT_NOFILE, &files);
   files.rlim_cur = std::max<rlim_t>(files.rlim_cur, std::min<rlim_t>(files.rlim_max, 4 * n + 1024));

@@ -20,8 +20,8 @@ namespace rpc = ddprun::rpc;
 
 int main(int argc, char** argv) {
   return ddprun::runtime::recordErrors([&] {
-    const int calls = argc > 1 ? std::atoi(argv[1]) : 2000;
     namespace env = ddprun::env;
+    const auto calls = static_cast<int>(argc > 1 ? env::parseInteger("calls", argv[1], 1, INT32_MAX) : 2000);
     const auto world = env::optionalInteger(env::kWorldSize, 1, INT_MAX);
     if (!world || *world != 2 || calls < 1) {
       std::fprintf(stderr, "usage: ddprun --standalone --nproc_per_node=2 --no_python rpc_rtt_bench [calls]\n");

@@ -1,13 +1,18 @@
 #include "launcher/worker_stacks.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -35,13 +40,51 @@ std::optional<std::string> rawField(const std::string& line, const std::string& 
   return line.substr(start, end - start);
 }
 
+// A whole decimal integer that fits a long; nothing otherwise.
+std::optional<long> parseLong(std::string_view text) {
+  long value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
 std::optional<long> intField(const std::string& line, const std::string& key) {
   const std::optional<std::string> text = rawField(line, key);
-  if (!text || text->empty()) return std::nullopt;
-  char* end = nullptr;
-  const long value = std::strtol(text->c_str(), &end, 10);
-  if (*end != '\0') return std::nullopt;
-  return value;
+  if (!text) return std::nullopt;
+  return parseLong(*text);
+}
+
+// Why `pid` is not a ddprun process of this user (empty when it is): the events file is only
+// a file, and whatever it names is attached to with ptrace.
+std::string notOurAgent(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  struct stat st {};
+  if (::stat(proc.c_str(), &st) != 0) return "is gone";
+  if (st.st_uid != ::getuid()) return "belongs to another user (uid " + std::to_string(st.st_uid) + ")";
+  std::error_code ec;
+  std::string name = std::filesystem::read_symlink(proc + "/exe", ec).filename().string();
+  if (ec) return "cannot be told apart (" + proc + "/exe: " + ec.message() + ")";
+  // A ddprun rebuilt or upgraded while it runs still is one.
+  constexpr std::string_view kDeleted = " (deleted)";
+  if (name.size() > kDeleted.size() && name.ends_with(kDeleted)) name.resize(name.size() - kDeleted.size());
+  if (name != "ddprun") return "is " + name + ", not a ddprun agent";
+  return {};
+}
+
+// Why `pid` is not a running worker of the ddprun agent `agent` of this user (empty when it
+// is): asked once when the file is read and again just before a tool attaches.
+std::string notAgentsWorker(pid_t pid, pid_t agent) {
+  if (pid <= 0) return "pid " + std::to_string(pid) + " is not a process";
+  if (std::string why = notOurAgent(agent); !why.empty()) return "its agent (pid " + std::to_string(agent) + ") " + why;
+  const std::optional<agent::ProcStat> stat = agent::readProcStat(pid);
+  if (!stat || stat->state == 'Z') return "pid " + std::to_string(pid) + " is not running";
+  if (stat->ppid != agent)
+    return "pid " + std::to_string(pid) + " is not a child of the agent (pid " + std::to_string(agent) + ")";
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0 || st.st_uid != ::getuid()) {
+    return "pid " + std::to_string(pid) + " belongs to another user";
+  }
+  return {};
 }
 
 std::string hostName() {
@@ -63,7 +106,8 @@ EventsAgent readEventsAgent(std::istream& events) {
         const size_t colon = node->rfind(':');
         if (colon != std::string::npos) {
           agent.host = node->substr(0, colon);
-          agent.pid = static_cast<pid_t>(std::atol(node->c_str() + colon + 1));
+          const std::optional<long> pid = parseLong(std::string_view(*node).substr(colon + 1));
+          agent.pid = pid && *pid > 0 && *pid <= std::numeric_limits<pid_t>::max() ? static_cast<pid_t>(*pid) : 0;
         }
       }
     }
@@ -97,15 +141,20 @@ int printWorkerStacks(const std::string& events_file) {
   if (::kill(agent.pid, 0) != 0 && errno == ESRCH) {
     return none("the agent (pid " + std::to_string(agent.pid) + ") is gone");
   }
-  // Only the agent's own children: a pid from the file may since have been given to another process.
-  std::erase_if(agent.running, [&](const EventsWorker& w) {
-    const std::optional<agent::ProcStat> stat = agent::readProcStat(w.pid);
-    return !stat || stat->ppid != agent.pid || stat->state == 'Z';
-  });
+  if (const std::string why = notOurAgent(agent.pid); !why.empty()) {
+    return none("the agent named there (pid " + std::to_string(agent.pid) + ") " + why);
+  }
+  // Only the agent's own children: a pid from the file may since have been given to another
+  // process, and is checked again right before a tool attaches to it.
+  std::erase_if(agent.running, [&](const EventsWorker& w) { return !notAgentsWorker(w.pid, agent.pid).empty(); });
   if (agent.running.empty()) return none("no worker is running now");
   std::vector<pid_t> pids;
   for (const EventsWorker& w : agent.running) pids.push_back(w.pid);
-  const std::vector<agent::ProcessStacks> stacks = agent::captureNativeStacks(pids);
+  const std::vector<agent::ProcessStacks> stacks =
+      agent::captureNativeStacks(pids, agent::kStackCaptureTimeout, [&](pid_t pid) {
+        const std::string why = notAgentsWorker(pid, agent.pid);
+        return why.empty() ? why : "not attached: " + why;
+      });
   for (size_t i = 0; i < stacks.size(); ++i) {
     const EventsWorker& w = agent.running[i];
     const std::string text = agent::formatStacksFile(

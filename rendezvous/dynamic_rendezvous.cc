@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,6 +25,10 @@ using std::chrono::milliseconds;
 
 constexpr int kStaticDefaultPort = 29500;
 constexpr int kC10dDefaultPort = 29400;
+// The most one node's hang summary may hold (agent/hang_verdict.h: a few thousand positions
+// of about a hundred bytes), and the most one status read may carry.
+constexpr size_t kMaxHangSummaryBytes = 1 << 20;
+constexpr size_t kMaxStatusReplyBytes = 16 << 20;
 
 bool isIpLiteral(const std::string& host) {
   in6_addr buf{};
@@ -45,7 +51,10 @@ NodeEntry decode(const std::string& text) {
   if (a == std::string::npos || b == std::string::npos) throw RendezvousError("malformed node entry '" + text + "'");
   e.name = text.substr(0, a);
   e.address = text.substr(a + 1, b - a - 1);
-  e.nproc = std::atoi(text.c_str() + b + 1);
+  const char* first = text.data() + b + 1;
+  const char* last = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(first, last, e.nproc);
+  if (ec != std::errc() || end != last || e.nproc < 1) throw RendezvousError("malformed node entry '" + text + "'");
   return e;
 }
 
@@ -123,6 +132,8 @@ class DynamicRendezvous::Impl {
   StoreClientOptions statusClientOptions() const {
     StoreClientOptions o = clientOptions(settings_.keep_alive_interval);
     o.timeout = std::min(settings_.read_timeout, 2 * settings_.keep_alive_interval);
+    // Records, round keys and hang summaries are kilobytes; a longer value is not read.
+    o.max_reply_bytes = kMaxStatusReplyBytes;
     return o;
   }
 
@@ -361,7 +372,13 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
       std::string master = client_->get(key(round, "master"));
       auto colon = master.rfind(':');
       result.master_addr = master.substr(0, colon);
-      result.master_port = std::atoi(master.c_str() + colon + 1);
+      const char* port_end = master.data() + master.size();
+      const auto [end, ec] = colon == std::string::npos
+                                 ? std::from_chars_result{port_end, std::errc::invalid_argument}
+                                 : std::from_chars(master.data() + colon + 1, port_end, result.master_port);
+      if (ec != std::errc() || end != port_end || result.master_port < 1 || result.master_port > 65535) {
+        throw RendezvousError("round " + std::to_string(round) + ": malformed master address '" + master + "'");
+      }
       result.use_agent_store = true;
       result.rpc_secret = rpcSecret(round, seat.participants);
 
@@ -643,11 +660,22 @@ std::vector<std::string> DynamicRendezvous::Impl::gatherHangSummaries(std::chron
     for (;;) {
       for (size_t i = 0; i < keys.size(); ++i) {
         if (!got[i] && store.check({keys[i]})) {
-          answers.push_back(store.get(keys[i]));
+          std::string answer = store.get(keys[i]);
           got[i] = true;
+          if (answer.size() > kMaxHangSummaryBytes) {
+            log_->warn(
+                "hang summary {} of round {} holds {} bytes, more than a node's summary can (at most {}); "
+                "ignored",
+                keys[i], round_, answer.size(), kMaxHangSummaryBytes);
+            continue;
+          }
+          answers.push_back(std::move(answer));
         }
       }
-      if (answers.size() == keys.size() || clock_.now() >= deadline) break;
+      if (std::count(got.begin(), got.end(), true) == static_cast<std::ptrdiff_t>(keys.size()) ||
+          clock_.now() >= deadline) {
+        break;
+      }
       clock_.sleepFor(std::min<Clock::Duration>(milliseconds(100), deadline - clock_.now()));
     }
   } catch (const StoreError& e) {

@@ -25,11 +25,21 @@ std::vector<std::string> split(const std::string& text, char sep) {
   }
 }
 
+// A store value as an error message may quote it: printable ASCII, the rest as \xNN, at
+// most 80 bytes. Anyone who can reach the store can write one, newlines and escapes included.
+std::string shown(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text.substr(0, 80))
+    out += c >= 0x20 && c < 0x7f ? std::string(1, static_cast<char>(c)) : fmt::format("\\x{:02x}", c);
+  if (text.size() > 80) out += "...";
+  return out;
+}
+
 int64_t toInt(const std::string& text, const std::string& record) {
   int64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size()) {
-    throw RendezvousError("malformed agent record '" + record + "': '" + text + "' is not a number");
+    throw RendezvousError("malformed agent record '" + shown(record) + "': '" + shown(text) + "' is not a number");
   }
   return value;
 }
@@ -50,7 +60,7 @@ std::string encodeAgentRecord(const AgentRecord& r) {
 AgentRecord decodeAgentRecord(const std::string& text) {
   auto f = split(text, '|');
   if (f.size() != kFields || f[0] != kVersion) {
-    throw RendezvousError("malformed agent record '" + text + "' (written by another ddprun version?)");
+    throw RendezvousError("malformed agent record '" + shown(text) + "' (written by another ddprun version?)");
   }
   AgentRecord r;
   r.node = f[1];

@@ -5,8 +5,11 @@
 #include <netdb.h>
 #include <netinet/in.h>
 
+#include <charconv>
 #include <cstring>
 #include <set>
+
+#include "common/error.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -68,7 +71,12 @@ void splitHostPort(const std::string& endpoint, std::string& host, int& port, in
     host = endpoint.substr(0, colon);
     port_text = endpoint.substr(colon + 1);
   }
-  if (!port_text.empty()) port = std::atoi(port_text.c_str());
+  if (port_text.empty()) return;
+  const char* last = port_text.data() + port_text.size();
+  const auto [end, ec] = std::from_chars(port_text.data(), last, port);
+  if (ec != std::errc() || end != last || port < 0 || port > 65535) {
+    throw UsageError("endpoint '" + endpoint + "': port '" + port_text + "' is not a number in 0..65535");
+  }
 }
 
 }  // namespace ddprun::rendezvous

@@ -11,6 +11,7 @@ namespace ddprun::rendezvous {
 bool isLocalAddress(const std::string& host);
 
 // Splits "host[:port]" / "[v6]:port"; `port` keeps `default_port` when none is given.
+// Throws UsageError naming the endpoint when the port is not a number in 0..65535.
 void splitHostPort(const std::string& endpoint, std::string& host, int& port, int default_port);
 
 }  // namespace ddprun::rendezvous

@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -33,7 +34,8 @@ std::string frame(Command command) { return std::string(1, static_cast<char>(com
 // One socket with deadline-bounded exact reads and writes.
 class TcpStoreClient::Connection {
  public:
-  Connection(const StoreClientOptions& options, std::atomic<int>& published_fd) : published_fd_(published_fd) {
+  Connection(const StoreClientOptions& options, std::atomic<int>& published_fd)
+      : max_reply_bytes_(options.max_reply_bytes), published_fd_(published_fd) {
     const auto deadline = Clock::now() + options.connect_timeout;
     auto backoff = std::chrono::milliseconds(10);
     std::string last_error;
@@ -73,13 +75,28 @@ class TcpStoreClient::Connection {
     return value;
   }
 
-  std::string receiveBytes(Clock::time_point deadline) {
-    auto length = receiveValue<uint64_t>(deadline);
-    if (length > (uint64_t{1} << 32)) throw IoFailure{false, "reply claims " + std::to_string(length) + " bytes"};
-    std::string bytes(length, '\0');
-    receive(bytes.data(), length, deadline);
+  // One length-prefixed value of a reply that may hold `budget` more bytes (taken from it).
+  // The string grows as the bytes come, by at most kReadChunk at a time.
+  std::string receiveBytes(Clock::time_point deadline, size_t& budget) {
+    const auto length = receiveValue<uint64_t>(deadline);
+    if (length > budget) {
+      throw IoFailure{false, "reply claims a value of " + std::to_string(length) + " bytes, over the " +
+                                 std::to_string(max_reply_bytes_) + "-byte limit of one reply (not a store?)"};
+    }
+    budget -= length;
+    std::string bytes;
+    while (bytes.size() < length) {
+      const size_t have = bytes.size();
+      bytes.resize(have + std::min<uint64_t>(length - have, kReadChunk));
+      receive(bytes.data() + have, bytes.size() - have, deadline);
+    }
     return bytes;
   }
+  std::string receiveBytes(Clock::time_point deadline) {
+    size_t budget = max_reply_bytes_;
+    return receiveBytes(deadline, budget);
+  }
+  size_t maxReplyBytes() const { return max_reply_bytes_; }
 
   std::string localAddress() const {
     sockaddr_storage addr{};
@@ -114,7 +131,10 @@ class TcpStoreClient::Connection {
     return true;
   }
 
+  static constexpr uint64_t kReadChunk = 1 << 20;
+
   UniqueFd fd_;
+  size_t max_reply_bytes_;
   std::atomic<int>& published_fd_;
 };
 
@@ -311,7 +331,8 @@ std::vector<std::string> TcpStoreClient::multiGet(const std::vector<std::string>
     std::vector<std::string> values;
     values.reserve(keys.size());
     const auto deadline = Clock::now() + options_.timeout;
-    for (size_t i = 0; i < keys.size(); ++i) values.push_back(c.receiveBytes(deadline));
+    size_t budget = c.maxReplyBytes();
+    for (size_t i = 0; i < keys.size(); ++i) values.push_back(c.receiveBytes(deadline, budget));
     return values;
   });
 }
@@ -363,9 +384,18 @@ std::vector<std::string> TcpStoreClient::listKeys() {
   return run("list_keys", "", true, [&](Connection& c) {
     c.send(frame(Command::kListKeys), Clock::now() + options_.timeout);
     const auto deadline = Clock::now() + options_.timeout;
-    auto count = c.receiveValue<int64_t>(deadline);
+    const auto count = c.receiveValue<int64_t>(deadline);
+    // Every key costs at least its 8-byte length, so a larger count cannot be honest.
+    if (count < 0 || static_cast<uint64_t>(count) > c.maxReplyBytes() / sizeof(uint64_t)) {
+      throw IoFailure{false, "reply claims " + std::to_string(count) + " keys, over the " +
+                                 std::to_string(c.maxReplyBytes()) + "-byte limit of one reply (not a store?)"};
+    }
+    size_t budget = c.maxReplyBytes();
     std::vector<std::string> keys;
-    for (int64_t i = 0; i < count; ++i) keys.push_back(c.receiveBytes(deadline));
+    for (int64_t i = 0; i < count; ++i) {
+      budget = budget < sizeof(uint64_t) ? 0 : budget - sizeof(uint64_t);
+      keys.push_back(c.receiveBytes(deadline, budget));
+    }
     return keys;
   });
 }

@@ -20,6 +20,11 @@ struct StoreClientOptions {
   std::chrono::milliseconds timeout{300000};         // per operation (torch's default: 300 s).
   std::chrono::milliseconds connect_timeout{60000};  // keep retrying a refused connect this long.
   std::string token;                                 // empty: no handshake.
+  // The most one reply may carry (a value, or all values of a MULTI_GET or LIST_KEYS): the
+  // server's own limit (StoreLimits::max_reply_bytes). A reply that claims more fails the
+  // call with StoreError, and bytes are read as they arrive, so a forged length allocates
+  // nothing the peer does not send.
+  size_t max_reply_bytes = 256 * 1024 * 1024;
 };
 
 class TcpStoreClient final : public StoreClient {

@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 
+#include "common/env_reader.h"
 #include "worker_runtime/distributed.h"
 #include "worker_runtime/error_record.h"
 
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
   return ddprun::runtime::recordErrors([&] {
     int64_t numel = 8;
     if (argc == 3 && std::string(argv[1]) == "--numel") {
-      numel = std::atoll(argv[2]);
+      numel = ddprun::env::parseInteger("--numel", argv[2], 1, INT64_MAX);
     } else if (argc != 1) {
       std::fprintf(stderr, "usage: ring_allreduce [--numel N]\n");
       return 2;

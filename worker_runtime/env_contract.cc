@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <climits>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -86,6 +87,11 @@ StoreEnv StoreEnv::fromEnvironment(int rank, int world_size) {
   e.use_agent_store = useAgentStore();
   checkResolvable(env::kMasterAddr, e.master_addr);
   return e;
+}
+
+int localDeviceIndex(int devices) {
+  DDPRUN_CHECK(devices >= 1, "localDeviceIndex: devices=" + std::to_string(devices));
+  return env::integerOr<int>(env::kLocalRank, 0, 0, INT_MAX) % devices;
 }
 
 }  // namespace ddprun::runtime

@@ -55,4 +55,10 @@ struct StoreEnv {
   static StoreEnv fromEnvironment(int rank = -1, int world_size = -1);
 };
 
+// The CUDA device of this worker among `devices` visible ones (at least 1): LOCAL_RANK modulo
+// `devices`, or 0 where LOCAL_RANK is unset or empty (a process started by hand). Throws
+// UsageError naming LOCAL_RANK and its value when it is not an integer in 0..INT_MAX, so that
+// `LOCAL_RANK=abc` never silently means GPU 0. Thread-safe if nobody calls setenv.
+int localDeviceIndex(int devices);
+
 }  // namespace ddprun::runtime

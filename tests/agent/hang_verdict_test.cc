@@ -384,4 +384,62 @@ TEST_CASE("hang verdict: the collective timeouts of ddprun gloo and NCCL are rec
   CHECK_FALSE(reportsCollectiveTimeout("RuntimeError: Connection closed by peer"));
 }
 
+// A worker of a 2-rank job (one rank a node) that writes its own value under the other
+// node's hang-summary key: 10,000 lines each for ranks 4242 and 4243. Read line by line with
+// decodePosition, as the agent once did, they made the verdict blame both ranks.
+TEST_CASE("a forged hang summary naming ranks outside the job is dropped", "[unit][hang][bad-input]") {
+  const std::vector<RankPosition> local = positions({ringOf(0, 4, kAllReduce, 10)}, 20);
+  std::string forged;
+  for (int i = 0; i < 10000; ++i) {
+    for (int rank : {4242, 4243}) {
+      RankPosition p = positionOf(ringOf(rank, 1, std::nullopt, 0), 20 * kSecond);
+      p.group_rank = rank;
+      forged += encodePosition(p) + "\n";
+    }
+  }
+  forged += "garbage\n";
+  std::vector<RankPosition> trusted = local;
+  for (size_t at = 0, next; at < forged.size(); at = next + 1) {
+    next = forged.find('\n', at);
+    if (auto p = decodePosition(forged.substr(at, next - at))) trusted.push_back(*p);
+  }
+  const auto fooled = hangVerdict(trusted);
+  REQUIRE(fooled);
+  CHECK(fooled->culprits == std::vector<int>{4242, 4243});
+
+  const SummaryPositions summary = decodeSummary(forged, 2, {0});
+  CHECK(summary.positions.empty());
+  CHECK(summary.rejected == 20001);
+  std::vector<RankPosition> all = local;
+  all.insert(all.end(), summary.positions.begin(), summary.positions.end());
+  const auto verdict = hangVerdict(all);
+  REQUIRE(verdict);
+  CHECK((verdict->culprits.empty() || verdict->culprits == std::vector<int>{0}));
+  CHECK(verdict->text.find("4242") == std::string::npos);
+  CHECK(verdict->text.size() < 1000);
+}
+
+TEST_CASE("a hang summary keeps one position per rank and ring, none of this node's", "[unit][hang][bad-input]") {
+  const RankPosition other = positionOf(ringOf(1, 3, kAllReduce, 10), 20 * kSecond);
+  RankPosition mine = positionOf(ringOf(0, 3, kAllReduce, 10), 20 * kSecond);
+  RankPosition negative = other;
+  negative.group_rank = -1;
+  const std::string text = encodePosition(other) + "\n" + encodePosition(other) + "\n" + encodePosition(mine) + "\n" +
+                           encodePosition(negative) + "\n\n";
+  const SummaryPositions summary = decodeSummary(text, 2, {0});
+  REQUIRE(summary.positions.size() == 1);
+  CHECK(summary.positions[0].rank == 1);
+  CHECK(summary.rejected == 3);
+
+  std::string many;
+  for (int group = 0; group < 5000; ++group) {
+    RankPosition p = other;
+    p.group = group;
+    many += encodePosition(p) + "\n";
+  }
+  const SummaryPositions bounded = decodeSummary(many, 2, {0});
+  CHECK(bounded.positions.size() == kMaxSummaryPositions);
+  CHECK(bounded.rejected == 5000 - kMaxSummaryPositions);
+}
+
 }  // namespace ddprun::agent

@@ -2,15 +2,19 @@
 
 #include <stdlib.h>
 
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "agent/cpu_topology.h"
 #include "agent/gpu_devices.h"
 #include "common/error.h"
 #include "tests/support/fake_topology.h"
+#include "tests/support/scoped_env.h"
 
 using namespace ddprun::agent;
 using ddprun::testing::FakeTopology;
+using ddprun::testing::ScopedEnv;
 
 namespace {
 
@@ -69,6 +73,12 @@ TEST_CASE("CPU lists parse and print in the kernel's format", "[unit][numa]") {
   CHECK_FALSE(parseCpuList("a"));
   CHECK_FALSE(parseCpuList("1-"));
   CHECK(formatCpuList({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11");
+  // Bounded before anything is expanded: this list once filled a set until std::bad_alloc.
+  CHECK_FALSE(parseCpuList("0-2000000000"));
+  CHECK_FALSE(parseCpuList("4-7", 4));
+  CHECK(parseCpuList("0-3", 4) == CpuSet{0, 1, 2, 3});
+  CHECK(parseCpuList("8191") == CpuSet{8191});
+  CHECK_FALSE(parseCpuList("8192"));
   CHECK(formatCpuList({}) == "");
   CHECK(parseNumaMode("core-complex") == NumaMode::kCoreComplex);
   CHECK_FALSE(parseNumaMode("Node"));
@@ -137,6 +147,33 @@ TEST_CASE("a binding that cannot be planned says why", "[unit][numa]") {
   bare.cpu(1, 0, "1", "");
   CHECK_THAT(planError(NumaMode::kCoreComplex, 1, bare, {}), Catch::Contains("cpu0/cache"));
   CHECK(plan(NumaMode::kExclusive, 2, bare, {}, {0, 1}) == Strings{"0", "1"});
+}
+
+TEST_CASE("CPU lists in sysfs are bounded by the machine's possible CPUs", "[unit][numa][bad-input]") {
+  FakeTopology host;
+  describeTwoSocketHost(host);
+  const std::string possible = host.root() + "/sys/devices/system/cpu/possible";
+  std::ofstream(possible) << "0-31\n";
+  CHECK(CpuTopology(host.root()).cpuLimit() == 32);
+  CHECK(plan(NumaMode::kNode, 1, host, {1}) == Strings{"4-7,20-23"});
+  host.node(1, "4-7,20-23,40");
+  CHECK_THAT(
+      planError(NumaMode::kNode, 1, host, {1}),
+      Catch::Contains("node1/cpulist: '4-7,20-23,40' names CPU 40, but this machine has at most 32 CPUs (0-31)"));
+  host.node(1, "0-2000000000");
+  CHECK_THAT(planError(NumaMode::kNode, 1, host, {1}), Catch::Contains("names CPU 2000000000"));
+  std::ofstream(possible) << "0-9000\n";
+  CHECK_THROWS_WITH(CpuTopology(host.root()).cpuLimit(), Catch::Contains("is not a list of at most 8192 CPUs"));
+}
+
+TEST_CASE("an overflowing CUDA_VISIBLE_DEVICES index is an error naming the variable", "[unit][numa][bad-input]") {
+  FakeTopology host;
+  host.gpu("0000:3b:00.0", 0);
+  CpuTopology topology(host.root());
+  ScopedEnv visible("CUDA_VISIBLE_DEVICES", "0,18446744073709551616");
+  CHECK_THROWS_WITH(visibleGpuPciAddresses(topology),
+                    Catch::Equals("CUDA_VISIBLE_DEVICES='0,18446744073709551616': device index 18446744073709551616 "
+                                  "is out of range"));
 }
 
 TEST_CASE("GPUs come in PCI order, picked and reordered by CUDA_VISIBLE_DEVICES", "[unit][numa]") {

@@ -99,3 +99,45 @@ TEST_CASE("a numa binding that does not fit stops ddprun before any worker start
   CHECK_THAT(bad.err,
              Catch::Contains("invalid --numa-binding value 'nodes': expected node, socket, exclusive or core-complex"));
 }
+
+// Under 2 GiB of address space: expanding the list below into a set once took 5.6 s and
+// ended in std::bad_alloc; with the limit it fails within a second or so instead of
+// taking the machine's memory.
+RunResult runBoundUnder2GiB(const FakeTopology& host, const std::string& mode, const std::string& cuda_visible) {
+  std::vector<std::string> argv = {"/bin/sh",
+                                   "-c",
+                                   "ulimit -v 2097152 && exec \"$0\" \"$@\"",
+                                   ddprunPath(),
+                                   "--nproc_per_node=2",
+                                   "--numa-binding=" + mode};
+  argv.insert(argv.end(), kReportAffinity.begin(), kReportAffinity.end());
+  return run(argv, {{"DDPRUN_TOPOLOGY_ROOT", host.root()}, {"CUDA_VISIBLE_DEVICES", cuda_visible}}, 30s);
+}
+
+TEST_CASE("a huge cpulist in sysfs is refused in one line naming the file, not expanded", "[e2e][numa][bad-input]") {
+  FakeTopology host;
+  describeTwoNodeHost(host);
+  host.node(0, "0-2000000000");
+  auto r = runBoundUnder2GiB(host, "node", "");
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 2);
+  CHECK(countOf(r.err, "\n") == 1);
+  CHECK_THAT(r.err, Catch::Contains("--numa-binding=node: ") && Catch::Contains("node0/cpulist: '0-2000000000' names "
+                                                                                "CPU 2000000000, but this machine has "
+                                                                                "at most 8192 CPUs"));
+  CHECK_THAT(r.out, !Catch::Contains("Cpus_allowed_list"));
+}
+
+TEST_CASE("an overflowing device index in CUDA_VISIBLE_DEVICES names the variable and the value",
+          "[e2e][numa][bad-input]") {
+  FakeTopology host;
+  describeTwoNodeHost(host);
+  host.gpu("0000:3b:00.0", 0);
+  host.gpu("0000:b1:00.0", 1);
+  auto r = runBoundUnder2GiB(host, "node", "0,99999999999999999999999");
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 2);
+  CHECK(countOf(r.err, "\n") == 1);
+  CHECK_THAT(r.err, Catch::Contains("--numa-binding=node: CUDA_VISIBLE_DEVICES='0,99999999999999999999999': device "
+                                    "index 99999999999999999999999 is out of range"));
+}

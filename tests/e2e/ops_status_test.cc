@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/e2e/ops_support.h"
+#include "tests/support/hostile_store.h"
 
 using namespace ddprun::testing;
 using namespace ddprun::testing::ops;
@@ -133,4 +134,23 @@ TEST_CASE("status of a job that does not exist or a store that is not there fail
   auto no_events = status({"--log_dir=" + empty.path()});
   CHECK(no_events.exit_code == 2);
   CHECK_THAT(no_events.err, Catch::Contains("events.jsonl"));
+}
+
+TEST_CASE("status against a store that claims a 4 GiB value exits 3 with one line, allocating nothing",
+          "[e2e][ops][bad-input]") {
+  // A forged store: every key exists, and a GET answers with a 4 GiB length and no bytes.
+  HostileStore store([](const HostileRequest& r) -> std::optional<HostileReply> {
+    if (r.command == 5 || r.command == 6) return std::string(1, '\0');  // CHECK: ready; WAIT: stop waiting
+    if (r.command == 3) return HostileStore::value(uint64_t{1} << 32, "");
+    return std::nullopt;
+  });
+  // Under 1 GiB of address space, as a zero-filled 4 GiB string would never fit.
+  auto r = run({"/bin/sh", "-c", "ulimit -v 1048576 && exec \"$0\" \"$@\"", ddprunPath(), "status",
+                "--rdzv_endpoint=" + store.endpoint(), "--rdzv_id=job"},
+               {}, 30s);
+  CHECK(r.exit_code == 3);
+  CHECK(countOf(r.err, "\n") == 1);
+  CHECK_THAT(r.err, Catch::Contains("reply claims a value of 4294967296 bytes"));
+  CHECK_THAT(r.err, Catch::Contains(store.endpoint()));
+  CHECK_THAT(r.err, !Catch::Contains("bad_alloc"));
 }

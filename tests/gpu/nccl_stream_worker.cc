@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "worker_runtime/distributed.h"
+#include "worker_runtime/env_contract.h"
 #include "worker_runtime/error_record.h"
 
 namespace dist = ddprun::dist;
@@ -151,9 +152,8 @@ int run(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::string(argv[i]) == "--sleep-cycles") g_sleep_cycles = std::stoll(argv[i + 1]);
   }
-  const char* local = std::getenv("LOCAL_RANK");
   g_device = at::Device(
-      at::kCUDA, static_cast<at::DeviceIndex>((local ? std::atoi(local) : 0) % static_cast<int>(at::getNumGPUs())));
+      at::kCUDA, static_cast<at::DeviceIndex>(ddprun::runtime::localDeviceIndex(static_cast<int>(at::getNumGPUs()))));
   c10::cuda::set_device(g_device.index());
   dist::init_process_group("nccl");
   g_rank = dist::get_rank();

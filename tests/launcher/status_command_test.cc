@@ -2,15 +2,22 @@
 // table and JSON `ddprun status` prints from them.
 #include "rendezvous/job_status.h"
 
+#include <random>
+
 #include <catch2/catch.hpp>
 
 #include "launcher/status_command.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
+#include "tests/support/fuzz_run.h"
+#include "tests/support/hostile_store.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun;
 using namespace ddprun::rendezvous;
+using ddprun::testing::HostileReply;
+using ddprun::testing::HostileRequest;
+using ddprun::testing::HostileStore;
 
 namespace {
 
@@ -119,4 +126,123 @@ TEST_CASE("the job's status is read from the store's keys", "[status]") {
   CHECK(s.round == 3);
   CHECK(s.round_state == "forming");
   CHECK(s.restarts == 2);
+}
+
+namespace {
+
+// `ddprun status` in this process against the store at `endpoint`: "ok", or the error's
+// kind and line. Anything but a DdprunError (std::bad_alloc, std::out_of_range) escapes.
+std::string statusOutcome(const std::string& endpoint) {
+  const std::string arg = "--rdzv_endpoint=" + endpoint;
+  const char* argv[] = {"ddprun", "status", arg.c_str(), "--rdzv_id=job", "--json"};
+  try {
+    launcher::runStatusCommand(5, argv);
+    return "ok";
+  } catch (const RendezvousError& e) {
+    return std::string("rendezvous: ") + e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("status against a store that claims a 4 GiB value fails with one line naming the length",
+          "[status][bad-input]") {
+  HostileStore store([](const HostileRequest& r) -> std::optional<HostileReply> {
+    if (r.command == 5 || r.command == 6) return std::string(1, '\0');  // CHECK: ready; WAIT: stop waiting
+    if (r.command == 3) return HostileStore::value(uint64_t{1} << 32, "");
+    return std::nullopt;
+  });
+  const std::string outcome = statusOutcome(store.endpoint());
+  CHECK_THAT(outcome, Catch::StartsWith("rendezvous: status of job 'job': store get(key=rdzv/job/agents): reply "
+                                        "claims a value of 4294967296 bytes"));
+  CHECK(outcome.find('\n') == std::string::npos);
+}
+
+TEST_CASE("status against a store whose values and key counts lie is refused before it allocates",
+          "[status][bad-input]") {
+  const std::string names = "a:1\nb:2\n";
+  SECTION("a MULTI_GET whose values together exceed one reply") {
+    HostileStore store([&](const HostileRequest& r) -> std::optional<HostileReply> {
+      if (r.command == 5 || r.command == 6) return std::string(1, '\0');
+      if (r.command == 3) return HostileStore::value(names);
+      // Two values of 200 MiB each (with none of their bytes): each fits, both do not.
+      if (r.command == 10) return HostileStore::value(200 << 20, "");
+      return std::nullopt;
+    });
+    CHECK_THAT(statusOutcome(store.endpoint()), Catch::Contains("store multi_get(2 keys): "));
+  }
+  SECTION("a value cut short by a closed connection") {
+    HostileStore store([&](const HostileRequest& r) -> std::optional<HostileReply> {
+      if (r.command == 5 || r.command == 6) return std::string(1, '\0');
+      if (r.command == 3) return HostileStore::value(100 << 20, "a:1\n");
+      return std::nullopt;
+    });
+    // The reply's 100 MiB are never sent: the close ends the read, not a zero-filled buffer.
+    CHECK_THAT(statusOutcome(store.endpoint()), Catch::Contains("the server closed the connection"));
+  }
+  SECTION("LIST_KEYS claiming 2^62 keys") {
+    HostileStore store([](const HostileRequest& r) -> std::optional<HostileReply> {
+      if (r.command == 17) return HostileStore::value(uint64_t{1} << 62, "");
+      return std::nullopt;
+    });
+    StoreClientOptions options;
+    options.port = store.port();
+    options.timeout = std::chrono::seconds(10);
+    TcpStoreClient client(options);
+    CHECK_THROWS_WITH(client.listKeys(), Catch::Contains("reply claims 4611686018427387904 keys"));
+  }
+}
+
+// Replies made of forged lengths, random bytes and connections closed midway, for the reads
+// of `status` (CHECK, WAIT, GET, MULTI_GET): every run must end in a line of its own (or a
+// status), never a crash, a bad_alloc or another exception, and quickly (the store closes
+// a connection once it is done with it, so no read waits out the timeout).
+TEST_CASE("status fuzz: a hostile store answering with forged lengths and random bytes", "[status][bad-input][fuzz]") {
+  const auto [seed, budget] = ddprun::testing::fuzzRun("status");
+  std::mt19937 rng(seed);
+  auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  auto randomBytes = [](auto& p, size_t n) {
+    std::string s(n, '\0');
+    for (char& c : s) c = static_cast<char>(p(256));
+    return s;
+  };
+  const std::string good_record = encodeAgentRecord(record("a:1", "running", 0, 0, 0));
+  // A value, and whether it holds as many bytes as it claims.
+  auto forgedValue = [&](auto& p) -> std::pair<std::string, bool> {
+    switch (p(7)) {
+      case 0: return {HostileStore::value(uint64_t{1} << (32 + p(32)), ""), false};              // huge
+      case 1: return {HostileStore::value(p(uint64_t{1} << 31), randomBytes(p, p(64))), false};  // longer than sent
+      case 2: return {HostileStore::value(randomBytes(p, p(200))), true};
+      case 3: return {HostileStore::value(p(2) ? "a:1\n" : "a:1\nb:2\n\n|||\n"), true};
+      case 4: return {HostileStore::value(good_record), true};
+      case 5: return {randomBytes(p, p(12)), false};  // not even a length
+      default: return {HostileStore::value(std::string(p(2) ? "v1|" : "") + randomBytes(p, p(100))), true};
+    }
+  };
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  int runs = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto run_seed = static_cast<uint32_t>(pick(uint64_t{1} << 32));
+    std::mt19937 answer_rng(run_seed);
+    HostileStore store([&](const HostileRequest& r) -> std::optional<HostileReply> {
+      auto p = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(answer_rng); };
+      if (p(20) == 0) return std::nullopt;  // close instead of answering
+      if (r.command == 5 || r.command == 6) return std::string(1, static_cast<char>(p(8) == 0 ? p(256) : 0));
+      HostileReply reply("");
+      const size_t values = r.command == 10 ? r.keys.size() : 1;
+      for (size_t i = 0; i < values; ++i) {
+        auto [bytes, whole] = forgedValue(p);
+        reply.bytes += bytes;
+        reply.then_close = reply.then_close || !whole;
+      }
+      return reply;
+    });
+    INFO("run seed " << run_seed);
+    std::string outcome;
+    REQUIRE_NOTHROW(outcome = statusOutcome(store.endpoint()));
+    CHECK(outcome.find('\n') == std::string::npos);
+    ++runs;
+  }
+  std::printf("status fuzz: %d runs\n", runs);
+  CHECK(runs > 0);
 }

@@ -69,6 +69,7 @@
 
 #include "common/flight_ring.h"
 #include "worker_runtime/distributed.h"
+#include "worker_runtime/env_contract.h"
 #include "worker_runtime/error_record.h"
 
 namespace dist = ddprun::dist;
@@ -1108,8 +1109,7 @@ void initGroup(const Options& o) {
     // made current (torch.cuda.set_device) so that a barrier before any op finds it.
     const int devices = static_cast<int>(at::getNumGPUs());
     if (devices == 0) throw UsageError("--device " + o.device + ": no CUDA device is visible");
-    const char* local = std::getenv("LOCAL_RANK");
-    g_cuda_device = at::Device(at::kCUDA, static_cast<at::DeviceIndex>((local ? std::atoi(local) : 0) % devices));
+    g_cuda_device = at::Device(at::kCUDA, static_cast<at::DeviceIndex>(ddprun::runtime::localDeviceIndex(devices)));
     c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(g_cuda_device);
     g_device = g_cuda_device;
   }

@@ -384,7 +384,12 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      bucket_cap_mb = std::atof(arg.c_str());
+      size_t used = 0;
+      bucket_cap_mb = std::stod(arg, &used);
+      if (used != arg.size() || !(bucket_cap_mb > 0)) {
+        std::cerr << "ddprun_ddp_worker: bucket_cap_mb '" << arg << "' is not a positive number" << std::endl;
+        return 2;
+      }
     }
   }
   torch::set_num_threads(1);

@@ -181,3 +181,23 @@ TEST_CASE("env contract: MASTER_ADDR may be a name or an address", "[unit][env]"
     CHECK(StoreEnv::fromEnvironment().master_addr == addr);
   }
 }
+
+// ddp::default_device() picks its GPU through localDeviceIndex(): it once read LOCAL_RANK
+// with std::atoi, so LOCAL_RANK=abc (or 1x) silently meant GPU 0.
+TEST_CASE("env contract: the local CUDA device comes from a checked LOCAL_RANK", "[unit][env]") {
+  {
+    ScopedEnv unset("LOCAL_RANK", std::nullopt);
+    CHECK(ddprun::runtime::localDeviceIndex(4) == 0);
+  }
+  {
+    ScopedEnv local("LOCAL_RANK", "5");
+    CHECK(ddprun::runtime::localDeviceIndex(4) == 1);
+    CHECK(ddprun::runtime::localDeviceIndex(8) == 5);
+  }
+  for (const char* bad : {"abc", "1x", "-1", " 2", "99999999999"}) {
+    ScopedEnv local("LOCAL_RANK", bad);
+    INFO("LOCAL_RANK=" << bad);
+    CHECK_THROWS_AS(ddprun::runtime::localDeviceIndex(2), ddprun::UsageError);
+    CHECK_THROWS_WITH(ddprun::runtime::localDeviceIndex(2), Catch::StartsWith(std::string("LOCAL_RANK=") + bad + ": "));
+  }
+}

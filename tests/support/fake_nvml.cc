@@ -1,6 +1,7 @@
 // A stand-in for libnvidia-ml.so.1 with the three functions ddprun opens: it reports
 // $FAKE_NVML_COUNT devices (default 3), or fails nvmlInit_v2 with NVML's "driver not
 // loaded" (9) when that variable is "fail".
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,7 +14,11 @@ int nvmlInit_v2() {
 
 int nvmlDeviceGetCount_v2(unsigned int* count) {
   const char* text = std::getenv("FAKE_NVML_COUNT");
-  *count = text ? static_cast<unsigned int>(std::atoi(text)) : 3;
+  *count = 3;
+  if (text) {
+    const char* end = text + std::strlen(text);
+    if (std::from_chars(text, end, *count).ptr != end) return 1;  // NVML_ERROR_UNINITIALIZED
+  }
   return 0;
 }
 

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "common/env_names.h"
+#include "common/env_reader.h"
 #include "rendezvous/tcp_store_client.h"
 #include "worker_runtime/backend/host_backend.h"
 #include "worker_runtime/env_contract.h"
@@ -59,10 +60,7 @@ void onSignal(int sig) { g_last_signal = sig; }
 
 void touch(const std::string& path) { std::ofstream(path) << "x"; }
 
-int rankFromEnv() {
-  const char* r = std::getenv("RANK");
-  return r ? std::atoi(r) : -1;
-}
+int rankFromEnv() { return ddprun::env::integerOr<int>("RANK", -1, 0, INT32_MAX); }
 
 int modeEnv() {
   const char* names[] = {ddprun::env::kRank,
@@ -259,8 +257,7 @@ int main(int argc, char** argv) {
       if (argc <= i) throw std::invalid_argument("mode " + mode + " needs more arguments");
       return argv[i];
     };
-    const int attempt =
-        std::atoi(std::getenv("TORCHELASTIC_RESTART_COUNT") ? std::getenv("TORCHELASTIC_RESTART_COUNT") : "0");
+    const int attempt = ddprun::env::integerOr<int>("TORCHELASTIC_RESTART_COUNT", 0, 0, INT32_MAX);
     if (mode == "env") return modeEnv();
     if (mode == "exit") return std::stoi(arg(2));
     if (mode == "fail-attempts") return attempt < std::stoi(arg(2)) ? (argc > 3 ? std::stoi(arg(3)) : 1) : 0;

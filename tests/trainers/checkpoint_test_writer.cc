@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/env_reader.h"
 #include "tests/trainers/checkpoint_test_model.h"
 #include "worker_runtime/checkpoint/checkpoint.h"
 
@@ -25,12 +26,12 @@ int main(int argc, char** argv) {
     }
     const std::string mode = argv[1];
     const std::string path = argv[2];
-    const int first = std::atoi(argv[3]);
+    const auto first = static_cast<int>(ddprun::env::parseInteger("first", argv[3], INT32_MIN, INT32_MAX));
     ddprun::testing::CheckpointTestNet model;
     if (mode == "once") {
       ddprun::testing::fillModel(*model, static_cast<float>(first));
       if (argc == 5) {
-        const rlim_t limit = std::strtoull(argv[4], nullptr, 10);
+        const auto limit = static_cast<rlim_t>(ddprun::env::parseInteger("limit", argv[4], 0, INT64_MAX));
         struct rlimit rl {
           limit, limit
         };

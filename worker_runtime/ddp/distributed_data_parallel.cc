@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "worker_runtime/ddp/reducer.h"
+#include "worker_runtime/env_contract.h"
 
 namespace ddprun::ddp {
 namespace {
@@ -65,9 +66,7 @@ void broadcastCoalesced(const std::vector<at::Tensor>& tensors, int src, const d
 at::Device default_device() {
   const auto devices = static_cast<int>(at::getNumGPUs());
   if (devices == 0) return at::Device(at::kCPU);
-  const char* local = std::getenv("LOCAL_RANK");
-  const int local_rank = local ? std::atoi(local) : 0;
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % devices));
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(runtime::localDeviceIndex(devices)));
 }
 
 at::Device device_from_choice(const std::string& choice) {

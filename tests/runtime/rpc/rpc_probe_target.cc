@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/env_reader.h"
 #include "worker_runtime/rpc/rpc.h"
 
 namespace rpc = ddprun::rpc;
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
     return last;
   });
   rpc::RpcBackendOptions options;
-  options.rpc_timeout = std::chrono::milliseconds(std::atoi(argv[1]));
+  options.rpc_timeout = std::chrono::milliseconds(ddprun::env::parseInteger("rpc timeout (ms)", argv[1], 0, INT32_MAX));
   options.num_worker_threads = 4;
   options.init_timeout = std::chrono::seconds(30);
   try {

@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "common/env_reader.h"
 #include "worker_runtime/error_record.h"
 #include "worker_runtime/rpc/dist_autograd.h"
 #include "worker_runtime/rpc/distributed_optimizer.h"
@@ -65,11 +66,7 @@ bool same(const at::Tensor& a, const at::Tensor& b) {
 
 std::string name(int rank) { return "w" + std::to_string(rank); }
 
-int envInt(const char* n) {
-  const char* v = std::getenv(n);
-  if (!v) throw ddprun::DdprunError(std::string(n) + " is not set");
-  return std::atoi(v);
-}
+int envInt(const char* n) { return ddprun::env::requireInteger<int>(n); }
 
 std::mutex g_hold_mutex;
 rpc::RRef g_held;
