@@ -40,6 +40,7 @@
 #include "agent/node_cooldown.h"
 #include "agent/numa_binding.h"
 #include "agent/orphan_guard.h"
+#include "agent/process_signals.h"
 #include "agent/process_spawner.h"
 #include "agent/process_state.h"
 #include "agent/restart_policy.h"
@@ -93,7 +94,10 @@ bool cgroupsAllowed() {
   return value == nullptr || *value == '\0' || std::string_view(value) == "0";
 }
 
-bool groupAlive(pid_t pgid) { return ::kill(-pgid, 0) == 0 || errno == EPERM; }
+bool groupAlive(pid_t pgid) {
+  const int err = signalGroup(pgid, 0);
+  return err == 0 || err == EPERM;
+}
 
 // torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE uses Python's string.Template:
 // ${name} and $name both substitute.
@@ -773,18 +777,19 @@ void ElasticAgent::Impl::stopHung(const std::vector<std::pair<Worker*, pid_t>>& 
 void ElasticAgent::Impl::clearProcessGroups() {
   std::vector<pid_t> alive;
   for (const Worker& w : workers_) {
-    if (groupAlive(w.pid)) alive.push_back(w.pid);
+    // pid -1: a worker that never started (a failed start ends the attempt) has no group.
+    if (w.pid > 1 && groupAlive(w.pid)) alive.push_back(w.pid);
   }
   if (!alive.empty()) {
     log_->debug("{} worker process group(s) still have members; sending SIGTERM", alive.size());
-    for (pid_t pgid : alive) ::kill(-pgid, SIGTERM);
+    for (pid_t pgid : alive) signalGroup(pgid, SIGTERM);
     const auto deadline = Clock::now() + config_.term_timeout;
     for (;;) {
       std::erase_if(alive, [](pid_t pgid) { return !groupAlive(pgid); });
       if (alive.empty() || Clock::now() >= deadline) break;
       runFor(kGroupPollInterval);
     }
-    for (pid_t pgid : alive) ::kill(-pgid, SIGKILL);
+    for (pid_t pgid : alive) signalGroup(pgid, SIGKILL);
     const auto kill_deadline = Clock::now() + killWait();
     for (;;) {
       std::erase_if(alive, [](pid_t pgid) { return !groupAlive(pgid); });
@@ -805,7 +810,7 @@ void ElasticAgent::Impl::clearProcessGroups() {
   forgetEscaped();
   // One that outlived SIGKILL stays with the guard, which kills it if ddprun dies first.
   for (const Worker& w : workers_) {
-    if (!w.abandoned) guard_.forget(w.pid);
+    if (w.pid > 1 && !w.abandoned) guard_.forget(w.pid);
   }
 }
 
@@ -884,17 +889,19 @@ void ElasticAgent::Impl::forgetEscaped() {
 void ElasticAgent::Impl::stopAdoptedOrphans() {
   // Neither the guard nor a worker (even one somehow still running) is an orphan.
   std::vector<pid_t> ours = {guard_.pid()};
-  for (const Worker& w : workers_) ours.push_back(w.pid);
+  for (const Worker& w : workers_) {
+    if (w.pid > 1) ours.push_back(w.pid);
+  }
   auto orphansNow = [&ours] { return liveChildren(ours); };
   for (int round = 0; round < kMaxOrphanRounds; ++round) {
     std::vector<pid_t> orphans = orphansNow();
     if (orphans.empty()) return;
     log_->warn("stopping {} process(es) that left their worker's process group and outlived it (pid {}{})",
                orphans.size(), orphans.front(), orphans.size() > 1 ? ", ..." : "");
-    for (pid_t pid : orphans) ::kill(pid, SIGTERM);
+    for (pid_t pid : orphans) signalProcess(pid, SIGTERM);
     const auto deadline = Clock::now() + config_.term_timeout;
     while (!orphansNow().empty() && Clock::now() < deadline) runFor(kGroupPollInterval);
-    for (pid_t pid : orphansNow()) ::kill(pid, SIGKILL);
+    for (pid_t pid : orphansNow()) signalProcess(pid, SIGKILL);
     const auto reap_deadline = Clock::now() + std::chrono::seconds(5);
     while (!orphansNow().empty() && Clock::now() < reap_deadline) runFor(kGroupPollInterval);
   }

@@ -12,6 +12,7 @@
 
 #include "agent/failure_report.h"
 #include "agent/proc_stat.h"
+#include "agent/process_signals.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
 
@@ -45,9 +46,9 @@ void suppressCoreDump(pid_t pid) {
 }
 
 void sendSignal(pid_t pid, int signal, int rank) {
-  if (::kill(pid, signal) != 0 && errno != ESRCH) {
-    logger("agent")->warn("cannot send {} to pid {} of rank {}: {}", signalName(signal), pid, rank,
-                          std::strerror(errno));
+  const int err = signalProcess(pid, signal);
+  if (err != 0 && err != ESRCH) {
+    logger("agent")->warn("cannot send {} to pid {} of rank {}: {}", signalName(signal), pid, rank, std::strerror(err));
   }
 }
 
