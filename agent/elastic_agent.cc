@@ -177,6 +177,7 @@ class ElasticAgent::Impl {
     std::string hang_reason;                      // set when ddprun stopped it as hung ("timer 'step' expired")
     std::optional<HungStop> hang;                 // its stacks, then
     bool abandoned = false;                       // survived SIGKILL (uninterruptible sleep); no longer waited for
+    bool left_group = false;                      // found outside its own process group (said once)
     bool failed() const { return !running && !stopped_by_agent && (signal != 0 || exit_code != 0); }
   };
   enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
@@ -204,6 +205,9 @@ class ElasticAgent::Impl {
   void drainOutput();
   void endAttempt();
   bool anyRunning() const;
+  // Sends `signal` to the worker's process group and to the worker itself (which may have
+  // left its group). Returns whether the worker was reached; says why not when it was not.
+  bool signalWorker(Worker& w, int signal);
   void signalRunning(int signal);
   std::vector<WorkerFailure> collectFailures() const;
   void addStderrTails(std::vector<WorkerFailure>& failures) const;
@@ -389,12 +393,23 @@ bool ElasticAgent::Impl::anyRunning() const {
   return false;
 }
 
+bool ElasticAgent::Impl::signalWorker(Worker& w, int signal) {
+  const int to_group = signalGroup(w.pid, signal);
+  const int to_worker = signalProcess(w.pid, signal);
+  if (to_group == ESRCH && to_worker == 0 && !w.left_group) {
+    w.left_group = true;
+    log_->warn("worker rank {} (pid {}) has left its process group; signalling it by its pid", w.place.rank, w.pid);
+  }
+  if (to_worker != 0 && to_worker != ESRCH) {
+    log_->warn("cannot send {} to worker rank {} (pid {}): {}", signalName(signal), w.place.rank, w.pid,
+               std::strerror(to_worker));
+  }
+  return to_worker == 0;
+}
+
 void ElasticAgent::Impl::signalRunning(int signal) {
-  for (const Worker& w : workers_) {
-    if (w.running && ::kill(-w.pid, signal) != 0 && errno != ESRCH) {
-      log_->warn("cannot send {} to worker rank {} (pid {}): {}", signalName(signal), w.place.rank, w.pid,
-                 std::strerror(errno));
-    }
+  for (Worker& w : workers_) {
+    if (w.running) signalWorker(w, signal);
   }
 }
 
@@ -586,18 +601,30 @@ void ElasticAgent::Impl::stopWorkers(int signal) {
     }
     log_->warn("workers still running {} ms after {}; sending SIGKILL: {}", config_.term_timeout.count(),
                signalName(signal), states);
-    signalRunning(SIGKILL);
+    std::set<pid_t> killed;  // the workers SIGKILL reached
+    for (Worker& w : workers_) {
+      if (w.running && signalWorker(w, SIGKILL)) killed.insert(w.pid);
+    }
     // A worker in uninterruptible sleep (D) dies only when its kernel call returns, which may
     // be never (a dead NFS server, a wedged driver): it must not hold up ddprun.
     runWhile([this] { return anyRunning(); }, killWait());
     for (Worker& w : workers_) {
       if (!w.running) continue;
       const std::string state = describeProcessState(w.pid);
-      log_->error("worker rank {} (pid {}) still running {} ms after SIGKILL, state {}; going on without it",
-                  w.place.rank, w.pid, std::chrono::duration_cast<std::chrono::milliseconds>(killWait()).count(),
-                  state);
-      emit("worker_unkillable",
-           JsonObject().add("rank", w.place.rank).add("pid", w.pid).add("attempt", attempt_).add("state", state));
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(killWait()).count();
+      if (killed.count(w.pid)) {
+        log_->error("worker rank {} (pid {}) still running {} ms after SIGKILL, state {}; going on without it",
+                    w.place.rank, w.pid, waited, state);
+      } else {
+        log_->error("worker rank {} (pid {}) could not be sent SIGKILL and still runs, state {}; going on without it",
+                    w.place.rank, w.pid, state);
+      }
+      emit("worker_unkillable", JsonObject()
+                                    .add("rank", w.place.rank)
+                                    .add("pid", w.pid)
+                                    .add("attempt", attempt_)
+                                    .add("state", state)
+                                    .add("sigkill_sent", killed.count(w.pid) > 0));
       w.running = false;
       w.abandoned = true;
     }
