@@ -66,9 +66,10 @@ constexpr int kMaxOrphanRounds = 8;
 // Output still arriving after every worker's process group is gone comes from a
 // process that left its group (setsid); we stop waiting for it after this long.
 constexpr auto kDrainTimeout = std::chrono::seconds(1);
-// Without cgroups, how often the agent looks for workers' descendants that left their
-// process group, to tell the orphan guard. One started less than this before ddprun is
-// killed with kill -9 can outlive it; a scan is one pass over /proc.
+// How often the agent looks for workers' descendants that left their process group, to
+// tell the orphan guard. With cgroups too: a process can leave its cgroup as well (a write
+// to another cgroup's cgroup.procs). One that left less than this before ddprun is killed
+// with kill -9 can outlive it; a scan is one pass over /proc.
 constexpr auto kEscapeScanInterval = std::chrono::milliseconds(500);
 // How long killed processes get to leave their cgroups at the end of an attempt.
 constexpr auto kCgroupRemoveTimeout = std::chrono::seconds(5);
@@ -196,7 +197,6 @@ class ElasticAgent::Impl {
   void stopWorkers(int signal);
   void stopAdoptedOrphans();
   void setUpContainment();
-  void startEscapeScan();
   void armEscapeScan();
   void scanEscaped();
   void forgetEscaped();
@@ -264,7 +264,6 @@ class ElasticAgent::Impl {
   asio::signal_set user_signals_;
   asio::steady_timer escape_scan_;
   std::unique_ptr<WorkerCgroups> cgroups_;
-  bool escape_scan_started_ = false;
   std::set<ProcessStamp> escaped_;  // told to the guard: outside every worker's group
   std::vector<Worker> workers_;
   std::vector<std::unique_ptr<LineForwarder>> forwarders_;
@@ -503,8 +502,6 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   worker.pid = spawned.pid;
   worker.running = true;
   guard_.watch(spawned.pid);
-  // A worker outside a cgroup is contained by its process group only: watch who leaves it.
-  if (!spawned.in_cgroup) startEscapeScan();
   if (config_.numa_binding) {
     const CpuBinding& binding = config_.cpu_bindings.at(static_cast<size_t>(local_rank));
     log_->info("worker rank {} (local rank {}, pid {}) bound to CPUs {} (--numa-binding={}, NUMA node {})",
@@ -857,22 +854,18 @@ void ElasticAgent::Impl::removeWorkerCgroups() {
 }
 
 // Where workers are contained by cgroups the kernel keeps every descendant in; else by
-// process groups, which a descendant can leave, so the agent watches for those that do.
+// process groups. A descendant can leave either (setsid; a write to another cgroup's
+// cgroup.procs, as root), so the agent watches for those that leave their process group in
+// both cases: the scan is the second net under the cgroups.
 void ElasticAgent::Impl::setUpContainment() {
   cgroups_ = std::make_unique<WorkerCgroups>(::getpid(), cgroupsAllowed());
   if (cgroups_->enabled()) {
     log_->debug("workers are contained by cgroups under {}", cgroups_->root());
     guard_.watchCgroup(cgroups_->root());
-    return;
+  } else {
+    log_->debug("workers are contained by process groups only ({}); processes that leave them are found every {} ms",
+                cgroups_->whyNot(), kEscapeScanInterval.count());
   }
-  log_->debug("workers are contained by process groups only ({}); processes that leave them are found every {} ms",
-              cgroups_->whyNot(), kEscapeScanInterval.count());
-  startEscapeScan();
-}
-
-void ElasticAgent::Impl::startEscapeScan() {
-  if (escape_scan_started_) return;
-  escape_scan_started_ = true;
   armEscapeScan();
 }
 
