@@ -225,7 +225,9 @@ class ElasticAgent::Impl {
   Worker* workerOwning(pid_t pid);
   // Stops each (worker, pid) as hung with `signal` after capturing its stacks (and Python's
   // tracebacks), recording why and the stacks for the failure report.
-  void stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal, const std::string& reason);
+  // `kill_after` > 0: SIGKILL follows `signal` after that long to whom it did not end.
+  void stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal, const std::string& reason,
+                std::chrono::milliseconds kill_after = std::chrono::milliseconds(0));
   // The hang verdict (hang_verdict.h) over this node's flight recorder rings, logged once per
   // attempt with what triggered it, before anyone is stopped. Returns it (empty: none).
   std::string judgeHang(const std::string& trigger);
@@ -693,7 +695,9 @@ void ElasticAgent::Impl::onTimerExpired(const TimerExpiry& expiry) {
   log_->warn("worker rank {} (pid {}): timer '{}' expired; taking its stacks, then {}{}", w->place.rank, pid, scope,
              w->python_faulthandler ? "SIGABRT (Python tracebacks to its stderr) and " : "", signalName(expiry.signal));
   judgeHang("timer '" + scope + "' of rank " + std::to_string(w->place.rank) + " expired");
-  stopHung({{w, pid}}, expiry.signal, "timer '" + scope + "' expired");
+  // Whatever signal it asked for (SIGSTOP, one it handles), an expired timer ends the process:
+  // SIGKILL follows after --term_timeout if it is still there.
+  stopHung({{w, pid}}, expiry.signal, "timer '" + scope + "' expired", config_.term_timeout);
 }
 
 std::vector<RankPosition> ElasticAgent::Impl::localPositions() const {
@@ -779,12 +783,12 @@ void ElasticAgent::Impl::checkHangTimeout() {
 }
 
 void ElasticAgent::Impl::stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal,
-                                  const std::string& reason) {
+                                  const std::string& reason, std::chrono::milliseconds kill_after) {
   std::vector<HungWorker> hung;
   for (const auto& [w, pid] : targets) {
     hung.push_back(HungWorker{pid, w->place.rank, w->place.local_rank, w->dir, w->python_faulthandler});
   }
-  std::vector<HungStop> stops = hung_stopper_.stop(hung, signal, "before stopping it: " + reason);
+  std::vector<HungStop> stops = hung_stopper_.stop(hung, signal, "before stopping it: " + reason, kill_after);
   // The report and the log point to stacks.txt, so a temporary run directory stays.
   if (layout_->isTemporary()) {
     layout_->keep();
