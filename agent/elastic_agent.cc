@@ -789,9 +789,11 @@ void ElasticAgent::Impl::stopHung(const std::vector<std::pair<Worker*, pid_t>>& 
     hung.push_back(HungWorker{pid, w->place.rank, w->place.local_rank, w->dir, w->python_faulthandler});
   }
   std::vector<HungStop> stops = hung_stopper_.stop(hung, signal, "before stopping it: " + reason, kill_after);
-  // The report and the log point to stacks.txt, so a temporary run directory stays.
+  // The report and the log point to stacks.txt, so a temporary run directory stays, even
+  // when ddprun is killed.
   if (layout_->isTemporary()) {
     layout_->keep();
+    guard_.forgetDirectory(layout_->runDir());
     log_->info("keeping the run directory {} for the stacks in it", layout_->runDir());
   }
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -1243,6 +1245,8 @@ int ElasticAgent::Impl::run() {
   const bool keep_logs = config_.redirects.anyStream() || config_.tee.anyStream();
   layout_ = std::make_unique<LogLayout>(config_.log_dir, config_.rendezvous.run_id, keep_logs);
   if (!layout_->isTemporary()) log_->info("worker logs in {}", layout_->runDir());
+  // Removed at exit; the guard removes it (rpc_secret files included) if ddprun is killed.
+  if (layout_->isTemporary()) guard_.watchDirectory(layout_->runDir());
   if (setsOmpNumThreads(base_env_, config_.nproc_per_node)) {
     log_->warn(
         "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "

@@ -323,3 +323,36 @@ TEST_CASE("kill -9 of ddprun stops a daemon that left both its process group and
   if (!gone) ::kill(daemon_pid, SIGKILL);  // leave nothing behind, pass or fail
   CHECK(gone);
 }
+
+TEST_CASE("kill -9 of ddprun without --log_dir leaves no temporary run directory", "[e2e][orphans]") {
+  TempDir tmp;
+  std::vector<pid_t> pids;
+  {
+    TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", testWorkerPath(),
+                        "grandchild", tmp.file("pids")},
+                       {{"TMPDIR", tmp.path()}});
+    REQUIRE(ddprun.waitForOutput("ready rank=", 20s, 2));
+    pids = pidsIn(tmp.file("pids"));
+    // The run directory, with each worker's files (and rpc_secret where there is one).
+    const auto runDirs = [&] {
+      std::vector<std::string> dirs;
+      for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
+        if (entry.path().filename().string().rfind("ddprun-", 0) == 0) dirs.push_back(entry.path());
+      }
+      return dirs;
+    };
+    REQUIRE(runDirs().size() == 1);
+    ::kill(ddprun.pid(), SIGKILL);
+    REQUIRE(ddprun.wait(10s));
+    CHECK(ddprun.termSignal() == SIGKILL);
+    CHECK(eventually([&] { return runDirs().empty(); }, 10s));
+  }
+  CHECK(eventually(
+      [&] {
+        for (pid_t pid : pids) {
+          if (processAlive(pid)) return false;
+        }
+        return true;
+      },
+      10s));
+}
