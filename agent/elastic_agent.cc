@@ -89,12 +89,6 @@ std::string hostName() {
   return buf;
 }
 
-// DDPRUN_NO_CGROUPS=1 (any value but empty or 0) keeps workers out of cgroups.
-bool cgroupsAllowed() {
-  const char* value = std::getenv(env::kNoCgroups);
-  return value == nullptr || *value == '\0' || std::string_view(value) == "0";
-}
-
 bool groupAlive(pid_t pgid) {
   const int err = signalGroup(pgid, 0);
   return err == 0 || err == EPERM;
@@ -864,7 +858,7 @@ void ElasticAgent::Impl::removeWorkerCgroups() {
 // cgroup.procs, as root), so the agent watches for those that leave their process group in
 // both cases: the scan is the second net under the cgroups.
 void ElasticAgent::Impl::setUpContainment() {
-  cgroups_ = std::make_unique<WorkerCgroups>(::getpid(), cgroupsAllowed());
+  cgroups_ = std::make_unique<WorkerCgroups>(::getpid(), config_.cgroups);
   if (cgroups_->enabled()) {
     log_->debug("workers are contained by cgroups under {}", cgroups_->root());
     guard_.watchCgroup(cgroups_->root());
