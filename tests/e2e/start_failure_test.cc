@@ -50,9 +50,10 @@ TEST_CASE("a worker that cannot start is one line and exit 1 and PID 1 gets no s
   const std::string record = dir.file("pid1-record");
   // --term_timeout=120: a ddprun that waited on PID 1 (kill(1, 0) always succeeds) would
   // outlive the run's bound below rather than pass by luck.
-  auto r = run({kUnshare, "--pid", "--fork", "--mount-proc", "--kill-child", "/bin/bash", "-c", kStubInit, "stub-init",
-                record, ddprunPath(), "--standalone", "--nproc_per_node=2", "--term_timeout=120", "--no_python", script},
-               {}, 60s);
+  auto r =
+      run({kUnshare, "--pid", "--fork", "--mount-proc", "--kill-child", "/bin/bash", "-c", kStubInit, "stub-init",
+           record, ddprunPath(), "--standalone", "--nproc_per_node=2", "--term_timeout=120", "--no_python", script},
+          {}, 60s);
   INFO(r.out << r.err);
   INFO("PID 1 recorded: " << readFile(record));
   REQUIRE(r.finished);
@@ -61,7 +62,8 @@ TEST_CASE("a worker that cannot start is one line and exit 1 and PID 1 gets no s
   CHECK_THAT(r.out, !Catch::Contains("started"));
   // One line, naming the program and why it cannot run.
   CHECK(countOf(r.err, "error") == 1);
-  CHECK_THAT(r.err, Catch::Contains("cannot start workers: exec " + script +
-                                    " (its #! interpreter /nonexistent/interpreter is missing): No such file or directory"));
+  CHECK_THAT(r.err,
+             Catch::Contains("cannot start workers: exec " + script +
+                             " (its #! interpreter /nonexistent/interpreter is missing): No such file or directory"));
   CHECK_THAT(r.err, !Catch::Contains("SIGKILL") && !Catch::Contains("SIGTERM"));
 }
