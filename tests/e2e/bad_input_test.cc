@@ -77,7 +77,7 @@ TEST_CASE("an unreachable rendezvous store fails with exit 3 within join_timeout
   CHECK(std::chrono::steady_clock::now() - start < 15s);
 }
 
-TEST_CASE("DDPRUN_NO_CGROUPS takes a boolean; anything else is one line naming it and exit 2", "[e2e][bad_input]") {
+TEST_CASE("DDPRUN_NO_CGROUPS takes a boolean and anything else is one line naming it and exit 2", "[e2e][bad_input]") {
   TempDir dir;
   const std::string marker = dir.file("started");
   for (const char* value : {"maybe", "2", "off-ish"}) {
