@@ -48,6 +48,9 @@ struct AgentConfig {
   std::optional<int> health_check_port;                 // --health_check_port; unset: no endpoint.
   std::string health_check_addr = "127.0.0.1";          // --health_check_addr: where it listens (loopback unless told).
   std::optional<std::string> events_file;               // DDPRUN_EVENTS_FILE; unset: events only in --log_dir.
+  // Whether workers go into cgroups where they can be written (default yes); DDPRUN_NO_CGROUPS=1 (a boolean) turns
+  // them off, leaving process groups alone to contain the workers.
+  bool cgroups = true;
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's file timers on a named pipe (default off).
   bool file_timer = false;
   // --hang_timeout: no local rank has completed an operation (a collective or a point-to-point

@@ -1,4 +1,5 @@
 #include "agent/cgroup_v2.h"
+#include "agent/process_signals.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -61,7 +62,7 @@ void killCgroup(const std::string& dir) {
   for (const fs::path& cgroup : subtree(dir)) {
     std::ifstream procs(cgroup / "cgroup.procs");
     for (pid_t pid; procs >> pid;) {
-      if (pid > 0) ::kill(pid, SIGKILL);
+      signalProcess(pid, SIGKILL);
     }
   }
 }

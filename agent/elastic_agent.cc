@@ -40,6 +40,7 @@
 #include "agent/node_cooldown.h"
 #include "agent/numa_binding.h"
 #include "agent/orphan_guard.h"
+#include "agent/process_signals.h"
 #include "agent/process_spawner.h"
 #include "agent/process_state.h"
 #include "agent/restart_policy.h"
@@ -66,9 +67,10 @@ constexpr int kMaxOrphanRounds = 8;
 // Output still arriving after every worker's process group is gone comes from a
 // process that left its group (setsid); we stop waiting for it after this long.
 constexpr auto kDrainTimeout = std::chrono::seconds(1);
-// Without cgroups, how often the agent looks for workers' descendants that left their
-// process group, to tell the orphan guard. One started less than this before ddprun is
-// killed with kill -9 can outlive it; a scan is one pass over /proc.
+// How often the agent looks for workers' descendants that left their process group, to
+// tell the orphan guard. With cgroups too: a process can leave its cgroup as well (a write
+// to another cgroup's cgroup.procs). One that left less than this before ddprun is killed
+// with kill -9 can outlive it; a scan is one pass over /proc.
 constexpr auto kEscapeScanInterval = std::chrono::milliseconds(500);
 // How long killed processes get to leave their cgroups at the end of an attempt.
 constexpr auto kCgroupRemoveTimeout = std::chrono::seconds(5);
@@ -88,13 +90,10 @@ std::string hostName() {
   return buf;
 }
 
-// DDPRUN_NO_CGROUPS=1 (any value but empty or 0) keeps workers out of cgroups.
-bool cgroupsAllowed() {
-  const char* value = std::getenv(env::kNoCgroups);
-  return value == nullptr || *value == '\0' || std::string_view(value) == "0";
+bool groupAlive(pid_t pgid) {
+  const int err = signalGroup(pgid, 0);
+  return err == 0 || err == EPERM;
 }
-
-bool groupAlive(pid_t pgid) { return ::kill(-pgid, 0) == 0 || errno == EPERM; }
 
 // torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE uses Python's string.Template:
 // ${name} and $name both substitute.
@@ -174,6 +173,7 @@ class ElasticAgent::Impl {
     std::string hang_reason;                      // set when ddprun stopped it as hung ("timer 'step' expired")
     std::optional<HungStop> hang;                 // its stacks, then
     bool abandoned = false;                       // survived SIGKILL (uninterruptible sleep); no longer waited for
+    bool left_group = false;                      // found outside its own process group (said once)
     bool failed() const { return !running && !stopped_by_agent && (signal != 0 || exit_code != 0); }
   };
   enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
@@ -192,7 +192,6 @@ class ElasticAgent::Impl {
   void stopWorkers(int signal);
   void stopAdoptedOrphans();
   void setUpContainment();
-  void startEscapeScan();
   void armEscapeScan();
   void scanEscaped();
   void forgetEscaped();
@@ -201,6 +200,9 @@ class ElasticAgent::Impl {
   void drainOutput();
   void endAttempt();
   bool anyRunning() const;
+  // Sends `signal` to the worker's process group and to the worker itself (which may have
+  // left its group). Returns whether the worker was reached; says why not when it was not.
+  bool signalWorker(Worker& w, int signal);
   void signalRunning(int signal);
   std::vector<WorkerFailure> collectFailures() const;
   void addStderrTails(std::vector<WorkerFailure>& failures) const;
@@ -218,7 +220,9 @@ class ElasticAgent::Impl {
   Worker* workerOwning(pid_t pid);
   // Stops each (worker, pid) as hung with `signal` after capturing its stacks (and Python's
   // tracebacks), recording why and the stacks for the failure report.
-  void stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal, const std::string& reason);
+  // `kill_after` > 0: SIGKILL follows `signal` after that long to whom it did not end.
+  void stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal, const std::string& reason,
+                std::chrono::milliseconds kill_after = std::chrono::milliseconds(0));
   // The hang verdict (hang_verdict.h) over this node's flight recorder rings, logged once per
   // attempt with what triggered it, before anyone is stopped. Returns it (empty: none).
   std::string judgeHang(const std::string& trigger);
@@ -257,7 +261,6 @@ class ElasticAgent::Impl {
   asio::signal_set user_signals_;
   asio::steady_timer escape_scan_;
   std::unique_ptr<WorkerCgroups> cgroups_;
-  bool escape_scan_started_ = false;
   std::set<ProcessStamp> escaped_;  // told to the guard: outside every worker's group
   std::vector<Worker> workers_;
   std::vector<std::unique_ptr<LineForwarder>> forwarders_;
@@ -386,12 +389,23 @@ bool ElasticAgent::Impl::anyRunning() const {
   return false;
 }
 
+bool ElasticAgent::Impl::signalWorker(Worker& w, int signal) {
+  const int to_group = signalGroup(w.pid, signal);
+  const int to_worker = signalProcess(w.pid, signal);
+  if (to_group == ESRCH && to_worker == 0 && !w.left_group) {
+    w.left_group = true;
+    log_->warn("worker rank {} (pid {}) has left its process group; signalling it by its pid", w.place.rank, w.pid);
+  }
+  if (to_worker != 0 && to_worker != ESRCH) {
+    log_->warn("cannot send {} to worker rank {} (pid {}): {}", signalName(signal), w.place.rank, w.pid,
+               std::strerror(to_worker));
+  }
+  return to_worker == 0;
+}
+
 void ElasticAgent::Impl::signalRunning(int signal) {
-  for (const Worker& w : workers_) {
-    if (w.running && ::kill(-w.pid, signal) != 0 && errno != ESRCH) {
-      log_->warn("cannot send {} to worker rank {} (pid {}): {}", signalName(signal), w.place.rank, w.pid,
-                 std::strerror(errno));
-    }
+  for (Worker& w : workers_) {
+    if (w.running) signalWorker(w, signal);
   }
 }
 
@@ -485,8 +499,6 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   worker.pid = spawned.pid;
   worker.running = true;
   guard_.watch(spawned.pid);
-  // A worker outside a cgroup is contained by its process group only: watch who leaves it.
-  if (!spawned.in_cgroup) startEscapeScan();
   if (config_.numa_binding) {
     const CpuBinding& binding = config_.cpu_bindings.at(static_cast<size_t>(local_rank));
     log_->info("worker rank {} (local rank {}, pid {}) bound to CPUs {} (--numa-binding={}, NUMA node {})",
@@ -583,18 +595,30 @@ void ElasticAgent::Impl::stopWorkers(int signal) {
     }
     log_->warn("workers still running {} ms after {}; sending SIGKILL: {}", config_.term_timeout.count(),
                signalName(signal), states);
-    signalRunning(SIGKILL);
+    std::set<pid_t> killed;  // the workers SIGKILL reached
+    for (Worker& w : workers_) {
+      if (w.running && signalWorker(w, SIGKILL)) killed.insert(w.pid);
+    }
     // A worker in uninterruptible sleep (D) dies only when its kernel call returns, which may
     // be never (a dead NFS server, a wedged driver): it must not hold up ddprun.
     runWhile([this] { return anyRunning(); }, killWait());
     for (Worker& w : workers_) {
       if (!w.running) continue;
       const std::string state = describeProcessState(w.pid);
-      log_->error("worker rank {} (pid {}) still running {} ms after SIGKILL, state {}; going on without it",
-                  w.place.rank, w.pid, std::chrono::duration_cast<std::chrono::milliseconds>(killWait()).count(),
-                  state);
-      emit("worker_unkillable",
-           JsonObject().add("rank", w.place.rank).add("pid", w.pid).add("attempt", attempt_).add("state", state));
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(killWait()).count();
+      if (killed.count(w.pid)) {
+        log_->error("worker rank {} (pid {}) still running {} ms after SIGKILL, state {}; going on without it",
+                    w.place.rank, w.pid, waited, state);
+      } else {
+        log_->error("worker rank {} (pid {}) could not be sent SIGKILL and still runs, state {}; going on without it",
+                    w.place.rank, w.pid, state);
+      }
+      emit("worker_unkillable", JsonObject()
+                                    .add("rank", w.place.rank)
+                                    .add("pid", w.pid)
+                                    .add("attempt", attempt_)
+                                    .add("state", state)
+                                    .add("sigkill_sent", killed.count(w.pid) > 0));
       w.running = false;
       w.abandoned = true;
     }
@@ -672,7 +696,9 @@ void ElasticAgent::Impl::onTimerExpired(const TimerExpiry& expiry) {
   log_->warn("worker rank {} (pid {}): timer '{}' expired; taking its stacks, then {}{}", w->place.rank, pid, scope,
              w->python_faulthandler ? "SIGABRT (Python tracebacks to its stderr) and " : "", signalName(expiry.signal));
   judgeHang("timer '" + scope + "' of rank " + std::to_string(w->place.rank) + " expired");
-  stopHung({{w, pid}}, expiry.signal, "timer '" + scope + "' expired");
+  // Whatever signal it asked for (SIGSTOP, one it handles), an expired timer ends the process:
+  // SIGKILL follows after --term_timeout if it is still there.
+  stopHung({{w, pid}}, expiry.signal, "timer '" + scope + "' expired", config_.term_timeout);
 }
 
 std::vector<RankPosition> ElasticAgent::Impl::localPositions() const {
@@ -764,15 +790,17 @@ void ElasticAgent::Impl::checkHangTimeout() {
 }
 
 void ElasticAgent::Impl::stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal,
-                                  const std::string& reason) {
+                                  const std::string& reason, std::chrono::milliseconds kill_after) {
   std::vector<HungWorker> hung;
   for (const auto& [w, pid] : targets) {
     hung.push_back(HungWorker{pid, w->place.rank, w->place.local_rank, w->dir, w->python_faulthandler});
   }
-  std::vector<HungStop> stops = hung_stopper_.stop(hung, signal, "before stopping it: " + reason);
-  // The report and the log point to stacks.txt, so a temporary run directory stays.
+  std::vector<HungStop> stops = hung_stopper_.stop(hung, signal, "before stopping it: " + reason, kill_after);
+  // The report and the log point to stacks.txt, so a temporary run directory stays, even
+  // when ddprun is killed.
   if (layout_->isTemporary()) {
     layout_->keep();
+    guard_.forgetDirectory(layout_->runDir());
     log_->info("keeping the run directory {} for the stacks in it", layout_->runDir());
   }
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -786,18 +814,19 @@ void ElasticAgent::Impl::stopHung(const std::vector<std::pair<Worker*, pid_t>>& 
 void ElasticAgent::Impl::clearProcessGroups() {
   std::vector<pid_t> alive;
   for (const Worker& w : workers_) {
-    if (groupAlive(w.pid)) alive.push_back(w.pid);
+    // pid -1: a worker that never started (a failed start ends the attempt) has no group.
+    if (w.pid > 1 && groupAlive(w.pid)) alive.push_back(w.pid);
   }
   if (!alive.empty()) {
     log_->debug("{} worker process group(s) still have members; sending SIGTERM", alive.size());
-    for (pid_t pgid : alive) ::kill(-pgid, SIGTERM);
+    for (pid_t pgid : alive) signalGroup(pgid, SIGTERM);
     const auto deadline = Clock::now() + config_.term_timeout;
     for (;;) {
       std::erase_if(alive, [](pid_t pgid) { return !groupAlive(pgid); });
       if (alive.empty() || Clock::now() >= deadline) break;
       runFor(kGroupPollInterval);
     }
-    for (pid_t pgid : alive) ::kill(-pgid, SIGKILL);
+    for (pid_t pgid : alive) signalGroup(pgid, SIGKILL);
     const auto kill_deadline = Clock::now() + killWait();
     for (;;) {
       std::erase_if(alive, [](pid_t pgid) { return !groupAlive(pgid); });
@@ -818,7 +847,7 @@ void ElasticAgent::Impl::clearProcessGroups() {
   forgetEscaped();
   // One that outlived SIGKILL stays with the guard, which kills it if ddprun dies first.
   for (const Worker& w : workers_) {
-    if (!w.abandoned) guard_.forget(w.pid);
+    if (w.pid > 1 && !w.abandoned) guard_.forget(w.pid);
   }
 }
 
@@ -838,22 +867,18 @@ void ElasticAgent::Impl::removeWorkerCgroups() {
 }
 
 // Where workers are contained by cgroups the kernel keeps every descendant in; else by
-// process groups, which a descendant can leave, so the agent watches for those that do.
+// process groups. A descendant can leave either (setsid; a write to another cgroup's
+// cgroup.procs, as root), so the agent watches for those that leave their process group in
+// both cases: the scan is the second net under the cgroups.
 void ElasticAgent::Impl::setUpContainment() {
-  cgroups_ = std::make_unique<WorkerCgroups>(::getpid(), cgroupsAllowed());
+  cgroups_ = std::make_unique<WorkerCgroups>(::getpid(), config_.cgroups);
   if (cgroups_->enabled()) {
     log_->debug("workers are contained by cgroups under {}", cgroups_->root());
     guard_.watchCgroup(cgroups_->root());
-    return;
+  } else {
+    log_->debug("workers are contained by process groups only ({}); processes that leave them are found every {} ms",
+                cgroups_->whyNot(), kEscapeScanInterval.count());
   }
-  log_->debug("workers are contained by process groups only ({}); processes that leave them are found every {} ms",
-              cgroups_->whyNot(), kEscapeScanInterval.count());
-  startEscapeScan();
-}
-
-void ElasticAgent::Impl::startEscapeScan() {
-  if (escape_scan_started_) return;
-  escape_scan_started_ = true;
   armEscapeScan();
 }
 
@@ -897,17 +922,19 @@ void ElasticAgent::Impl::forgetEscaped() {
 void ElasticAgent::Impl::stopAdoptedOrphans() {
   // Neither the guard nor a worker (even one somehow still running) is an orphan.
   std::vector<pid_t> ours = {guard_.pid()};
-  for (const Worker& w : workers_) ours.push_back(w.pid);
+  for (const Worker& w : workers_) {
+    if (w.pid > 1) ours.push_back(w.pid);
+  }
   auto orphansNow = [&ours] { return liveChildren(ours); };
   for (int round = 0; round < kMaxOrphanRounds; ++round) {
     std::vector<pid_t> orphans = orphansNow();
     if (orphans.empty()) return;
     log_->warn("stopping {} process(es) that left their worker's process group and outlived it (pid {}{})",
                orphans.size(), orphans.front(), orphans.size() > 1 ? ", ..." : "");
-    for (pid_t pid : orphans) ::kill(pid, SIGTERM);
+    for (pid_t pid : orphans) signalProcess(pid, SIGTERM);
     const auto deadline = Clock::now() + config_.term_timeout;
     while (!orphansNow().empty() && Clock::now() < deadline) runFor(kGroupPollInterval);
-    for (pid_t pid : orphansNow()) ::kill(pid, SIGKILL);
+    for (pid_t pid : orphansNow()) signalProcess(pid, SIGKILL);
     const auto reap_deadline = Clock::now() + std::chrono::seconds(5);
     while (!orphansNow().empty() && Clock::now() < reap_deadline) runFor(kGroupPollInterval);
   }
@@ -1225,6 +1252,8 @@ int ElasticAgent::Impl::run() {
   const bool keep_logs = config_.redirects.anyStream() || config_.tee.anyStream();
   layout_ = std::make_unique<LogLayout>(config_.log_dir, config_.rendezvous.run_id, keep_logs);
   if (!layout_->isTemporary()) log_->info("worker logs in {}", layout_->runDir());
+  // Removed at exit; the guard removes it (rpc_secret files included) if ddprun is killed.
+  if (layout_->isTemporary()) guard_.watchDirectory(layout_->runDir());
   if (setsOmpNumThreads(base_env_, config_.nproc_per_node)) {
     log_->warn(
         "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "agent/proc_stat.h"
+#include "agent/process_signals.h"
 
 namespace ddprun::agent {
 
@@ -37,8 +38,8 @@ bool killStamped(const ProcessStamp& process) {
   const auto now = readProcStat(process.pid);
   if (!now || now->start_time != process.start_time || now->state == 'Z') return false;
   // While it lives its pid cannot be reused as a group id, so this group is its own.
-  if (now->pgid == process.pid) ::kill(-process.pid, SIGKILL);
-  ::kill(process.pid, SIGKILL);
+  if (now->pgid == process.pid) signalGroup(process.pid, SIGKILL);
+  signalProcess(process.pid, SIGKILL);
   return true;
 }
 

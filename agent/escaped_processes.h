@@ -1,7 +1,7 @@
-// Where workers cannot be put in cgroups, a worker's descendant that leaves its process group (setsid, a daemon) is out
-// of reach of the group kill that the orphan guard does when the agent is killed. The agent finds such processes by a
-// scan of /proc, and tells the guard each one's pid and start time, so that the guard can kill it later without the
-// risk of hitting an unrelated process that was given the same pid.
+// A worker's descendant that leaves its process group (setsid, a daemon) is out of reach of the group kill that the
+// orphan guard does when the agent is killed, and, if it also left its cgroup, of the cgroup kill. The agent finds such
+// processes by a scan of /proc, and tells the guard each one's pid and start time, so that the guard can kill it later
+// without the risk of hitting an unrelated process that was given the same pid.
 #pragma once
 
 #include <sys/types.h>

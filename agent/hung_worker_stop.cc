@@ -12,6 +12,7 @@
 
 #include "agent/failure_report.h"
 #include "agent/proc_stat.h"
+#include "agent/process_signals.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
 
@@ -45,10 +46,16 @@ void suppressCoreDump(pid_t pid) {
 }
 
 void sendSignal(pid_t pid, int signal, int rank) {
-  if (::kill(pid, signal) != 0 && errno != ESRCH) {
-    logger("agent")->warn("cannot send {} to pid {} of rank {}: {}", signalName(signal), pid, rank,
-                          std::strerror(errno));
+  const int err = signalProcess(pid, signal);
+  if (err != 0 && err != ESRCH) {
+    logger("agent")->warn("cannot send {} to pid {} of rank {}: {}", signalName(signal), pid, rank, std::strerror(err));
   }
+}
+
+// Whether the process stamped is still there, neither gone, nor a zombie, nor another given its pid.
+bool stillThere(const ProcStat& stamp) {
+  const std::optional<ProcStat> now = readProcStat(stamp.pid);
+  return now && now->start_time == stamp.start_time && now->state != 'Z';
 }
 
 }  // namespace
@@ -78,13 +85,35 @@ HungWorkerStopper::HungWorkerStopper(boost::asio::io_context& io, std::chrono::m
 
 HungWorkerStopper::~HungWorkerStopper() { cancel(); }
 
+template <typename Action>
+void HungWorkerStopper::after(std::chrono::milliseconds delay, Action action) {
+  auto pending = std::make_shared<Pending>(io_);
+  pending->timer.expires_after(delay);
+  pending->timer.async_wait([action = std::move(action)](const boost::system::error_code& ec) {
+    if (!ec) action();
+  });
+  pending_.push_back(std::move(pending));
+}
+
+void HungWorkerStopper::signalThenKill(const std::optional<ProcStat>& stamp, pid_t pid, int rank, int signal,
+                                       std::chrono::milliseconds kill_after) {
+  sendSignal(pid, signal, rank);
+  if (!stamp || signal == SIGKILL || kill_after.count() <= 0) return;
+  after(kill_after, [stamp = *stamp, rank, signal, kill_after] {
+    if (!stillThere(stamp)) return;
+    logger("agent")->warn("rank {} (pid {}) still runs {} ms after {}; sending SIGKILL", rank, stamp.pid,
+                          kill_after.count(), signalName(signal));
+    sendSignal(stamp.pid, SIGKILL, rank);
+  });
+}
+
 void HungWorkerStopper::cancel() {
   for (auto& p : pending_) p->timer.cancel();
   pending_.clear();
 }
 
 std::vector<HungStop> HungWorkerStopper::stop(const std::vector<HungWorker>& workers, int signal,
-                                              const std::string& reason) {
+                                              const std::string& reason, std::chrono::milliseconds kill_after) {
   std::vector<pid_t> pids;
   for (const HungWorker& w : workers) pids.push_back(w.pid);
   // Stamped before anything is signalled: the late signal must reach this process, not a
@@ -113,26 +142,21 @@ std::vector<HungStop> HungWorkerStopper::stop(const std::vector<HungWorker>& wor
     }
 
     if (!w.python_faulthandler) {
-      if (signal > 0) sendSignal(w.pid, signal, w.rank);
+      if (signal > 0) signalThenKill(stamps[i], w.pid, w.rank, signal, kill_after);
       continue;
     }
     suppressCoreDump(w.pid);
     sendSignal(w.pid, SIGABRT, w.rank);
     r.aborted_first = true;
     if (signal <= 0 || !stamps[i]) continue;
-    auto pending = std::make_shared<Pending>(io_);
-    pending->timer.expires_after(abort_grace_);
     const ProcStat stamp = *stamps[i];
     const int rank = w.rank;
-    pending->timer.async_wait([stamp, signal, rank](const boost::system::error_code& ec) {
-      if (ec) return;
-      const std::optional<ProcStat> now = readProcStat(stamp.pid);
-      if (!now || now->start_time != stamp.start_time || now->state == 'Z') return;
+    after(abort_grace_, [this, stamp, signal, rank, kill_after] {
+      if (!stillThere(stamp)) return;
       logger("agent")->warn("rank {} (pid {}) still runs after SIGABRT; sending {}", rank, stamp.pid,
                             signalName(signal));
-      sendSignal(stamp.pid, signal, rank);
+      signalThenKill(stamp, stamp.pid, rank, signal, kill_after);
     });
-    pending_.push_back(std::move(pending));
   }
   return results;
 }

@@ -3,19 +3,23 @@
 // (stack_capture.h) into the report and the worker's stacks.txt; then, for a Python
 // worker with faulthandler on (PYTHONFAULTHANDLER), SIGABRT, on which the interpreter
 // prints every thread's Python traceback to its stderr before it dies; and only then the
-// stopping signal, to the others at once and to a Python worker still alive after a grace.
+// stopping signal, to the others at once and to a Python worker still alive after a grace;
+// and, when asked, SIGKILL to one still there a while after that signal (SIGSTOP, or one it
+// handles, would leave it running or stopped for ever).
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "agent/proc_stat.h"
 #include "agent/stack_capture.h"
 
 namespace ddprun::agent {
@@ -57,15 +61,24 @@ class HungWorkerStopper {
   // writes each one's stacks.txt, then signals them as the header says: `signal` at once,
   // or SIGABRT now and `signal` after the grace, on the io_context, if the same process
   // (pid and start time) is still there. `signal` <= 0 sends nothing but the SIGABRT.
-  // `reason` goes into stacks.txt ("before stopping it: timer 'step' expired"). Returns
-  // one result per worker, in order. Never throws. Call on the io_context's thread.
-  std::vector<HungStop> stop(const std::vector<HungWorker>& workers, int signal, const std::string& reason);
+  // `kill_after` > 0 and `signal` > 0 and not SIGKILL: SIGKILL follows `signal` after
+  // `kill_after`, on the io_context, to the same process if it is still there (and not a
+  // zombie). `reason` goes into stacks.txt ("before stopping it: timer 'step' expired").
+  // Returns one result per worker, in order. Never throws. Call on the io_context's thread.
+  std::vector<HungStop> stop(const std::vector<HungWorker>& workers, int signal, const std::string& reason,
+                             std::chrono::milliseconds kill_after = std::chrono::milliseconds(0));
 
   // Forgets the signals still to be sent (the attempt is over; everything is killed anyway).
   void cancel();
 
  private:
   struct Pending;
+  // Runs `action` after `delay` on the io_context unless cancel() comes first.
+  template <typename Action>
+  void after(std::chrono::milliseconds delay, Action action);
+  // `signal` now, then (kill_after > 0) SIGKILL after kill_after if the process stamped is still there.
+  void signalThenKill(const std::optional<ProcStat>& stamp, pid_t pid, int rank, int signal,
+                      std::chrono::milliseconds kill_after);
   boost::asio::io_context& io_;
   std::chrono::milliseconds capture_timeout_;
   std::chrono::milliseconds abort_grace_;

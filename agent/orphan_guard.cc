@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "agent/cgroup_v2.h"
+#include "agent/process_signals.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
@@ -93,7 +94,7 @@ bool readFull(int fd, void* data, size_t size) {
   // Everything is killed before the guard waits for anything, so all of it dies together.
   for (const std::string& dir : cgroups) killCgroup(dir);
   for (const ProcessStamp& process : processes) killStamped(process);
-  for (int32_t pgid : groups) ::kill(-pgid, SIGKILL);
+  for (int32_t pgid : groups) signalGroup(pgid, SIGKILL);
   for (const std::string& dir : directories) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
@@ -148,7 +149,7 @@ OrphanGuard::~OrphanGuard() {
       "orphan guard (pid {}) did not exit within {} ms of "
       "the agent's end; killing it",
       guard_pid_, kReapTimeout.count());
-  ::kill(guard_pid_, SIGKILL);
+  signalProcess(guard_pid_, SIGKILL);
   while (::waitpid(guard_pid_, nullptr, 0) < 0 && errno == EINTR) {
   }
 }

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,16 @@ class CpuMask {
   size_t bytes_ = 0;
 };
 
+// The interpreter the #! line of the file `path` names; empty when it names none.
+std::string shebangInterpreter(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line) || line.rfind("#!", 0) != 0) return {};
+  const auto begin = line.find_first_not_of(" \t", 2);
+  if (begin == std::string::npos) return {};
+  return line.substr(begin, line.find_first_of(" \t\r", begin) - begin);
+}
+
 void warnNotInCgroup(const std::string& cgroup, int err) {
   logger("agent")->warn("cannot start a worker in cgroup {}: {}; it is contained by its process group only", cgroup,
                         std::strerror(err));
@@ -203,6 +214,12 @@ SpawnedProcess spawnWorker(const SpawnRequest& request) {
       throw SystemError(
           "bind worker " + request.argv.front() + " to CPUs " + formatCpuList(request.cpus) + " (sched_setaffinity)",
           failure.err);
+    }
+    // A program that is there but gives ENOENT lacks the interpreter its #! line names.
+    const std::string interpreter = failure.err == ENOENT ? shebangInterpreter(request.argv.front()) : "";
+    if (!interpreter.empty()) {
+      throw SystemError("exec " + request.argv.front() + " (its #! interpreter " + interpreter + " is missing)",
+                        failure.err);
     }
     throw SystemError("exec " + request.argv.front(), failure.err);
   }

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "agent/failure_report.h"
+#include "agent/process_signals.h"
 #include "common/unique_fd.h"
 
 extern char** environ;
@@ -197,7 +198,7 @@ std::vector<ProcessStacks> captureNativeStacks(const std::vector<pid_t>& pids, s
         break;
       }
       if (Clock::now() >= deadline) {
-        ::kill(-r.tool_pid, SIGKILL);
+        signalGroup(r.tool_pid, SIGKILL);
         ::waitpid(r.tool_pid, &r.status, 0);
         result[i].problem = fmt::format("{} did not finish within {:.1f} s and was killed; its output so far follows",
                                         tool->name, std::chrono::duration<double>(timeout).count());

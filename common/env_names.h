@@ -67,7 +67,7 @@ inline constexpr const char* kPython = "PYTHON";
 // torchrun's name for the interpreter; wins over PYTHON.
 inline constexpr const char* kPythonExec = "PYTHON_EXEC";
 inline constexpr const char* kLogLevel = "DDPRUN_LOG_LEVEL";
-// 1: workers are contained by process groups only, even where cgroups v2 can be written.
+// A boolean; 1/true/yes: workers are contained by process groups only, even where cgroups v2 can be written.
 inline constexpr const char* kNoCgroups = "DDPRUN_NO_CGROUPS";
 // The rendezvous store's shared token (the agent, the store server, `ddprun status`).
 inline constexpr const char* kToken = "DDPRUN_TOKEN";

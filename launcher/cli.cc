@@ -12,6 +12,7 @@
 #include "agent/numa_binding.h"
 #include "agent/worker_env.h"
 #include "common/env_names.h"
+#include "common/env_reader.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "launcher/nproc.h"
@@ -301,6 +302,8 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
     config.file_timer = true;
   }
   config.python_faulthandler = !f.no_python_faulthandler;
+  // A boolean: 1/true/yes turn cgroups off, 0/false/no (or empty) leave them on, anything else is refused.
+  config.cgroups = !env::booleanOr(env::kNoCgroups, false);
   if (const char* events = std::getenv(env::kEventsFile); events && *events) {
     agent::checkAppendable(events);
     config.events_file = events;

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "agent/proc_stat.h"
+#include "agent/process_signals.h"
 #include "agent/stack_capture.h"
 #include "common/error.h"
 
@@ -138,7 +139,7 @@ int printWorkerStacks(const std::string& events_file) {
   };
   if (agent.exited || agent.pid == 0) return none("the agent has exited");
   if (agent.host != hostName()) return none("the agent runs on " + agent.host + ", not here; run this there");
-  if (::kill(agent.pid, 0) != 0 && errno == ESRCH) {
+  if (agent::signalProcess(agent.pid, 0) == ESRCH) {
     return none("the agent (pid " + std::to_string(agent.pid) + ") is gone");
   }
   if (const std::string why = notOurAgent(agent.pid); !why.empty()) {

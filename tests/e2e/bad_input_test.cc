@@ -76,3 +76,35 @@ TEST_CASE("an unreachable rendezvous store fails with exit 3 within join_timeout
   CHECK_THAT(r.err, Catch::Contains("127.0.0.1:1"));
   CHECK(std::chrono::steady_clock::now() - start < 15s);
 }
+
+TEST_CASE("DDPRUN_NO_CGROUPS takes a boolean and anything else is one line naming it and exit 2", "[e2e][bad_input]") {
+  TempDir dir;
+  const std::string marker = dir.file("started");
+  for (const char* value : {"maybe", "2", "off-ish"}) {
+    INFO(value);
+    auto r = run({ddprunPath(), "--standalone", "--no_python", "sh", "-c", "touch " + marker},
+                 {{"DDPRUN_NO_CGROUPS", value}});
+    REQUIRE(r.finished);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == std::string("ddprun: error: DDPRUN_NO_CGROUPS=") + value +
+                       ": not a boolean (1/0, true/false, yes/no, on/off)\n");
+    CHECK_FALSE(fileExists(marker));
+  }
+  // false and no keep cgroups on as 0 does; with the logs at debug the agent says which it uses.
+  for (const char* value : {"0", "false", "no", ""}) {
+    INFO(value);
+    auto r = run({ddprunPath(), "--standalone", "--no_python", "true"},
+                 {{"DDPRUN_NO_CGROUPS", value}, {"DDPRUN_LOG_LEVEL", "agent=debug"}});
+    REQUIRE(r.finished);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.err, !Catch::Contains("(DDPRUN_NO_CGROUPS is set)"));
+  }
+  for (const char* value : {"1", "true", "yes"}) {
+    INFO(value);
+    auto r = run({ddprunPath(), "--standalone", "--no_python", "true"},
+                 {{"DDPRUN_NO_CGROUPS", value}, {"DDPRUN_LOG_LEVEL", "agent=debug"}});
+    REQUIRE(r.finished);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.err, Catch::Contains("contained by process groups only (DDPRUN_NO_CGROUPS is set)"));
+  }
+}

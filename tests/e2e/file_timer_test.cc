@@ -263,3 +263,25 @@ assert len(expired) == 1 and expired[0]['scope'] == 'x\n[ddprun] info: forged \x
   INFO(checked.out << checked.err);
   CHECK(checked.exit_code == 0);
 }
+
+TEST_CASE("a timer whose signal is SIGSTOP still ends with the worker killed after --term_timeout", "[e2e][timer]") {
+  // The worker asks for SIGSTOP when its timer expires (issue 39, #5): stopped, it would hold
+  // the job for ever; ddprun follows with SIGKILL after --term_timeout.
+  const std::string script =
+      "echo \"{\\\"version\\\": 1, \\\"pid\\\": $$, \\\"scope_id\\\": \\\"stop_me\\\", "
+      "\\\"expiration_time\\\": $(($(date +%s) + 1)), \\\"signal\\\": 19}\" > \"$TORCHELASTIC_TIMER_FILE\"; "
+      "echo armed; exec sleep 300";
+  TempDir tmp;  // the run directory kept for the stacks goes here, and with it
+  auto env = kTimersOn;
+  env["TMPDIR"] = tmp.path();
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--max_restarts=0", "--term_timeout=1",
+                "--no_python", "/bin/sh", "-c", script},
+               env, 90s);
+  INFO(r.out << r.err);
+  REQUIRE(r.finished);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.out, Catch::Contains("armed"));
+  CHECK_THAT(r.err, Catch::Contains("timer 'stop_me' expired"));
+  CHECK_THAT(r.err, Catch::Contains("still runs 1000 ms after SIGSTOP; sending SIGKILL"));
+  CHECK_THAT(r.err, Catch::Contains("  exit      : killed by SIGKILL (9)"));
+}

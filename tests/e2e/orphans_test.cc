@@ -289,3 +289,70 @@ TEST_CASE("setsid daemons do not outlive a successful job and no cgroup is left"
 TEST_CASE("setsid daemons do not outlive a successful job with DDPRUN_NO_CGROUPS=1", "[e2e][orphans]") {
   succeedWithDaemons(true);
 }
+
+TEST_CASE("kill -9 of ddprun stops a daemon that left both its process group and its cgroup", "[e2e][orphans]") {
+  const std::string cgroup_dir = writableCgroupDir();
+  if (cgroup_dir.empty()) {
+    WARN("SKIPPED: no writable cgroup2 directory here (needs root and a cgroup2 mount)");
+    return;
+  }
+  TempDir dir;
+  const std::string pid_file = dir.file("daemon");
+  // The daemon leaves its worker's session and moves itself into this test's own cgroup, out
+  // of the agent's subtree (issue 39, #3), then says where it is.
+  const std::string daemon = "echo $$ > " + cgroup_dir + "/cgroup.procs && echo $$ > " + pid_file + ".tmp && mv " +
+                             pid_file + ".tmp " + pid_file + " && exec sleep 302";
+  const std::string worker = "(setsid sh -c '" + daemon + "' &); while [ ! -e " + pid_file +
+                             " ]; do sleep 0.01; done; echo daemon-ready; exec sleep 300";
+  pid_t daemon_pid = 0;
+  {
+    TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", "sh", "-c", worker},
+                       {{"DDPRUN_LOG_LEVEL", "agent=debug"}, {"DDPRUN_NO_CGROUPS", ""}});
+    REQUIRE(ddprun.waitForOutput("daemon-ready", 20s));
+    const auto pids = pidsIn(pid_file);
+    REQUIRE(pids.size() == 1);
+    daemon_pid = pids[0];
+    CHECK_THAT(ddprun.err(), Catch::Contains("workers are contained by cgroups under " + cgroup_dir + "/ddprun-"));
+    // The agent's scan finds it even with cgroups on; kill -9 comes after it told the guard.
+    CHECK(ddprun.waitForOutput("the orphan guard now watches pid " + std::to_string(daemon_pid) + ":", 10s));
+    ::kill(ddprun.pid(), SIGKILL);
+    REQUIRE(ddprun.wait(10s));
+    CHECK(ddprun.termSignal() == SIGKILL);
+  }
+  const bool gone = eventually([&] { return !processAlive(daemon_pid); }, 10s);
+  if (!gone) ::kill(daemon_pid, SIGKILL);  // leave nothing behind, pass or fail
+  CHECK(gone);
+}
+
+TEST_CASE("kill -9 of ddprun without --log_dir leaves no temporary run directory", "[e2e][orphans]") {
+  TempDir tmp;
+  std::vector<pid_t> pids;
+  {
+    TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python", testWorkerPath(),
+                        "grandchild", tmp.file("pids")},
+                       {{"TMPDIR", tmp.path()}});
+    REQUIRE(ddprun.waitForOutput("ready rank=", 20s, 2));
+    pids = pidsIn(tmp.file("pids"));
+    // The run directory, with each worker's files (and rpc_secret where there is one).
+    const auto runDirs = [&] {
+      std::vector<std::string> dirs;
+      for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
+        if (entry.path().filename().string().rfind("ddprun-", 0) == 0) dirs.push_back(entry.path());
+      }
+      return dirs;
+    };
+    REQUIRE(runDirs().size() == 1);
+    ::kill(ddprun.pid(), SIGKILL);
+    REQUIRE(ddprun.wait(10s));
+    CHECK(ddprun.termSignal() == SIGKILL);
+    CHECK(eventually([&] { return runDirs().empty(); }, 10s));
+  }
+  CHECK(eventually(
+      [&] {
+        for (pid_t pid : pids) {
+          if (processAlive(pid)) return false;
+        }
+        return true;
+      },
+      10s));
+}

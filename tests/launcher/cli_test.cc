@@ -280,3 +280,27 @@ TEST_CASE("an option given as --name= takes the empty value and never the next a
   CHECK(c.entrypoint[1] == "--log_dir=");  // the training script's own arguments are left alone
   CHECK(usageErrorOf({"--max_restarts=", "--no_python", "true"}).find("--max_restarts") != std::string::npos);
 }
+
+TEST_CASE("DDPRUN_NO_CGROUPS is a boolean and anything else is a usage error naming it", "[cli]") {
+  const std::vector<std::string> args = {"--no_python", trueProgram()};
+  {
+    ScopedEnv unset("DDPRUN_NO_CGROUPS", std::nullopt);
+    CHECK(parse(args).config.cgroups);
+  }
+  for (const char* on : {"", "0", "false", "no", "False", "NO"}) {
+    INFO(on);
+    ScopedEnv env("DDPRUN_NO_CGROUPS", on);
+    CHECK(parse(args).config.cgroups);
+  }
+  for (const char* off : {"1", "true", "yes", "TRUE", "Yes"}) {
+    INFO(off);
+    ScopedEnv env("DDPRUN_NO_CGROUPS", off);
+    CHECK_FALSE(parse(args).config.cgroups);
+  }
+  for (const char* bad : {"maybe", "2", " 1", "-1"}) {
+    INFO(bad);
+    ScopedEnv env("DDPRUN_NO_CGROUPS", bad);
+    CHECK(usageErrorOf(args) ==
+          std::string("DDPRUN_NO_CGROUPS=") + bad + ": not a boolean (1/0, true/false, yes/no, on/off)");
+  }
+}
