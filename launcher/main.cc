@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "launcher/cli.h"
+#include "launcher/hang_report_command.h"
 #include "launcher/slurm_hostnames_command.h"
 #include "launcher/status_command.h"
 
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   try {
     if (launcher::isHostnamesCommand(argc, argv)) return launcher::runHostnamesCommand(argc, argv);
     if (launcher::isStatusCommand(argc, argv)) return launcher::runStatusCommand(argc, argv);
+    if (launcher::isHangReportCommand(argc, argv)) return launcher::runHangReportCommand(argc, argv);
     launcher::ParsedCommandLine parsed = launcher::parseCommandLine(argc, argv);
     if (parsed.help_text) {
       std::fputs(parsed.help_text->c_str(), stdout);
@@ -41,6 +43,9 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     console().write(ConsoleStream::kStderr, fmt::format("ddprun: error: {}\n", e.what()));
     return agent::kExitUsage;
+  } catch (const launcher::BadDumpsError& e) {
+    console().write(ConsoleStream::kStderr, fmt::format("ddprun: {}\n", e.what()));
+    return launcher::kExitBadDumps;
   } catch (const RendezvousError& e) {
     console().write(ConsoleStream::kStderr, fmt::format("ddprun: rendezvous failed: {}\n", e.what()));
     return agent::kExitRendezvous;

@@ -282,9 +282,11 @@ def main():
             # Ranks 0 and 2 of three: rank 1's dump is missing.
             os.rename(victim, path(2))
         elif a.scenario == "corrupt":
+            # 200 bytes of 0xFF in the middle, longer than any string there: they hit an
+            # opcode (0xFF is none) or a length (a wild one).
             data = bytearray(open(victim, "rb").read())
-            data[len(data) // 2] = 0xFF  # no such opcode, or a wild length
-            data[len(data) // 2 + 1] = 0xFF
+            mid = len(data) // 2
+            data[mid:mid + 200] = b"\xff" * 200
             write(victim, bytes(data))
         elif a.scenario == "truncated":
             write(victim, open(victim, "rb").read()[:200])
