@@ -45,6 +45,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +55,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -380,13 +382,24 @@ struct RunResult {
   std::string first_error;
 };
 
+// The number at the start of `text` (after blanks), or `fallback` when there is none.
+template <class T>
+T leadingNumber(std::string_view text, T fallback) {
+  const size_t start = text.find_first_not_of(" \t");
+  if (start == std::string_view::npos) return fallback;
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data() + start, text.data() + text.size(), value);
+  return ec == std::errc() && end != text.data() + start ? value : fallback;
+}
+
 // A field of /proc/PID/status in kB, as MiB.
 double statusMiB(pid_t pid, const char* field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   const std::string prefix = std::string(field) + ":";
   while (std::getline(in, line)) {
-    if (line.rfind(prefix, 0) == 0) return std::strtod(line.c_str() + prefix.size(), nullptr) / 1024.0;
+    if (line.rfind(prefix, 0) == 0)
+      return leadingNumber<double>(std::string_view(line).substr(prefix.size()), 0) / 1024.0;
   }
   return 0;
 }
@@ -401,7 +414,7 @@ long long listenOverflows() {
     std::istringstream n(names), v(values);
     std::string name, value;
     while (n >> name && v >> value) {
-      if (name == "ListenOverflows") return std::atoll(value.c_str());
+      if (name == "ListenOverflows") return leadingNumber<long long>(value, -1);
     }
   }
   return -1;
@@ -417,7 +430,7 @@ double cpuSeconds(pid_t pid) {
   std::string f;
   double ticks = 0;
   for (int k = 3; fields >> f; ++k) {  // field 3 is the state; 14 utime, 15 stime
-    if (k == 14 || k == 15) ticks += std::strtod(f.c_str(), nullptr);
+    if (k == 14 || k == 15) ticks += leadingNumber<double>(f, 0);
     if (k == 15) break;
   }
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
@@ -468,7 +481,8 @@ std::pair<pid_t, int> startServer(const std::string& path, rlim_t soft, rlim_t h
     if (n <= 0) break;
     text.append(buffer, static_cast<size_t>(n));
     const size_t at = text.find("listening on ");
-    if (at != std::string::npos && text.find('\n', at) != std::string::npos) port = std::atoi(text.c_str() + at + 13);
+    if (at != std::string::npos && text.find('\n', at) != std::string::npos)
+      port = leadingNumber<int>(std::string_view(text).substr(at + 13), 0);
   }
   ::close(out[0]);
   if (port == 0) {
