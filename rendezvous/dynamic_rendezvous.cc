@@ -105,7 +105,7 @@ class DynamicRendezvous::Impl {
   Seat join(int round, Clock::TimePoint deadline);
   Seat joinStatic(int round, Clock::TimePoint deadline);
   int restartCountFor(int round);
-  void publishWorkerStore(int round);
+  void publishWorkerStore(int round, int world_size);
   std::string rpcSecret(int round, int participants) const;
   // Refreshes the heartbeat of this node's published record through `store` (the
   // watcher's own client); nothing before the first publishStatus().
@@ -368,7 +368,7 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
       result.rank_base = seat.rank_base;
       result.world_size = seat.world_size;
       result.restart_count = restartCountFor(round);
-      if (result.group_rank == 0) publishWorkerStore(round);
+      if (result.group_rank == 0) publishWorkerStore(round, result.world_size);
       std::string master = client_->get(key(round, "master"));
       auto colon = master.rfind(':');
       result.master_addr = master.substr(0, colon);
@@ -424,7 +424,7 @@ std::string DynamicRendezvous::Impl::rpcSecret(int round, int participants) cons
 // does (MASTER_PORT = --master_port): then keys the previous round's workers left are wiped
 // first, while every node's workers are stopped. Otherwise the group-rank-0 node starts a
 // fresh token-free store for the round on its own address.
-void DynamicRendezvous::Impl::publishWorkerStore(int round) {
+void DynamicRendezvous::Impl::publishWorkerStore(int round, int world_size) {
   const bool share_rendezvous_store =
       config_.backend == "static" && !config_.standalone && token_.empty() && host_server_;
   if (share_rendezvous_store) {
@@ -436,6 +436,7 @@ void DynamicRendezvous::Impl::publishWorkerStore(int round) {
   }
   StoreServerOptions options;
   options.host = isIpLiteral(advertise_address_) ? advertise_address_ : "0.0.0.0";
+  options.expected_clients = static_cast<size_t>(world_size);  // torch 2.x: one connection per rank
   worker_store_ = env_.host(options);
   client_->set(key(round, "master"), advertise_address_ + ":" + std::to_string(worker_store_->port()));
 }

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -24,6 +25,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "rendezvous/descriptor_limit.h"
 #include "rendezvous/sha256.h"
 #include "rendezvous/store_state.h"
 #include "rendezvous/token_auth.h"
@@ -109,6 +111,7 @@ class StoreServer::Impl {
   std::shared_ptr<spdlog::logger> log_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
+  tcp::endpoint accept_peer_;  // filled by each accept
   asio::steady_timer sweep_timer_;
   asio::steady_timer accept_timer_{io_};
   std::chrono::milliseconds accept_backoff_{0};
@@ -132,17 +135,18 @@ class StoreServer::Impl {
 
 class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(Impl& server, ConnectionId id, tcp::socket socket) : server_(server), id_(id), socket_(std::move(socket)) {
+  // `remote` comes from accept() itself: a getpeername() per connection and a string per
+  // connection cost time and memory that 100,000 clients multiply; the text is made when logged.
+  Connection(Impl& server, ConnectionId id, tcp::socket socket, const tcp::endpoint& remote)
+      : server_(server), id_(id), socket_(std::move(socket)), remote_(remote) {
     boost::system::error_code ec;
-    auto remote = socket_.remote_endpoint(ec);
-    peer_ = ec ? "unknown peer" : remote.address().to_string() + ":" + std::to_string(remote.port());
     socket_.set_option(tcp::no_delay(true), ec);
     authenticated_ = server_.options_.token.empty();
   }
 
   void start() { readMore(); }
   ConnectionId id() const { return id_; }
-  const std::string& peer() const { return peer_; }
+  std::string peer() const { return remote_.address().to_string() + ":" + std::to_string(remote_.port()); }
   bool authenticated() const { return authenticated_; }
   // When bytes last came from the client (or it connected).
   Clock::time_point lastHeard() const { return last_heard_; }
@@ -514,7 +518,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   Impl& server_;
   ConnectionId id_;
   tcp::socket socket_;
-  std::string peer_;
+  tcp::endpoint remote_;
   std::vector<uint8_t> in_;
   size_t in_len_ = 0;
   std::string pending_;
@@ -539,6 +543,11 @@ StoreServer::Impl::Impl(StoreServerOptions options)
       io_(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO),
       acceptor_(io_),
       sweep_timer_(io_) {
+  // Every client holds a descriptor: the soft limit (often 1024) would cap the store far below
+  // what the hard limit allows.
+  DescriptorLimit limit;
+  DescriptorPlan plan = raiseDescriptorLimit(options_.expected_clients, &limit);
+  if (!plan.warning.empty()) log_->warn("{}", plan.warning);
   boost::system::error_code ec;
   std::string host = options_.host == "localhost" ? "127.0.0.1" : options_.host;
   auto address = asio::ip::make_address(host, ec);
@@ -547,7 +556,11 @@ StoreServer::Impl::Impl(StoreServerOptions options)
   acceptor_.open(endpoint.protocol(), ec);
   if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  // Thousands of ranks connect at once when a job starts. Asio's default backlog is SOMAXCONN
+  // (4096); a connection that finds the queue full has its SYN dropped and retries only after a
+  // second (then 3, 7, ...). The kernel caps what is asked at net.core.somaxconn, so ask for the
+  // most and let that setting decide (rendezvous/PROTOCOL.md, README: what to raise).
+  if (!ec) acceptor_.listen(std::numeric_limits<int>::max(), ec);
   if (ec) {
     throw SystemError("store server: listen on " + options_.host + ":" + std::to_string(options_.port), ec.value());
   }
@@ -567,7 +580,8 @@ StoreServer::Impl::Impl(StoreServerOptions options)
       }
     }
   });
-  log_->debug("store listening on {}:{}{}", options_.host, port_, options_.token.empty() ? "" : " (token required)");
+  log_->debug("store listening on {}:{}{} (descriptor limit {}, hard {})", options_.host, port_,
+              options_.token.empty() ? "" : " (token required)", limit.soft, limit.hard);
 }
 
 StoreServer::Impl::~Impl() {
@@ -585,10 +599,10 @@ StoreServer::Impl::~Impl() {
 }
 
 void StoreServer::Impl::accept() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+  acceptor_.async_accept(accept_peer_, [this](const boost::system::error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (!ec) {
-      auto connection = std::make_shared<Connection>(*this, next_id_++, std::move(socket));
+      auto connection = std::make_shared<Connection>(*this, next_id_++, std::move(socket), accept_peer_);
       connections_.emplace(connection->id(), connection);
       connection_count_ = connections_.size();
       log_->trace("store: client {} connected", connection->peer());
@@ -614,8 +628,12 @@ void StoreServer::Impl::accept() {
     ++accept_failures_;
     const auto now = Clock::now();
     if (now - last_accept_log_ >= kAcceptLogInterval) {
-      log_->warn("store: accept failed: {} ({} failures since the last report; next try in {} ms, backing off to 1 s)",
-                 ec.message(), accept_failures_, accept_backoff_.count());
+      DescriptorLimit limit;
+      if (out_of_descriptors) raiseDescriptorLimit(0, &limit);
+      log_->warn(
+          "store: accept failed: {} ({} failures since the last report; next try in {} ms, backing off to 1 s){}{}",
+          ec.message(), accept_failures_, accept_backoff_.count(), out_of_descriptors ? "; " : "",
+          out_of_descriptors ? outOfDescriptorsAdvice(limit) : std::string());
       accept_failures_ = 0;
       last_accept_log_ = now;
     }

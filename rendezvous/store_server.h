@@ -29,11 +29,18 @@ struct StoreServerOptions {
   // that ask for large values and do not read reach it, and the agent's host, which also runs
   // the training processes, is not pushed towards the OOM killer.
   size_t max_total_pending_reply_bytes = 512 * 1024 * 1024;
+  // Clients expected at once (the workers' store: the world size); 0: not known. Only for the
+  // start-up check of the descriptor limit: with a number, a hard limit too low to hold that
+  // many connections is logged as a warning that says what to raise. The soft limit is raised
+  // to the hard one either way (see rendezvous/descriptor_limit.h).
+  size_t expected_clients = 0;
 };
 
 class StoreServer {
  public:
-  // Binds, listens and starts the I/O thread. Throws SystemError (e.g. EADDRINUSE).
+  // Raises the process's soft descriptor limit to its hard one, binds, listens (with the largest
+  // backlog the kernel allows: net.core.somaxconn) and starts the I/O thread. Throws
+  // SystemError (e.g. EADDRINUSE).
   explicit StoreServer(StoreServerOptions options);
   // Closes every connection and joins the I/O thread.
   ~StoreServer();
