@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
+#include "rendezvous/descriptor_limit.h"
 
 namespace ddprun::agent {
 namespace {
@@ -44,6 +46,8 @@ struct ChildPlan {
   const char* path;
   char* const* argv;
   char* const* envp;
+  rlimit nofile;        // the descriptor limit the worker gets back
+  bool restore_nofile;  // whether the store raised the agent's (rendezvous/descriptor_limit.h)
 };
 
 [[noreturn]] void runChild(const ChildPlan& plan) {
@@ -64,6 +68,8 @@ struct ChildPlan {
   }
   if (plan.stdout_fd >= 0) ::dup2(plan.stdout_fd, STDOUT_FILENO);
   if (plan.stderr_fd >= 0) ::dup2(plan.stderr_fd, STDERR_FILENO);
+  // The user's descriptor limit, not the one the agent raised for its store's clients.
+  if (plan.restore_nofile) (void)::setrlimit(RLIMIT_NOFILE, &plan.nofile);
   // Ignored signals stay ignored across exec; the agent ignores SIGPIPE for itself only.
   ::signal(SIGPIPE, SIG_DFL);
   sigset_t none;
@@ -179,7 +185,12 @@ SpawnedProcess spawnWorker(const SpawnRequest& request) {
 
   ChildPlan plan{::getpid(),  out_child.get(), err_child.get(),   -1,
                  cpus.get(),  cpus.bytes(),    error_write.get(), request.argv.front().c_str(),
-                 argv.data(), envp.data()};
+                 argv.data(), envp.data(),     rlimit{},          false};
+  if (const uint64_t soft = rendezvous::descriptorSoftLimitBeforeRaise();
+      soft != 0 && ::getrlimit(RLIMIT_NOFILE, &plan.nofile) == 0 && plan.nofile.rlim_cur != soft) {
+    plan.nofile.rlim_cur = soft;
+    plan.restore_nofile = true;
+  }
   pid_t pid = -1;
   bool in_cgroup = false;
   if (cgroup_dir.get() >= 0) {

@@ -1,5 +1,7 @@
 #include "rendezvous/descriptor_limit.h"
 
+#include <atomic>
+
 #include <sys/resource.h>
 
 #include <fmt/format.h>
@@ -35,6 +37,12 @@ std::string outOfDescriptorsAdvice(DescriptorLimit current) {
                      limitText(current.soft), limitText(current.hard), kHowToRaise);
 }
 
+namespace {
+std::atomic<uint64_t> g_soft_before_raise{0};
+}  // namespace
+
+uint64_t descriptorSoftLimitBeforeRaise() { return g_soft_before_raise.load(std::memory_order_acquire); }
+
 DescriptorPlan raiseDescriptorLimit(uint64_t clients, DescriptorLimit* now) {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return {};
@@ -42,7 +50,11 @@ DescriptorPlan raiseDescriptorLimit(uint64_t clients, DescriptorLimit* now) {
   DescriptorPlan plan = planDescriptorLimit(current, clients);
   if (plan.new_soft != current.soft) {
     limit.rlim_cur = plan.new_soft;
-    if (setrlimit(RLIMIT_NOFILE, &limit) == 0) current.soft = plan.new_soft;
+    if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+      uint64_t never = 0;
+      g_soft_before_raise.compare_exchange_strong(never, current.soft, std::memory_order_acq_rel);
+      current.soft = plan.new_soft;
+    }
   }
   if (now) *now = current;
   return plan;
