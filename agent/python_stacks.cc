@@ -68,7 +68,11 @@ std::optional<PyFrame> parseFrame(std::string_view line) {
   return frame;
 }
 
-bool inTorchDistributed(const PyFrame& f) { return contains(f.file, "torch/distributed/"); }
+// torch.distributed's collectives and their helpers; not torch.distributed.elastic, whose
+// @record wrapper and timers sit around the user's code.
+bool inTorchDistributed(const PyFrame& f) {
+  return contains(f.file, "torch/distributed/") && !contains(f.file, "torch/distributed/elastic/");
+}
 
 std::string rankList(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", rankRanges(ranks));

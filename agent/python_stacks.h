@@ -45,7 +45,8 @@ std::vector<PyFrame> lastTraceback(std::string_view text);
 
 // Where a rank's main thread is in torch.distributed: the API it called (the outermost frame
 // in torch/distributed/distributed_c10d.py, else in torch/distributed/, that is not a
-// wrapper) and the frame that called it. Nothing when no frame is in torch/distributed/.
+// wrapper) and the frame that called it. Nothing when no frame is in torch/distributed/
+// (torch/distributed/elastic/, @record's wrapper and the timers, does not count).
 struct CollectiveCall {
   std::string op;  // "all_reduce", "broadcast", "barrier", ...
   PyFrame site;    // the caller, outside torch/distributed/

@@ -133,6 +133,27 @@ TEST_CASE("the collective a rank is in, past torch 2.x's logger wrapper", "[unit
   CHECK_FALSE(collectiveCallOf({{"/job/train.py", 11, "<module>"}}));
 }
 
+TEST_CASE("torch's @record wrapper around main is not a collective", "[unit]") {
+  const PyFrame record = {"/usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py",
+                          346, "wrapper"};
+  std::vector<PyFrame> sleeping = {
+      {"/job/stuck.py", 13, "<module>"}, record, {"/job/stuck.py", 11, "main"}, {"/job/stuck.py", 4, "stuck"}};
+  CHECK_FALSE(collectiveCallOf(sleeping));
+  std::vector<PyFrame> waiting = {
+      {"/job/stuck.py", 13, "<module>"},
+      record,
+      {"/job/stuck.py", 12, "main"},
+      {"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", 1541, "all_reduce"}};
+  auto call = collectiveCallOf(waiting);
+  REQUIRE(call);
+  CHECK(call->op == "all_reduce");
+  CHECK(call->site == PyFrame{"/job/stuck.py", 12, "main"});
+  auto verdict = pythonHangVerdict({{0, waiting, true}, {1, sleeping, false}});
+  REQUIRE(verdict);
+  CHECK(verdict->culprits == std::vector<int>{1});
+  CHECK_THAT(verdict->text, Catch::StartsWith("hang: rank 1 is not in a collective, at /job/stuck.py:4 in stuck;"));
+}
+
 TEST_CASE("a rank outside any collective is behind, with its frame", "[unit]") {
   std::vector<RankFrames> ranks = {{0, inCall("all_reduce", 12), true},
                                    {1, {{"/job/train.py", 11, "<module>"}}, false},

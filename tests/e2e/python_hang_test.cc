@@ -89,6 +89,7 @@ TEST_CASE("with --no_python_stacks the report follows the exit order, as before"
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("Timed out waiting 5000ms for recv operation to complete"));
   CHECK_THAT(r.err, !Catch::Contains("hang: rank 1"));
   CHECK_THAT(rootCause(r.err), Catch::Contains("rank      : 0 (local_rank: 0)"));
 }
