@@ -49,10 +49,14 @@ def _ddprun_hook():
 
 def _ddprun_chain():
     here = _os.path.dirname(_os.path.abspath(__file__))
-    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or _os.curdir) != here]
+    mine = [i for i, p in enumerate(_sys.path) if _os.path.abspath(p or _os.curdir) == here]
+    # The next one is the one Python would have found had this directory not been there:
+    # after it on the path (one before it has run already, and chained to this one).
+    rest = _sys.path[mine[0] + 1:] if mine else []
+    _sys.path[:] = [p for i, p in enumerate(_sys.path) if i not in mine]
     import importlib.machinery
     import importlib.util
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _sys.path)
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
     module = importlib.util.module_from_spec(spec)
