@@ -166,7 +166,7 @@ TEST_CASE("a rank outside any collective is behind, with its frame", "[unit]") {
         "at /job/train.py:12 in step) — rank 1 is behind");
 }
 
-TEST_CASE("a rank in another collective is a mismatch; a tie goes to the lowest rank's call", "[unit]") {
+TEST_CASE("a rank in another collective is a mismatch, and a tie goes to the lowest rank's call", "[unit]") {
   std::vector<RankFrames> ranks = {{0, inCall("all_reduce", 13), true}, {1, inCall("broadcast", 11), true}};
   auto verdict = pythonHangVerdict(ranks);
   REQUIRE(verdict);
