@@ -49,7 +49,9 @@ TEST_CASE("a rank that sleeps while the others' all_reduce times out is the root
           "[e2e][torch]") {
   TempDir dir;
   const std::string script = writeScript(dir, "time.sleep(60)");
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", script}, kTorchPython, 240s);
+  // --log_dir in the test's directory: the run directory kept for the stacks goes with it.
+  auto r =
+      run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir=" + dir.path(), script}, kTorchPython, 240s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
@@ -69,7 +71,8 @@ TEST_CASE("a rank that calls broadcast where the others call all_reduce is the r
   TempDir dir;
   const std::string script = writeScript(dir, "dist.broadcast(t, src=1)");
   // --tee: the timeout line on rank 0's stderr goes through ddprun, which acts on it at once.
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--tee=3", script}, kTorchPython, 240s);
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--tee=3", "--log_dir=" + dir.path(), script},
+               kTorchPython, 240s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
@@ -85,7 +88,9 @@ TEST_CASE("a rank that calls broadcast where the others call all_reduce is the r
 TEST_CASE("with --no_python_stacks the report follows the exit order, as before", "[e2e][torch]") {
   TempDir dir;
   const std::string script = writeScript(dir, "time.sleep(60)");
-  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python_stacks", script}, kTorchPython, 240s);
+  auto r =
+      run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python_stacks", "--log_dir=" + dir.path(), script},
+          kTorchPython, 240s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
