@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <future>
 #include <optional>
 #include <set>
@@ -43,6 +45,8 @@
 #include "agent/process_signals.h"
 #include "agent/process_spawner.h"
 #include "agent/process_state.h"
+#include "agent/python_hook.h"
+#include "agent/python_stacks.h"
 #include "agent/restart_policy.h"
 #include "agent/secret_file.h"
 #include "agent/worker_cgroups.h"
@@ -79,6 +83,13 @@ constexpr const char* kDefaultPrefixTemplate = "[rank${rank}]:";
 // and how long the node judging a hang waits for the answers (more than one look apart).
 constexpr std::chrono::seconds kHangRequestPoll{2};
 constexpr std::chrono::seconds kHangSummaryWait{5};
+// How long the agent waits for the Python workers' stacks after signalling their hook
+// (faulthandler writes them from its signal handler, at once, even in a blocked call).
+constexpr auto kPythonStacksWait = std::chrono::seconds(2);
+constexpr auto kPythonStacksPoll = std::chrono::milliseconds(20);
+// A worker said on stderr that a collective failed: this long for it to end on its own (gloo
+// raises at once; NCCL's watchdog aborts the process) before ddprun stops the attempt.
+constexpr auto kCollectiveFailureGrace = std::chrono::seconds(5);
 
 // A worker that SIGKILL has not ended after --term_timeout (at least this long) sleeps
 // uninterruptibly in the kernel: ddprun reports it and goes on without it.
@@ -174,6 +185,9 @@ class ElasticAgent::Impl {
     std::optional<HungStop> hang;                 // its stacks, then
     bool abandoned = false;                       // survived SIGKILL (uninterruptible sleep); no longer waited for
     bool left_group = false;                      // found outside its own process group (said once)
+    bool python_hook = false;                     // it got ddprun's Python hook (python_hook.h)
+    std::string python_stack;                     // its Python stacks (faulthandler), taken by takePythonStacks
+    std::string python_stack_file;                // where they are
     bool failed() const { return !running && !stopped_by_agent && (signal != 0 || exit_code != 0); }
   };
   enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
@@ -231,6 +245,17 @@ class ElasticAgent::Impl {
   // every running worker as hung (stacks first).
   void checkHangTimeout();
   std::vector<RankPosition> localPositions() const;
+  // A worker's stderr line: says it when a torch collective failed (python_stacks.h).
+  void onWorkerStderrLine(int rank, std::string_view line);
+  // Signals every running worker's Python hook and waits (kPythonStacksWait at most) for
+  // their stacks; once per attempt.
+  void takePythonStacks();
+  // What says that a torch collective failed in this attempt: a worker's stderr line, or a
+  // failure's message (error file, saved exception, stderr tail). Empty: nothing does.
+  std::string collectiveFailureTrigger(const std::vector<WorkerFailure>& failures) const;
+  // The verdict from the ranks' Python frames (python_stacks.h), logged and recorded like
+  // judgeHang's; sets the culprits. Returns it (empty: none).
+  std::string judgePythonHang(const std::string& trigger);
   // Another node judges a hang: publish where this node's ranks stand (once per round).
   void answerHangRequest();
   Clock::duration killWait() const { return std::max<Clock::duration>(config_.term_timeout, kMinKillWait); }
@@ -293,6 +318,10 @@ class ElasticAgent::Impl {
   bool no_rings_warned_ = false;                   // --hang_timeout found no ring to watch (said once)
   Clock::time_point next_hang_request_check_{};    // the next look for another node's request
   HungWorkerStopper hung_stopper_{io_};
+  std::string python_hook_dir_;             // where the sitecustomize.py is; empty: no hook
+  std::string collective_line_;             // "rank 0: <line>": a stderr line said a collective failed
+  Clock::time_point collective_line_at_{};  // when
+  bool python_stacks_taken_ = false;        // this attempt's Python stacks were taken
 };
 
 ElasticAgent::Impl::~Impl() {
@@ -453,6 +482,13 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   request.argv = config_.entrypoint;
   request.env = workerEnvironment(base_env_, config_, rdzv, worker.place, worker.error_file);
   worker.dir = dir;
+  if (config_.python_workers && !python_hook_dir_.empty()) {
+    addPythonHook(request.env, python_hook_dir_, dir);
+    worker.python_hook = true;
+  }
+  if (config_.python_workers && config_.torch_flight_recorder) {
+    addTorchFlightRecorder(request.env, layout_->attemptDir(attempt) + "/torch_trace_rank_");
+  }
   const auto faulthandler = request.env.find(env::kPythonFaultHandler);
   worker.python_faulthandler =
       config_.python_workers && faulthandler != request.env.end() && !faulthandler->second.empty();
@@ -509,7 +545,7 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   }
 
   auto forward = [&](int pipe_fd, const StreamPlan& p, std::shared_ptr<StreamRecord> record,
-                     std::shared_ptr<FilteredLog> filtered) {
+                     std::shared_ptr<FilteredLog> filtered, std::function<void(std::string_view)> on_line = {}) {
     if (pipe_fd < 0) return;
     ForwardOptions options;
     if (p.to_file) {
@@ -525,6 +561,7 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
     if (p.prefixed) options.prefix = prefix;
     options.record = std::move(record);
     options.filtered = std::move(filtered);
+    options.on_line = std::move(on_line);
     auto forwarder = std::make_unique<LineForwarder>(io_, pipe_fd, std::move(options));
     forwarder->start();
     forwarders_.push_back(std::move(forwarder));
@@ -535,7 +572,9 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   };
   forward(spawned.stdout_pipe, out, nullptr, filteredIf(includesStdout(teed), filtered_stdout_));
   if (spawned.stderr_pipe >= 0) worker.stderr_record = std::make_shared<StreamRecord>();
-  forward(spawned.stderr_pipe, err, worker.stderr_record, filteredIf(includesStderr(teed), filtered_stderr_));
+  const int rank = worker.place.rank;
+  forward(spawned.stderr_pipe, err, worker.stderr_record, filteredIf(includesStderr(teed), filtered_stderr_),
+          [this, rank](std::string_view line) { onWorkerStderrLine(rank, line); });
 }
 
 // Runs the event loop for at most `d` (or until a handler has run, whichever is first).
@@ -556,12 +595,20 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::waitForWorkers() {
       running = running || w.running;
     }
     if (!running) return Outcome::kSucceeded;
+    if (!collective_line_.empty() && Clock::now() >= collective_line_at_ + kCollectiveFailureGrace) {
+      log_->warn("no worker ended within {} s of '{}'; stopping the attempt",
+                 std::chrono::duration_cast<std::chrono::seconds>(kCollectiveFailureGrace).count(), collective_line_);
+      return Outcome::kFailed;
+    }
     const bool watch_hang = config_.hang_timeout && !hang_judged_ && !stopping_;
     const bool several_nodes = current_ && current_->group_world_size > 1;
     Clock::time_point wake = Clock::now() + std::chrono::hours(1);
     if (watch_hang) wake = std::min(wake, next_hang_check_);
     if (several_nodes) wake = std::min(wake, next_hang_request_check_);
+    if (!collective_line_.empty()) wake = std::min(wake, collective_line_at_ + kCollectiveFailureGrace);
     runFor(std::max<Clock::duration>(wake - Clock::now(), Clock::duration::zero()));
+    // A rank said a collective failed: the others' Python stacks now, before any of them moves on.
+    if (!collective_line_.empty() && !python_stacks_taken_) takePythonStacks();
     const auto now = Clock::now();
     if (watch_hang && now >= next_hang_check_) {
       // A few times per timeout, at most once a second: reading the rings is cheap.
@@ -725,6 +772,117 @@ void ElasticAgent::Impl::answerHangRequest() {
   log_->info("another node judges a hang; published where this node's ranks stand");
 }
 
+void ElasticAgent::Impl::onWorkerStderrLine(int rank, std::string_view line) {
+  if (!collective_line_.empty() || stopping_) return;
+  auto failure = collectiveFailureIn(line);
+  if (!failure) return;
+  collective_line_ = fmt::format("rank {}: {}", rank, printable(*failure));
+  collective_line_at_ = Clock::now();
+  log_->warn("a collective failed ({}); taking the Python stacks of the workers still running", collective_line_);
+}
+
+void ElasticAgent::Impl::takePythonStacks() {
+  python_stacks_taken_ = true;
+  struct Ask {
+    Worker* worker;
+    std::string file;
+    uintmax_t size = 0;
+    bool done = false;
+  };
+  std::vector<Ask> asks;
+  for (Worker& w : workers_) {
+    if (!w.running || !w.python_hook) continue;
+    // The worker itself when it registered the hook, else the first of its processes that did
+    // (a wrapper: sh -c python ...); never a pid outside the worker.
+    pid_t target = -1;
+    for (pid_t pid : registeredPythonPids(w.dir)) {
+      if (pid == w.pid) {
+        target = pid;
+        break;
+      }
+      if (target < 0 && findOwningWorker(pid, {w.pid}) == w.pid) target = pid;
+    }
+    if (target <= 1) continue;
+    if (signalProcess(target, kPythonStacksSignal) != 0) continue;
+    asks.push_back(Ask{&w, pythonStacksFile(w.dir, target)});
+  }
+  if (asks.empty()) return;
+  const auto start = Clock::now();
+  // Done when each file has something and did not grow since the last look.
+  for (const auto deadline = start + kPythonStacksWait; Clock::now() < deadline;) {
+    runFor(kPythonStacksPoll);
+    bool all = true;
+    for (Ask& a : asks) {
+      std::error_code ec;
+      const uintmax_t size = std::filesystem::file_size(a.file, ec);
+      // One that ended meanwhile writes nothing more (its exception's traceback serves instead).
+      a.done = !a.worker->running || (!ec && size > 0 && size == a.size);
+      a.size = ec ? 0 : size;
+      all = all && a.done;
+    }
+    if (all) break;
+  }
+  size_t taken = 0;
+  for (Ask& a : asks) {
+    a.worker->python_stack = readSmallFile(a.file);
+    if (a.worker->python_stack.empty()) continue;
+    a.worker->python_stack_file = a.file;
+    ++taken;
+  }
+  log_->info("took the Python stacks of {} of {} worker(s) in {} ms", taken, asks.size(),
+             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+}
+
+std::string ElasticAgent::Impl::collectiveFailureTrigger(const std::vector<WorkerFailure>& failures) const {
+  if (!collective_line_.empty()) return "a collective failed (" + collective_line_ + ")";
+  for (const WorkerFailure& f : failures) {
+    if (!f.hang_reason.empty()) continue;
+    if (f.error && reportsCollectiveTimeout(f.error->message)) {
+      return fmt::format("rank {} failed: a collective timed out", f.rank);
+    }
+    std::string said = f.python_exception;
+    for (const Worker& w : workers_) {
+      if (w.pid == f.pid && w.stderr_record) said += "\n" + w.stderr_record->tail.text();
+    }
+    if (auto line = collectiveFailureIn(said)) {
+      return fmt::format("rank {} failed: a collective failed ({})", f.rank, printable(*line));
+    }
+  }
+  return {};
+}
+
+std::string ElasticAgent::Impl::judgePythonHang(const std::string& trigger) {
+  std::vector<RankFrames> ranks;
+  for (const Worker& w : workers_) {
+    RankFrames r;
+    r.rank = w.place.rank;
+    // An exception's traceback first (the rank failed, or is failing: its stacks may have been
+    // taken in its excepthook), then the stacks taken while it ran, then its stderr's traceback.
+    if (w.python_hook) r.frames = lastTraceback(readPythonException(w.dir));
+    if (r.frames.empty()) {
+      if (auto error = readErrorFile(w.error_file)) r.frames = lastTraceback(error->traceback);
+    }
+    r.failed = !r.frames.empty() || !w.running;
+    if (r.frames.empty() && !w.python_stack.empty()) r.frames = mainThreadFrames(w.python_stack);
+    if (r.frames.empty() && !w.running && w.stderr_record) r.frames = lastTraceback(w.stderr_record->tail.text());
+    ranks.push_back(std::move(r));
+  }
+  const auto verdict = pythonHangVerdict(ranks, &sourceLine);
+  if (!verdict) {
+    log_->warn("{}; the Python stacks name no rank behind", trigger);
+    return {};
+  }
+  log_->error("{}; {}", trigger, verdict->text);
+  emit("hang_verdict", JsonObject()
+                           .add("trigger", trigger)
+                           .add("verdict", verdict->text)
+                           .add("source", "python_stacks")
+                           .add("culprits", rankRanges(verdict->culprits))
+                           .add("attempt", attempt_));
+  hang_culprits_ = verdict->culprits;
+  return verdict->text;
+}
+
 std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
   if (hang_judged_) return {};
   hang_judged_ = true;
@@ -752,7 +910,9 @@ std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
   }
   const auto verdict = hangVerdict(positions);
   if (!verdict) {
-    log_->warn("{}; the flight recorder shows no operation pending on this node", trigger);
+    // Python workers keep no rings of ddprun's: their verdict comes from their stacks.
+    log_->log(positions.empty() && config_.python_workers ? spdlog::level::debug : spdlog::level::warn,
+              "{}; the flight recorder shows no operation pending on this node", trigger);
     return {};
   }
   log_->error("{}; {}", trigger, verdict->text);
@@ -793,7 +953,9 @@ void ElasticAgent::Impl::stopHung(const std::vector<std::pair<Worker*, pid_t>>& 
                                   const std::string& reason, std::chrono::milliseconds kill_after) {
   std::vector<HungWorker> hung;
   for (const auto& [w, pid] : targets) {
-    hung.push_back(HungWorker{pid, w->place.rank, w->place.local_rank, w->dir, w->python_faulthandler});
+    // With its Python stacks in hand, no SIGABRT (and its 3 s grace) is needed for them.
+    hung.push_back(
+        HungWorker{pid, w->place.rank, w->place.local_rank, w->dir, w->python_faulthandler && w->python_stack.empty()});
   }
   std::vector<HungStop> stops = hung_stopper_.stop(hung, signal, "before stopping it: " + reason, kill_after);
   // The report and the log point to stacks.txt, so a temporary run directory stays, even
@@ -958,6 +1120,8 @@ void ElasticAgent::Impl::endAttempt() {
   if (flight_dir_) flight_dir_->clear();
   hang_judged_ = false;
   hang_culprits_.clear();
+  collective_line_.clear();
+  python_stacks_taken_ = false;
   clearProcessGroups();
   drainOutput();
   forwarders_.clear();
@@ -984,6 +1148,18 @@ std::vector<WorkerFailure> ElasticAgent::Impl::collectFailures() const {
       f.stacks_note = w.hang->stacks.problem;
       f.stacks_tool = w.hang->stacks.tool;
       f.stacks_file = w.hang->stacks_file;
+    }
+    if (w.python_hook) f.python_exception = readPythonException(w.dir);
+    // A worker that failed by itself says where with its traceback; stacks taken on its way
+    // out would only show its exit.
+    if (!w.python_stack.empty() && !f.error && f.python_exception.empty()) {
+      std::string frames;
+      for (const PyFrame& frame : mainThreadFrames(w.python_stack)) {
+        frames += fmt::format("File \"{}\", line {}, in {}\n", frame.file, frame.line, frame.function);
+        if (std::string source = sourceLine(frame); !source.empty()) frames += "  " + source + "\n";
+      }
+      f.python_stack = frames.empty() ? w.python_stack : frames;
+      f.python_stack_file = w.python_stack_file;
     }
     failures.push_back(std::move(f));
   }
@@ -1254,6 +1430,14 @@ int ElasticAgent::Impl::run() {
   if (!layout_->isTemporary()) log_->info("worker logs in {}", layout_->runDir());
   // Removed at exit; the guard removes it (rpc_secret files included) if ddprun is killed.
   if (layout_->isTemporary()) guard_.watchDirectory(layout_->runDir());
+  if (config_.python_workers && config_.python_stacks) {
+    try {
+      writePythonHook(layout_->runDir() + "/python_hook");
+      python_hook_dir_ = layout_->runDir() + "/python_hook";
+    } catch (const SystemError& e) {
+      log_->warn("no Python stacks when a collective fails: {}", e.what());
+    }
+  }
   if (setsOmpNumThreads(base_env_, config_.nproc_per_node)) {
     log_->warn(
         "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "
@@ -1378,22 +1562,31 @@ int ElasticAgent::Impl::runRounds() {
     };
     runWhile(hungRunning, killWait());
     std::vector<WorkerFailure> failures = collectFailures();
-    // A collective that timed out is a hang seen from inside: say where every rank stands,
-    // then stop the others as hung (their stacks show where they were), before the round ends.
-    for (const WorkerFailure& f : failures) {
-      if (f.hang_reason.empty() && f.error && reportsCollectiveTimeout(f.error->message)) {
-        const std::string trigger = fmt::format("rank {} failed: a collective timed out", f.rank);
-        const std::string verdict = judgeHang(trigger);
-        std::vector<std::pair<Worker*, pid_t>> targets;
-        for (Worker& w : workers_) {
-          if (w.running) targets.emplace_back(&w, w.pid);
-        }
-        if (targets.empty()) break;
+    // A collective that timed out or failed is a hang seen from inside: take the Python
+    // stacks of the ranks still running (unless a stderr line already had them taken), say
+    // where every rank stands, then stop the others as hung, before the round ends.
+    if (const std::string trigger = collectiveFailureTrigger(failures); !trigger.empty()) {
+      if (!python_stacks_taken_) takePythonStacks();
+      std::string verdict = judgeHang(trigger);
+      if (verdict.empty()) verdict = judgePythonHang(trigger);
+      std::vector<std::pair<Worker*, pid_t>> targets;
+      for (Worker& w : workers_) {
+        if (w.running) targets.emplace_back(&w, w.pid);
+      }
+      if (!targets.empty()) {
         stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
         runWhile([this] { return anyRunning(); }, killWait());
-        failures = collectFailures();
-        break;
       }
+      failures = collectFailures();
+    }
+    if (failures.empty()) {
+      // A stderr line said a collective failed, and no worker failed even when stopped.
+      log_->error("{}; yet no worker failed; ending the job", collective_line_);
+      setState("stopping");
+      stopWorkers(SIGTERM);
+      endAttempt();
+      emitRoundEnd(rendezvous_->endRound(rendezvous::RoundEnd::finalFailure(node)), true);
+      return finishJob(kExitWorkersFailed);
     }
     const rendezvous::RoundEnd mine = policy_.endForFailure(node, rdzv->restart_count);
     const std::string standing = rendezvous_->endRound(mine);

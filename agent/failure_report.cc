@@ -98,7 +98,16 @@ void appendFailure(std::string& out, const WorkerFailure& f) {
   }
   out += fmt::format("  time      : {}\n", formatTime(f.time));
   if (!f.hang_reason.empty()) appendHang(out, f);
-  if (f.error) {
+  if (!f.python_stack.empty()) {
+    out += fmt::format("  python    : (its main thread, taken before the stop{})\n",
+                       f.python_stack_file.empty() ? "" : "; every thread in " + f.python_stack_file);
+    out += indent(f.python_stack, "    ");
+  }
+  if (!f.error && !f.python_exception.empty()) {
+    out += "  message   : (the worker wrote no error file; its uncaught exception, saved by ddprun's Python hook)\n";
+    out += "  traceback :\n";
+    out += indent(f.python_exception, "    ");
+  } else if (f.error) {
     out += fmt::format("  error_file: {}\n", f.error_file);
     out += fmt::format("  message   : {}\n", continued(f.error->message, "              "));
     if (!f.error->traceback.empty()) {
@@ -110,7 +119,8 @@ void appendFailure(std::string& out, const WorkerFailure& f) {
   } else {
     out += "  message   : (the worker wrote no error file; the end of its stderr follows)\n";
   }
-  if (!f.stderr_tail.empty() && (!f.error || !f.stderr_file_error.empty())) {
+  const bool said = f.error || !f.python_exception.empty();
+  if (!f.stderr_tail.empty() && (!said || !f.stderr_file_error.empty())) {
     const size_t lines = static_cast<size_t>(std::count(f.stderr_tail.begin(), f.stderr_tail.end(), '\n'));
     std::string where;
     if (!f.stderr_file_error.empty()) {

@@ -35,6 +35,13 @@ struct WorkerFailure {
   std::string stacks_note;         // why they are missing or partial; empty: complete
   std::string stacks_tool;         // "eu-stack", "gdb"; empty: none ran
   std::string stacks_file;         // where they were saved; empty: nowhere
+  // Its Python main thread's frames, taken through ddprun's Python hook before it was stopped
+  // (outermost first, as a traceback, with source lines); empty: none taken.
+  std::string python_stack;
+  std::string python_stack_file;  // every thread's, as faulthandler wrote them; empty: nowhere
+  // The traceback of its uncaught exception, saved by ddprun's Python hook; shown when it wrote
+  // no error file. Empty: none.
+  std::string python_exception;
 };
 
 // How many lines of a hung worker's stacks the report shows (all of them are in stacks_file).

@@ -85,6 +85,7 @@ void LineForwarder::close() { finish(); }
 void LineForwarder::emitLine(std::string_view line) {
   if (options_.record) options_.record->tail.add(line);
   if (options_.filtered) options_.filtered->offer(options_.prefix, line);
+  if (options_.on_line) options_.on_line(line);
   if (!options_.console) return;
   line_out_.assign(options_.prefix);
   line_out_.append(line);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,8 @@ struct ForwardOptions {
   std::string prefix;                     // put before each console line; default none.
   std::shared_ptr<StreamRecord> record;   // gets the tail and file errors; default: none kept.
   std::shared_ptr<FilteredLog> filtered;  // gets prefixed lines to filter; default: none.
+  // Told each whole line (with its '\n'), on the io_context's thread; default: nobody.
+  std::function<void(std::string_view line)> on_line;
 };
 
 class LineForwarder {
@@ -61,7 +64,7 @@ class LineForwarder {
   void finish();
   void writeFile(std::string_view chunk);
   void emitLine(std::string_view line);
-  bool splitsLines() const { return options_.console || options_.record || options_.filtered; }
+  bool splitsLines() const { return options_.console || options_.record || options_.filtered || options_.on_line; }
 
   boost::asio::posix::stream_descriptor pipe_;
   ForwardOptions options_;

@@ -42,6 +42,21 @@ inline constexpr const char* kPythonFaultHandler = "PYTHONFAULTHANDLER";
 // The directory (on /dev/shm) where each worker keeps its process groups' flight recorder
 // rings (common/flight_ring.h), for the agent to read; the agent makes and removes it.
 inline constexpr const char* kFlightDir = "DDPRUN_FLIGHT_DIR";
+// Python workers' startup hook (agent/python_hook.h): ddprun's sitecustomize.py goes first
+// on PYTHONPATH (and chains to the next one); it registers faulthandler for the signal
+// DDPRUN_PYTHON_STACKS_SIGNAL names, writing into DDPRUN_PYTHON_STACKS_DIR (the worker's
+// directory of the attempt), and saves an uncaught exception's traceback there.
+inline constexpr const char* kPythonPath = "PYTHONPATH";
+inline constexpr const char* kPythonStacksDir = "DDPRUN_PYTHON_STACKS_DIR";
+inline constexpr const char* kPythonStacksSignal = "DDPRUN_PYTHON_STACKS_SIGNAL";
+// torch's flight recorder (ProcessGroupNCCL, torch 2.2 through 2.11), on by default for
+// Python workers unless --no_torch_flight_recorder or the user set them. Where torch renamed
+// one, both names are set (the older first).
+inline constexpr const char* kTorchNcclTraceBufferSize = "TORCH_NCCL_TRACE_BUFFER_SIZE";
+inline constexpr const char* kTorchFrBufferSize = "TORCH_FR_BUFFER_SIZE";
+inline constexpr const char* kTorchNcclDumpOnTimeout = "TORCH_NCCL_DUMP_ON_TIMEOUT";
+inline constexpr const char* kTorchNcclDebugInfoTempFile = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
+inline constexpr const char* kTorchFrDumpTempFile = "TORCH_FR_DUMP_TEMP_FILE";
 
 // Read by the workers (set by the user, not the agent).
 // 0: collectives of a group on one host go over TCP instead of shared memory.

@@ -46,6 +46,8 @@ struct RawFlags {
   bool module = false;
   bool run_path = false;
   bool no_python_faulthandler = false;
+  bool no_python_stacks = false;
+  bool no_torch_flight_recorder = false;
   std::string log_dir;
   std::string redirects = "0";
   std::string tee = "0";
@@ -302,6 +304,8 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
     config.file_timer = true;
   }
   config.python_faulthandler = !f.no_python_faulthandler;
+  config.python_stacks = !f.no_python_stacks;
+  config.torch_flight_recorder = !f.no_torch_flight_recorder;
   // A boolean: 1/true/yes turn cgroups off, 0/false/no (or empty) leave them on, anything else is refused.
   config.cgroups = !env::booleanOr(env::kNoCgroups, false);
   if (const char* events = std::getenv(env::kEventsFile); events && *events) {
@@ -447,6 +451,12 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   addFlag(app, "", "--no_python_faulthandler", f.no_python_faulthandler,
           "Do not set PYTHONFAULTHANDLER=1 for Python workers (with it, a worker stopped as hung prints its Python "
           "tracebacks).");
+  addFlag(app, "", "--no_python_stacks", f.no_python_stacks,
+          "Do not put ddprun's startup hook on Python workers' PYTHONPATH (with it, when a collective fails, ddprun "
+          "reads every rank's Python stack and names the rank that is behind).");
+  addFlag(app, "", "--no_torch_flight_recorder", f.no_torch_flight_recorder,
+          "Do not set torch's flight recorder variables (TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_FR_BUFFER_SIZE, "
+          "TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_NCCL_DEBUG_INFO_TEMP_FILE, TORCH_FR_DUMP_TEMP_FILE) for Python workers.");
   addOption(app, "", "--log_dir", f.log_dir,
             "Base directory for log files (<run_id>_<unique>/attempt_<k>/<local_rank>/).");
   addOption(

@@ -176,6 +176,24 @@ std::string newestEventsFile(const std::string& dir) {
   return newest->string();
 }
 
+std::optional<std::string> lastHangVerdict(const std::string& events_file) {
+  std::ifstream in(events_file);
+  std::string line;
+  std::optional<std::string> last;
+  while (std::getline(in, line)) {
+    if (stringField(line, "event") != "hang_verdict") continue;
+    auto verdict = stringField(line, "verdict");
+    if (!verdict) continue;
+    // "attempt" is a number: read it as the text up to the next comma or brace.
+    std::string attempt = "?";
+    if (auto at = line.find("\"attempt\":"); at != std::string::npos) {
+      attempt = line.substr(at + 10, line.find_first_of(",}", at + 10) - (at + 10));
+    }
+    last = "attempt " + attempt + ": " + *verdict;
+  }
+  return last;
+}
+
 JobLocation locateJobFromLogDir(const std::string& dir) {
   const fs::path newest = newestEventsFile(dir);
   std::ifstream in(newest);
@@ -247,7 +265,10 @@ int runStatusCommand(int argc, const char* const* argv) {
     throw RendezvousError("status of job '" + run_id + "': " + e.what());
   }
   status.store = endpoint;
-  const std::string text = json ? formatStatusJson(status) : formatStatusTable(status);
+  std::string text = json ? formatStatusJson(status) : formatStatusTable(status);
+  if (!json && !log_dir.empty()) {
+    if (auto verdict = lastHangVerdict(newestEventsFile(log_dir))) text += "last hang verdict: " + *verdict + "\n";
+  }
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;
 }

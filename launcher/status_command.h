@@ -6,6 +6,7 @@
 // stacks of that agent's running workers (launcher/worker_stacks.h).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "rendezvous/job_status.h"
@@ -32,6 +33,11 @@ struct JobLocation {
   std::string run_id;
 };
 JobLocation locateJobFromLogDir(const std::string& dir);
+
+// The last hang verdict in an events file ("attempt 0: hang: rank 1 is behind ..."), shown under
+// the table when the job was found through --log_dir; nothing when there is none or the file
+// cannot be read. Never throws.
+std::optional<std::string> lastHangVerdict(const std::string& events_file);
 
 // The events file of an agent in `dir` (a run directory, or a --log_dir holding several:
 // the most recently written one). Throws UsageError when there is none.

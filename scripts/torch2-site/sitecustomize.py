@@ -56,3 +56,25 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _PatchOnImport())
+
+
+# Python imports one sitecustomize: this one comes first on PYTHONPATH, so it runs the next one
+# (ddprun's hook for its Python workers, agent/python_hook.h, or the user's) as that one runs
+# the one after it.
+def _chain():
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    mine = [i for i, p in enumerate(sys.path) if os.path.abspath(p or os.curdir) == here]
+    rest = sys.path[mine[0] + 1:] if mine else []
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+_chain()

@@ -188,3 +188,27 @@ TEST_CASE("a worker stopped as hung has why and its first stack lines in the rep
   CHECK_THAT(formatFailureReport("train", {failure(0, Clock::now())}),
              !Catch::Contains("hung") && !Catch::Contains("stacks"));
 }
+
+TEST_CASE("the report shows a stopped rank's Python stack and a saved exception without an error file",
+          "[failure_report]") {
+  const auto now = Clock::now();
+  WorkerFailure behind = failure(1, now, 0, 9);
+  behind.hang_reason = "hang: rank 1 is not in a collective, at /job/a.py:10 in <module>: time.sleep(60)";
+  behind.python_stack = "File \"/job/a.py\", line 10, in <module>\n  time.sleep(60)\n";
+  behind.python_stack_file = "/run/attempt_0/1/py_stacks.1001";
+  WorkerFailure waited = failure(0, now);
+  waited.python_exception =
+      "Traceback (most recent call last):\n  File \"/job/a.py\", line 12, in <module>\nRuntimeError: Timed out\n";
+  waited.stderr_tail = "RuntimeError: Timed out\n";
+  const std::string report = formatFailureReport("a.py", {behind, waited});
+  CHECK_THAT(report, Catch::Contains("  python    : (its main thread, taken before the stop; every thread in "
+                                     "/run/attempt_0/1/py_stacks.1001)\n"
+                                     "    File \"/job/a.py\", line 10, in <module>\n"
+                                     "      time.sleep(60)\n"));
+  CHECK_THAT(report, Catch::Contains("  message   : (the worker wrote no error file; its uncaught exception, saved by "
+                                     "ddprun's Python hook)\n"
+                                     "  traceback :\n"
+                                     "    Traceback (most recent call last):\n"));
+  // The saved exception stands for the stderr tail.
+  CHECK_THAT(report, !Catch::Contains("  stderr    :"));
+}

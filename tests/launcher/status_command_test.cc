@@ -2,6 +2,7 @@
 // table and JSON `ddprun status` prints from them.
 #include "rendezvous/job_status.h"
 
+#include <fstream>
 #include <random>
 
 #include <catch2/catch.hpp>
@@ -245,4 +246,20 @@ TEST_CASE("status fuzz: a hostile store answering with forged lengths and random
   }
   std::printf("status fuzz: %d runs\n", runs);
   CHECK(runs > 0);
+}
+
+TEST_CASE("status shows the last hang verdict of the events file", "[status]") {
+  ddprun::testing::TempDir dir;
+  const std::string events = dir.file("events.jsonl");
+  CHECK_FALSE(launcher::lastHangVerdict(events));
+  std::ofstream(events) << "{\"event\":\"agent_start\",\"store\":\"h:1\"}\n"
+                           "{\"event\":\"hang_verdict\",\"trigger\":\"t\",\"verdict\":\"hang: rank 3 is behind\","
+                           "\"attempt\":0}\n"
+                           "{\"event\":\"hang_verdict\",\"trigger\":\"t\",\"verdict\":\"hang: rank 1 is not in a "
+                           "collective, at /j.py:10 in <module>: time.sleep(60)\",\"source\":\"python_stacks\","
+                           "\"attempt\":2}\n"
+                           "{\"event\":\"worker_exit\",\"rank\":1}\n";
+  auto verdict = launcher::lastHangVerdict(events);
+  REQUIRE(verdict);
+  CHECK(*verdict == "attempt 2: hang: rank 1 is not in a collective, at /j.py:10 in <module>: time.sleep(60)");
 }
