@@ -49,6 +49,8 @@
 #include "agent/python_stacks.h"
 #include "agent/restart_policy.h"
 #include "agent/secret_file.h"
+#include "agent/torch_dumps.h"
+#include "agent/torch_trace/dump_verdict.h"
 #include "agent/worker_cgroups.h"
 #include "agent/worker_env.h"
 #include "common/clock.h"
@@ -90,6 +92,15 @@ constexpr auto kPythonStacksPoll = std::chrono::milliseconds(20);
 // A worker said on stderr that a collective failed: this long for it to end on its own (gloo
 // raises at once; NCCL's watchdog aborts the process) before ddprun stops the attempt.
 constexpr auto kCollectiveFailureGrace = std::chrono::seconds(5);
+// torch's flight-recorder dumps: how often the agent looks for a new one while the workers run
+// (a dump is written when a collective timed out), and, once a collective failed, how long it
+// waits for every local rank's: the ranks still running write theirs when torch signals the
+// timeout dump through the store (their watchdogs look about once a second), not torch's ~60 s.
+// With no dump at all after kTorchFirstDumpWait, none is coming (gloo before torch 2.8).
+constexpr auto kTorchDumpLook = std::chrono::milliseconds(250);
+constexpr auto kTorchDumpSettleLook = std::chrono::milliseconds(100);
+constexpr auto kTorchDumpWait = std::chrono::seconds(3);
+constexpr auto kTorchFirstDumpWait = std::chrono::seconds(1);
 
 // A worker that SIGKILL has not ended after --term_timeout (at least this long) sleeps
 // uninterruptibly in the kernel: ddprun reports it and goes on without it.
@@ -188,6 +199,8 @@ class ElasticAgent::Impl {
     bool python_hook = false;                     // it got ddprun's Python hook (python_hook.h)
     std::string python_stack;                     // its Python stacks (faulthandler), taken by takePythonStacks
     std::string python_stack_file;                // where they are
+    std::string torch_dump;                       // where torch writes its flight-recorder dump; empty: nowhere known
+    FileStamp torch_dump_before;                  // that file when the worker started
     bool failed() const { return !running && !stopped_by_agent && (signal != 0 || exit_code != 0); }
   };
   enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
@@ -247,6 +260,11 @@ class ElasticAgent::Impl {
   std::vector<RankPosition> localPositions() const;
   // A worker's stderr line: says it when a torch collective failed (python_stacks.h).
   void onWorkerStderrLine(int rank, std::string_view line);
+  // Something says a torch collective failed while the workers run (a stderr line, a dump):
+  // the stacks are taken at once and the attempt stops if no worker ends within the grace.
+  void noticeCollectiveFailure(const std::string& what);
+  // A worker's flight-recorder dump written since it started: says it (once per attempt).
+  void lookForTorchDumps();
   // Signals every running worker's Python hook and waits (kPythonStacksWait at most) for
   // their stacks; once per attempt.
   void takePythonStacks();
@@ -256,6 +274,12 @@ class ElasticAgent::Impl {
   // The verdict from the ranks' Python frames (python_stacks.h), logged and recorded like
   // judgeHang's; sets the culprits. Returns it (empty: none).
   std::string judgePythonHang(const std::string& trigger);
+  // The verdict from torch's flight-recorder dumps of the local ranks (torch_dumps.h), after
+  // waiting at most kTorchDumpWait for them, when every rank of the job has one that reads;
+  // logged and recorded like judgeHang's ("source":"flight_recorder"), it sets the culprits.
+  // Otherwise one line says which ranks had none (or which could not be read). Returns the
+  // verdict's sentences (empty: none).
+  std::string judgeTorchDumps(const std::string& trigger);
   // Another node judges a hang: publish where this node's ranks stand (once per round).
   void answerHangRequest();
   Clock::duration killWait() const { return std::max<Clock::duration>(config_.term_timeout, kMinKillWait); }
@@ -318,10 +342,12 @@ class ElasticAgent::Impl {
   bool no_rings_warned_ = false;                   // --hang_timeout found no ring to watch (said once)
   Clock::time_point next_hang_request_check_{};    // the next look for another node's request
   HungWorkerStopper hung_stopper_{io_};
-  std::string python_hook_dir_;             // where the sitecustomize.py is; empty: no hook
-  std::string collective_line_;             // "rank 0: <line>": a stderr line said a collective failed
-  Clock::time_point collective_line_at_{};  // when
-  bool python_stacks_taken_ = false;        // this attempt's Python stacks were taken
+  std::string python_hook_dir_;              // where the sitecustomize.py is; empty: no hook
+  std::string collective_line_;              // "rank 0: <line>": a stderr line said a collective failed
+  Clock::time_point collective_line_at_{};   // when
+  bool python_stacks_taken_ = false;         // this attempt's Python stacks were taken
+  std::unique_ptr<TorchDumps> torch_dumps_;  // this attempt's, when a worker has a dump prefix
+  Clock::time_point next_dump_look_{};       // lookForTorchDumps' next look
 };
 
 ElasticAgent::Impl::~Impl() {
@@ -461,8 +487,12 @@ void ElasticAgent::Impl::startWorkers(int attempt, const rendezvous::RendezvousR
              workers_.size() == 1 ? "" : "s", rdzv.rank_base, rdzv.rank_base + config_.nproc_per_node - 1,
              rdzv.world_size, rdzv.group_rank, rdzv.group_world_size, rdzv.restart_count, rdzv.master_addr,
              rdzv.master_port);
+  std::vector<ExpectedDump> expected_dumps;
   for (Worker& worker : workers_) {
     startOneWorker(worker, attempt, rdzv);
+    if (!worker.torch_dump.empty()) {
+      expected_dumps.push_back(ExpectedDump{worker.place.rank, worker.torch_dump, worker.torch_dump_before});
+    }
     emit("worker_start", JsonObject()
                              .add("rank", worker.place.rank)
                              .add("local_rank", worker.place.local_rank)
@@ -471,6 +501,9 @@ void ElasticAgent::Impl::startWorkers(int attempt, const rendezvous::RendezvousR
                              .add("round", rdzv.round)
                              .add("restart_count", rdzv.restart_count));
   }
+  torch_dumps_.reset();
+  if (!expected_dumps.empty()) torch_dumps_ = std::make_unique<TorchDumps>(std::move(expected_dumps));
+  next_dump_look_ = Clock::now() + kTorchDumpLook;
 }
 
 void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rendezvous::RendezvousResult& rdzv) {
@@ -488,6 +521,11 @@ void ElasticAgent::Impl::startOneWorker(Worker& worker, int attempt, const rende
   }
   if (config_.python_workers && config_.torch_flight_recorder) {
     addTorchFlightRecorder(request.env, layout_->attemptDir(attempt) + "/torch_trace_rank_");
+  }
+  // Ours, or the user's: torch appends the global rank.
+  if (const std::string prefix = config_.python_workers ? torchDumpPrefix(request.env) : ""; !prefix.empty()) {
+    worker.torch_dump = prefix + std::to_string(worker.place.rank);
+    worker.torch_dump_before = stampOf(worker.torch_dump);
   }
   const auto faulthandler = request.env.find(env::kPythonFaultHandler);
   worker.python_faulthandler =
@@ -606,7 +644,13 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::waitForWorkers() {
     if (watch_hang) wake = std::min(wake, next_hang_check_);
     if (several_nodes) wake = std::min(wake, next_hang_request_check_);
     if (!collective_line_.empty()) wake = std::min(wake, collective_line_at_ + kCollectiveFailureGrace);
+    const bool watch_dumps = torch_dumps_ && collective_line_.empty() && !stopping_;
+    if (watch_dumps) wake = std::min(wake, next_dump_look_);
     runFor(std::max<Clock::duration>(wake - Clock::now(), Clock::duration::zero()));
+    if (watch_dumps && Clock::now() >= next_dump_look_) {
+      next_dump_look_ = Clock::now() + kTorchDumpLook;
+      lookForTorchDumps();
+    }
     // A rank said a collective failed: the others' Python stacks now, before any of them moves on.
     if (!collective_line_.empty() && !python_stacks_taken_) takePythonStacks();
     const auto now = Clock::now();
@@ -776,9 +820,24 @@ void ElasticAgent::Impl::onWorkerStderrLine(int rank, std::string_view line) {
   if (!collective_line_.empty() || stopping_) return;
   auto failure = collectiveFailureIn(line);
   if (!failure) return;
-  collective_line_ = fmt::format("rank {}: {}", rank, printable(*failure));
+  noticeCollectiveFailure(fmt::format("rank {}: {}", rank, printable(*failure)));
+}
+
+void ElasticAgent::Impl::noticeCollectiveFailure(const std::string& what) {
+  collective_line_ = what;
   collective_line_at_ = Clock::now();
   log_->warn("a collective failed ({}); taking the Python stacks of the workers still running", collective_line_);
+}
+
+void ElasticAgent::Impl::lookForTorchDumps() {
+  const std::optional<int> rank = torch_dumps_->written();
+  if (!rank) return;
+  for (const Worker& w : workers_) {
+    if (w.place.rank == *rank) {
+      noticeCollectiveFailure(
+          fmt::format("rank {}: wrote torch's flight-recorder dump {}", *rank, printable(w.torch_dump)));
+    }
+  }
 }
 
 void ElasticAgent::Impl::takePythonStacks() {
@@ -848,7 +907,89 @@ std::string ElasticAgent::Impl::collectiveFailureTrigger(const std::vector<Worke
       return fmt::format("rank {} failed: a collective failed ({})", f.rank, printable(*line));
     }
   }
+  // NCCL's watchdog aborts the process from a C++ thread: no error file, no exception, and
+  // its words on stderr reach ddprun only when stderr goes through it.
+  for (const WorkerFailure& f : failures) {
+    if (!f.hang_reason.empty() || f.signal != SIGABRT || f.error || !f.python_exception.empty()) continue;
+    for (const Worker& w : workers_) {
+      if (w.pid == f.pid && (w.python_hook || !w.torch_dump.empty())) {
+        return fmt::format("rank {} was killed by SIGABRT and wrote no error file, as torch's NCCL watchdog does",
+                           f.rank);
+      }
+    }
+  }
+  if (torch_dumps_) {
+    if (const std::optional<int> rank = torch_dumps_->written()) {
+      return fmt::format("rank {} wrote torch's flight-recorder dump", *rank);
+    }
+  }
   return {};
+}
+
+std::string ElasticAgent::Impl::judgeTorchDumps(const std::string& trigger) {
+  if (!torch_dumps_) return {};
+  const auto start = Clock::now();
+  for (;;) {
+    if (torch_dumps_->poll()) break;
+    const auto waited = Clock::now() - start;
+    if (waited >= kTorchDumpWait) break;
+    if (waited >= kTorchFirstDumpWait && torch_dumps_->writtenRanks().empty()) break;
+    // The workers' output and exits are served meanwhile; the looks stay apart, so that a
+    // file's size holding still means that torch is done writing it.
+    const auto next = Clock::now() + kTorchDumpSettleLook;
+    while (Clock::now() < next) runFor(next - Clock::now());
+  }
+  const auto waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  const std::vector<int> missing = torch_dumps_->missing();
+  if (torch_dumps_->writtenRanks().empty()) {
+    log_->info("no torch flight-recorder dump from rank {} within {} ms; the verdict comes from the Python stacks",
+               rankRanges(missing), waited_ms);
+    return {};
+  }
+  std::string gaps;
+  if (!missing.empty()) {
+    gaps = fmt::format("no dump from rank {} within {} ms", rankRanges(missing), waited_ms);
+  }
+  for (const std::string& line : torch_dumps_->unreadable()) {
+    gaps += (gaps.empty() ? "" : "; ") + printable(line);
+  }
+  if (!gaps.empty()) {
+    log_->warn("torch flight-recorder dumps: {}; the verdict comes from the Python stacks", gaps);
+    return {};
+  }
+  if (current_ && static_cast<size_t>(current_->world_size) > workers_.size()) {
+    log_->warn(
+        "torch flight-recorder dumps: only this node's (rank {}) are read; other nodes' are not gathered, so the "
+        "verdict comes from the Python stacks",
+        rankRanges(torch_dumps_->writtenRanks()));
+    return {};
+  }
+  DumpVerdictOptions options;
+  if (const int64_t newest = torch_dumps_->newestNs(); newest > 0) options.now_ns = newest;
+  for (const Worker& w : workers_) {
+    if (!w.running && w.exit_code == 0 && w.signal == 0) options.finished_ranks.push_back(w.place.rank);
+  }
+  const DumpVerdict verdict = dumpVerdict(torch_dumps_->dumps(), options);
+  std::string text = verdict.text();
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  if (verdict.culprits.empty()) {
+    log_->warn("{}; the flight-recorder dumps name no rank behind: {}", trigger, printable(text));
+    return {};
+  }
+  log_->error("{}; {}", trigger, text);
+  emit("hang_verdict", JsonObject()
+                           .add("trigger", trigger)
+                           .add("verdict", text)
+                           .add("source", "flight_recorder")
+                           .add("culprits", rankRanges(verdict.culprits))
+                           .add("attempt", attempt_));
+  hang_culprits_ = verdict.culprits;
+  // One line for the report: the findings' sentences (the last one names the root cause when
+  // there are several).
+  std::string sentences;
+  for (const GroupFinding& f : verdict.findings) sentences += (sentences.empty() ? "" : "; ") + f.line;
+  if (verdict.findings.size() > 1) sentences += "; root cause rank " + rankRanges(verdict.culprits);
+  return sentences;
 }
 
 std::string ElasticAgent::Impl::judgePythonHang(const std::string& trigger) {
@@ -1122,6 +1263,7 @@ void ElasticAgent::Impl::endAttempt() {
   hang_culprits_.clear();
   collective_line_.clear();
   python_stacks_taken_ = false;
+  torch_dumps_.reset();
   clearProcessGroups();
   drainOutput();
   forwarders_.clear();
@@ -1568,6 +1710,7 @@ int ElasticAgent::Impl::runRounds() {
     if (const std::string trigger = collectiveFailureTrigger(failures); !trigger.empty()) {
       if (!python_stacks_taken_) takePythonStacks();
       std::string verdict = judgeHang(trigger);
+      if (verdict.empty()) verdict = judgeTorchDumps(trigger);
       if (verdict.empty()) verdict = judgePythonHang(trigger);
       std::vector<std::pair<Worker*, pid_t>> targets;
       for (Worker& w : workers_) {

@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """Synthetic torch flight-recorder dumps for the tests of ddprun's dump reader and verdict.
 
-Usage: flight_dumps.py DIR SCENARIO [--style python|torch] [--protocol N] [--prefix P]
+Usage: flight_dumps.py DIR SCENARIO [--style python|torch] [--protocol N] [--prefix P] [--rank R]
 
 Writes one dump per rank, DIR/<prefix><rank>, with the keys and types torch writes
 (torch/csrc/distributed/c10d/FlightRecorderDetail.hpp): --style python pickles the dict with
 Python's pickle module (protocol 2 to 5); --style torch writes the opcodes torch's own C++
 pickler emits (protocol 2, memoized strings, MARK/SETITEMS dicts, LONG1 for 64-bit ints).
 Each waiting operation started 10.0 s before the files' modification time, which is set.
+--rank R writes rank R's file alone (as a worker does: the e2e tests' fake torch workers).
 Plain Python 3, no torch.
 """
 import argparse
 import os
 import pickle
+import shutil
 import struct
 import sys
 
@@ -263,7 +265,23 @@ def main():
     p.add_argument("--style", choices=["python", "torch", "torch-tagged"], default="python")
     p.add_argument("--protocol", type=int, default=2)
     p.add_argument("--prefix", default="nccl_trace_rank_")
+    p.add_argument("--rank", type=int)
     a = p.parse_args()
+    if a.rank is not None:
+        # Every rank's file in a directory of its own beside the target, then rank R's moved
+        # into place in one rename, as a finished file (a reader never sees it half written).
+        work = os.path.join(a.dir, f".flight_dumps.{os.getpid()}")
+        argv = [x for x in sys.argv[1:]]
+        at = argv.index("--rank")
+        del argv[at:at + 2]
+        argv[0] = work
+        sys.argv[1:] = argv
+        try:
+            main()
+            os.replace(os.path.join(work, f"{a.prefix}{a.rank}"), os.path.join(a.dir, f"{a.prefix}{a.rank}"))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     os.makedirs(a.dir, exist_ok=True)
 
     def encode(d):

@@ -1,0 +1,124 @@
+// ddprun reads torch's flight-recorder dumps when a collective fails, with fake torch workers
+// (Python, no torch): each writes a synthetic dump (tests/agent/torch_trace/flight_dumps.py)
+// at the prefix ddprun gave it, as torch's watchdog does. Rank 0, which waited, writes its
+// dump and dies by SIGABRT with no error file (NCCL's watchdog); rank 1 sleeps and writes its
+// dump once rank 0's exists (torch signals the timeout dump through the store). The root cause
+// is rank 1 from the dumps; a missing or corrupt dump falls back to the Python stacks with one
+// line. stderr is not routed through ddprun, so no stderr line gives the failure away.
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "tests/agent/torch_trace/dumps_support.h"
+#include "tests/support/test_process.h"
+
+using namespace ddprun::testing;
+
+namespace {
+
+// argv: the scenario of flight_dumps.py, whether rank 1 writes its dump, whether rank 0
+// aborts after writing its own (else it sleeps too).
+std::string writeScript(const TempDir& dir) {
+  const std::string path = dir.file("job.py");
+  std::ofstream(path) << "import os, subprocess, sys, time\n"
+                         "scenario, rank1_writes, rank0_aborts = sys.argv[1], sys.argv[2] == '1', sys.argv[3] == '1'\n"
+                         "prefix = os.environ['TORCH_FR_DUMP_TEMP_FILE']\n"
+                         "rank = int(os.environ['RANK'])\n"
+                         "def write():\n"
+                         "    subprocess.run([sys.executable, '"
+                      << flightDumpsScript()
+                      << "', os.path.dirname(prefix), scenario, '--prefix',\n"
+                         "                    os.path.basename(prefix), '--rank', str(rank)], check=True)\n"
+                         "if rank == 0:\n"
+                         "    time.sleep(1)\n"
+                         "    write()\n"
+                         "    if rank0_aborts:\n"
+                         "        os.abort()\n"
+                         "    time.sleep(60)\n"
+                         "else:\n"
+                         "    deadline = time.time() + 30\n"
+                         "    while not os.path.exists(prefix + '0') and time.time() < deadline:\n"
+                         "        time.sleep(0.05)\n"
+                         "    time.sleep(0.3)\n"
+                         "    if rank1_writes:\n"
+                         "        write()\n"
+                         "    time.sleep(60)\n";
+  return path;
+}
+
+struct Job {
+  RunResult r;
+  std::string events;
+};
+
+Job runJob(const TempDir& dir, const std::string& scenario, bool rank1_writes, bool rank0_aborts = true) {
+  const std::string script = writeScript(dir);
+  const std::string events = dir.file("events.jsonl");
+  RunResult r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir=" + dir.file("logs"), script,
+                     scenario, rank1_writes ? "1" : "0", rank0_aborts ? "1" : "0"},
+                    {{"PYTHON", "/usr/bin/python3"}, {"DDPRUN_EVENTS_FILE", events}}, 90s);
+  return Job{std::move(r), fileExists(events) ? readFile(events) : ""};
+}
+
+// The report's root cause section: from its heading to the next rule.
+std::string rootCause(const std::string& err) {
+  const size_t at = err.find("Root cause (first failure):");
+  if (at == std::string::npos) return {};
+  return err.substr(at, err.find("------", at) - at);
+}
+
+}  // namespace
+
+TEST_CASE("a rank that aborts as NCCL's watchdog does: the dumps blame the rank behind", "[e2e][torch_dumps]") {
+  TempDir dir;
+  Job job = runJob(dir, "behind", true);
+  REQUIRE(job.r.finished);
+  INFO(job.r.out << job.r.err << job.events);
+  CHECK(job.r.exit_code == 1);
+  CHECK_THAT(job.r.err, Catch::Contains("rank 0 was killed by SIGABRT and wrote no error file"));
+  CHECK_THAT(job.r.err, Catch::Contains("hang: rank 1 has not called all_reduce #2 of group 0 (default_pg); rank 0 "
+                                        "has waited in it for 10.0 s — rank 1 is behind"));
+  CHECK_THAT(job.r.err, Catch::Contains("rank 1: behind, last called all_reduce #1 (completed) at /job/train.py:12"));
+  CHECK_THAT(job.events, Catch::Contains("\"event\":\"hang_verdict\""));
+  CHECK_THAT(job.events, Catch::Contains("\"source\":\"flight_recorder\""));
+  const std::string cause = rootCause(job.r.err);
+  CHECK_THAT(cause, Catch::Contains("rank      : 1 (local_rank: 1)"));
+  CHECK_THAT(cause, Catch::Contains("hang: rank 1 has not called all_reduce #2"));
+  // Its Python stack, taken before it was stopped.
+  CHECK_THAT(cause, Catch::Contains("job.py\", line"));
+}
+
+TEST_CASE("a dump appearing is noticed while every rank still runs", "[e2e][torch_dumps]") {
+  TempDir dir;
+  Job job = runJob(dir, "behind", true, false);
+  REQUIRE(job.r.finished);
+  INFO(job.r.out << job.r.err << job.events);
+  CHECK(job.r.exit_code == 1);
+  CHECK_THAT(job.r.err, Catch::Contains("a collective failed (rank 0: wrote torch's flight-recorder dump "));
+  CHECK_THAT(job.events, Catch::Contains("\"source\":\"flight_recorder\""));
+  CHECK_THAT(rootCause(job.r.err), Catch::Contains("rank      : 1 (local_rank: 1)"));
+}
+
+TEST_CASE("a rank without a dump: the Python stacks judge, and one line names it", "[e2e][torch_dumps]") {
+  TempDir dir;
+  Job job = runJob(dir, "behind", false);
+  REQUIRE(job.r.finished);
+  INFO(job.r.out << job.r.err << job.events);
+  CHECK(job.r.exit_code == 1);
+  CHECK(countOf(job.r.err, "torch flight-recorder dumps: no dump from rank 1 within ") == 1);
+  CHECK_THAT(job.r.err, Catch::Contains("the verdict comes from the Python stacks"));
+  CHECK_THAT(job.r.err, !Catch::Contains("has not called all_reduce"));
+  CHECK_THAT(job.events, !Catch::Contains("\"source\":\"flight_recorder\""));
+}
+
+TEST_CASE("a corrupt dump: one line, the Python stacks judge, no crash", "[e2e][torch_dumps]") {
+  TempDir dir;
+  Job job = runJob(dir, "corrupt", true);
+  REQUIRE(job.r.finished);
+  INFO(job.r.out << job.r.err << job.events);
+  CHECK(job.r.exit_code == 1);
+  CHECK(job.r.term_signal == 0);
+  CHECK(countOf(job.r.err, "torch flight-recorder dumps: rank 1: ") == 1);
+  CHECK_THAT(job.r.err, Catch::Contains("the verdict comes from the Python stacks"));
+  CHECK_THAT(job.events, !Catch::Contains("\"source\":\"flight_recorder\""));
+}
