@@ -269,8 +269,10 @@ class ElasticAgent::Impl {
   // their stacks; once per attempt.
   void takePythonStacks();
   // What says that a torch collective failed in this attempt: a worker's stderr line, or a
-  // failure's message (error file, saved exception, stderr tail). Empty: nothing does.
-  std::string collectiveFailureTrigger(const std::vector<WorkerFailure>& failures) const;
+  // failure's message (error file, saved exception, stderr tail), a dump; or, only `maybe`
+  // (set then), a Python worker killed by SIGABRT with no error file, which a collective's
+  // watchdog does but so does any abort. Empty: nothing does.
+  std::string collectiveFailureTrigger(const std::vector<WorkerFailure>& failures, bool& maybe) const;
   // The verdict from the ranks' Python frames (python_stacks.h), logged and recorded like
   // judgeHang's; sets the culprits. Returns it (empty: none).
   std::string judgePythonHang(const std::string& trigger);
@@ -892,7 +894,9 @@ void ElasticAgent::Impl::takePythonStacks() {
              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
 }
 
-std::string ElasticAgent::Impl::collectiveFailureTrigger(const std::vector<WorkerFailure>& failures) const {
+std::string ElasticAgent::Impl::collectiveFailureTrigger(const std::vector<WorkerFailure>& failures,
+                                                         bool& maybe) const {
+  maybe = false;
   if (!collective_line_.empty()) return "a collective failed (" + collective_line_ + ")";
   for (const WorkerFailure& f : failures) {
     if (!f.hang_reason.empty()) continue;
@@ -907,22 +911,20 @@ std::string ElasticAgent::Impl::collectiveFailureTrigger(const std::vector<Worke
       return fmt::format("rank {} failed: a collective failed ({})", f.rank, printable(*line));
     }
   }
+  const std::optional<int> dumped = torch_dumps_ ? torch_dumps_->written() : std::nullopt;
   // NCCL's watchdog aborts the process from a C++ thread: no error file, no exception, and
   // its words on stderr reach ddprun only when stderr goes through it.
   for (const WorkerFailure& f : failures) {
     if (!f.hang_reason.empty() || f.signal != SIGABRT || f.error || !f.python_exception.empty()) continue;
     for (const Worker& w : workers_) {
       if (w.pid == f.pid && (w.python_hook || !w.torch_dump.empty())) {
+        maybe = !dumped;  // a dump ties it to a collective
         return fmt::format("rank {} was killed by SIGABRT and wrote no error file, as torch's NCCL watchdog does",
                            f.rank);
       }
     }
   }
-  if (torch_dumps_) {
-    if (const std::optional<int> rank = torch_dumps_->written()) {
-      return fmt::format("rank {} wrote torch's flight-recorder dump", *rank);
-    }
-  }
+  if (dumped) return fmt::format("rank {} wrote torch's flight-recorder dump", *dumped);
   return {};
 }
 
@@ -1707,7 +1709,8 @@ int ElasticAgent::Impl::runRounds() {
     // A collective that timed out or failed is a hang seen from inside: take the Python
     // stacks of the ranks still running (unless a stderr line already had them taken), say
     // where every rank stands, then stop the others as hung, before the round ends.
-    if (const std::string trigger = collectiveFailureTrigger(failures); !trigger.empty()) {
+    bool maybe = false;
+    if (const std::string trigger = collectiveFailureTrigger(failures, maybe); !trigger.empty()) {
       if (!python_stacks_taken_) takePythonStacks();
       std::string verdict = judgeHang(trigger);
       if (verdict.empty()) verdict = judgeTorchDumps(trigger);
@@ -1716,7 +1719,9 @@ int ElasticAgent::Impl::runRounds() {
       for (Worker& w : workers_) {
         if (w.running) targets.emplace_back(&w, w.pid);
       }
-      if (!targets.empty()) {
+      // An abort that no verdict ties to a collective may be any crash: the others get the
+      // ordinary stop (SIGTERM first), not the hung one.
+      if (!targets.empty() && !(maybe && verdict.empty())) {
         stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
         runWhile([this] { return anyRunning(); }, killWait());
       }

@@ -122,3 +122,27 @@ TEST_CASE("a corrupt dump: one line, the Python stacks judge, no crash", "[e2e][
   CHECK_THAT(job.r.err, Catch::Contains("the verdict comes from the Python stacks"));
   CHECK_THAT(job.events, !Catch::Contains("\"source\":\"flight_recorder\""));
 }
+
+TEST_CASE("an abort that no dump or stack ties to a collective: the others get the ordinary SIGTERM",
+          "[e2e][torch_dumps]") {
+  TempDir dir;
+  const std::string script = dir.file("abort.py");
+  std::ofstream(script) << "import os, signal, sys, time\n"
+                           "if os.environ['RANK'] == '0':\n"
+                           "    time.sleep(1)\n"
+                           "    os.abort()\n"
+                           "def term(*_):\n"
+                           "    print('rank 1 got SIGTERM', flush=True)\n"
+                           "    sys.exit(0)\n"
+                           "signal.signal(signal.SIGTERM, term)\n"
+                           "time.sleep(60)\n";
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir=" + dir.file("logs"), script},
+               {{"PYTHON", "/usr/bin/python3"}}, 90s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("rank 0 was killed by SIGABRT and wrote no error file"));
+  CHECK_THAT(r.err, Catch::Contains("no torch flight-recorder dump from rank 0-1 within"));
+  CHECK_THAT(r.out, Catch::Contains("rank 1 got SIGTERM"));
+  CHECK_THAT(rootCause(r.err), Catch::Contains("rank      : 0 (local_rank: 0)"));
+}
