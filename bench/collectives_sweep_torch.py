@@ -131,7 +131,10 @@ def rank_main(rank, args, store_path, status):
     n = args.nproc
     if args.pin:
         cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
-        print(f"sweep_pinned impl={args.impl} n={n} rank={rank} cpus={cpus}", flush=True)
+        # One write(2) for the whole line: print() may write the text and its newline apart
+        # (unbuffered stdout), and the ranks' lines then interleave on the shared pipe.
+        sys.stdout.flush()
+        os.write(1, f"sweep_pinned impl={args.impl} n={n} rank={rank} cpus={cpus}\n".encode())
 
     def max_over_ranks(values):
         t = torch.tensor(values, dtype=torch.float64)

@@ -366,7 +366,13 @@ struct Config {
   bool torch = true;
   std::string server;
   std::string torch_server;
+  // The wire of the LibTorch the torch server was built against (bench/CMakeLists.txt says
+  // which): torch 2.x servers drop a client that does not VALIDATE first.
+#if DDPRUN_STORE_SCALE_TORCH2
+  Wire torch_wire = Wire::kCurrent;
+#else
   Wire torch_wire = Wire::kLegacy;
+#endif
 };
 
 struct RunResult {
@@ -636,8 +642,10 @@ Config parseArgs(int argc, char** argv) {
       std::printf(
           "usage: store_scale [CLIENTS] [--procs P] [--timeout S] [--torch-timeout S] [--no-torch]\n"
           "                   [--server PATH] [--torch-server PATH] [--torch-wire current|1.13]\n"
-          "defaults: CLIENTS 98304, --timeout 120, --torch-timeout 120, --torch-wire 1.13;\n"
-          "servers: ddprun_store_server and store_scale_torch_server beside this program\n");
+          "defaults: CLIENTS 98304, --timeout 120, --torch-timeout 120, --torch-wire that of the LibTorch\n"
+          "          the torch server was built against (%s here);\n"
+          "servers: ddprun_store_server and store_scale_torch_server beside this program\n",
+          wireName(Config{}.torch_wire));
       std::exit(0);
     } else if (!arg.empty() && arg[0] != '-') {
       c.clients = static_cast<int>(number(arg));

@@ -11,6 +11,7 @@
 #include <exception>
 #include <string>
 
+#include <torch/version.h>  // TORCH_VERSION_MAJOR: without it the libuv switch below never compiled in
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 int main(int argc, char** argv) {
