@@ -16,6 +16,7 @@
 #include "agent/hang_verdict.h"
 #include "agent/torch_trace/dump_verdict.h"
 #include "common/text_escape.h"
+#include "launcher/subcommand_args.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -56,14 +57,7 @@ int runHangReportCommand(int argc, const char* const* argv) {
   app.add_option("--prefix", prefix,
                  "The dumps' file-name prefix, the base name of TORCH_NCCL_DEBUG_INFO_TEMP_FILE (default "
                  "nccl_trace_rank_).");
-  try {
-    app.parse(argc - 1, argv + 1);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(std::string("hang-report: ") + e.what());
-  }
+  if (!parseSubcommandArgs(app, argc, argv, "hang-report")) return 0;
   if (prefix.empty() || prefix.find('/') != std::string::npos) {
     throw UsageError("hang-report: --prefix '" + printable(prefix) +
                      "' must be a non-empty file-name prefix without '/'");

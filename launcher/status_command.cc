@@ -13,6 +13,7 @@
 #include "agent/event_log.h"
 #include "common/error.h"
 #include "common/json_writer.h"
+#include "launcher/subcommand_args.h"
 #include "launcher/worker_stacks.h"
 #include "rendezvous/local_addresses.h"
 #include "rendezvous/tcp_store_client.h"
@@ -223,14 +224,7 @@ int runStatusCommand(int argc, const char* const* argv) {
   app.add_flag("--stacks", stacks,
                "Instead: every thread's native stack of this host's running workers (with --log_dir), without "
                "stopping them.");
-  try {
-    app.parse(argc - 1, argv + 1);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(std::string("status: ") + e.what());
-  }
+  if (!parseSubcommandArgs(app, argc, argv, "status")) return 0;
   if (stacks) {
     if (log_dir.empty())
       throw UsageError("status --stacks needs --log_dir DIR: the agent's events file there names its workers");

@@ -108,10 +108,13 @@ Staged stage(const at::Tensor& t, bool fill = true) {
 // ATen's cat and copy_ cost a few microseconds of dispatch each, as much as a whole small
 // collective on shared memory. flatBuffer() allocates when the op is issued; flatten() fills
 // it when the op runs, after the ops issued before it (see Staged).
-at::Tensor flatBuffer(const std::vector<at::Tensor>& list) {
-  const std::vector<int64_t> sizes{static_cast<int64_t>(list.size()) * list[0].numel()};
-  return list[0].device().is_cpu() ? at::empty(sizes, list[0].options()) : pinnedLike(list[0], sizes);
+// One contiguous host buffer for `count` tensors like `like` (pinned for a device tensor).
+at::Tensor flatBuffer(const at::Tensor& like, size_t count) {
+  const std::vector<int64_t> sizes{static_cast<int64_t>(count) * like.numel()};
+  return like.device().is_cpu() ? at::empty(sizes, like.options()) : pinnedLike(like, sizes);
 }
+
+at::Tensor flatBuffer(const std::vector<at::Tensor>& list) { return flatBuffer(list[0], list.size()); }
 
 void flatten(const std::vector<at::Tensor>& list, at::Tensor& flat) {
   const int64_t n = list[0].numel();
@@ -287,8 +290,7 @@ WorkPtr HostTensorBackend::allGather(std::vector<at::Tensor>& outputs, const at:
         info, async_op);
   }
   auto outs = outputs;
-  const std::vector<int64_t> sizes{static_cast<int64_t>(outs.size()) * input.numel()};
-  auto flat = in.stream ? pinnedLike(input, sizes) : at::empty(sizes, input.options());
+  auto flat = flatBuffer(input, outs.size());
   return issue(
       *host_,
       [in, flat, outs, stream = callerStream(outs[0])](CollectiveContext& ctx) mutable {
@@ -306,8 +308,7 @@ WorkPtr HostTensorBackend::gather(const at::Tensor& input, std::vector<at::Tenso
   std::optional<c10::Stream> stream;
   if (outputs) {
     outs = *outputs;
-    const std::vector<int64_t> sizes{static_cast<int64_t>(outs.size()) * input.numel()};
-    flat = in.stream ? pinnedLike(input, sizes) : at::empty(sizes, input.options());
+    flat = flatBuffer(input, outs.size());
     stream = callerStream(outs[0]);
   }
   return issue(
