@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/port_holder.h"
 #include "common/socket_io.h"
 
 namespace ddprun::agent {
@@ -48,7 +49,7 @@ HealthServer::HealthServer(const std::string& host, int port) {
       ::listen(listen_fd_.get(), SOMAXCONN) != 0) {
     const int err = errno;
     throw UsageError("--health_check_port " + std::to_string(port) + ": cannot listen on " + host + ": " +
-                     std::strerror(err));
+                     std::strerror(err) + (err == EADDRINUSE ? portHolderSuffix(port) : std::string()));
   }
   socklen_t len = sizeof addr;
   ::getsockname(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len);

@@ -28,7 +28,8 @@ class RendezvousError : public DdprunError {
 // A system call failed; the message carries the call, its subject and strerror.
 class SystemError : public DdprunError {
  public:
-  SystemError(const std::string& what, int err);
+  // "what: strerror(err)" and then `detail` (for example who holds a port in use).
+  SystemError(const std::string& what, int err, const std::string& detail = "");
   int code() const { return code_; }
 
  private:

@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/port_holder.h"
 #include "rendezvous/descriptor_limit.h"
 #include "rendezvous/sha256.h"
 #include "rendezvous/store_state.h"
@@ -562,7 +563,11 @@ StoreServer::Impl::Impl(StoreServerOptions options)
   // most and let that setting decide (rendezvous/PROTOCOL.md, README: what to raise).
   if (!ec) acceptor_.listen(std::numeric_limits<int>::max(), ec);
   if (ec) {
-    throw SystemError("store server: listen on " + options_.host + ":" + std::to_string(options_.port), ec.value());
+    // Many jobs share a machine: say which process took the port.
+    const std::string holder =
+        ec == boost::asio::error::address_in_use ? portHolderSuffix(options_.port) : std::string();
+    throw SystemError("store server: listen on " + options_.host + ":" + std::to_string(options_.port), ec.value(),
+                      holder);
   }
   port_ = acceptor_.local_endpoint().port();
   accept();

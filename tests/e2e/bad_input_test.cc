@@ -1,3 +1,8 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "tests/support/test_process.h"
@@ -107,4 +112,37 @@ TEST_CASE("DDPRUN_NO_CGROUPS takes a boolean and anything else is one line namin
     CHECK(r.exit_code == 0);
     CHECK_THAT(r.err, Catch::Contains("contained by process groups only (DDPRUN_NO_CGROUPS is set)"));
   }
+}
+
+// Many jobs on one machine: when the port a job asks for is taken, the one error line names
+// the port and the process holding it, so the user knows which job to look at.
+TEST_CASE("a rendezvous or health port already taken names the port and the process that holds it",
+          "[e2e][bad_input]") {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  const std::string holder = "held by pid " + std::to_string(::getpid());
+  const std::vector<std::vector<std::string>> taken = {
+      {"--nnodes=1", "--master_addr=127.0.0.1", "--master_port=" + port, "--node_rank=0"},
+      {"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + port, "--rdzv_conf=is_host=1"},
+      {"--standalone", "--health_check_port=" + port, "--health_check_addr=127.0.0.1"},
+  };
+  for (auto args : taken) {
+    args.insert(args.begin(), ddprunPath());
+    args.insert(args.end(), {"--nproc_per_node=1", "--no_python", "true"});
+    INFO(Catch::Detail::stringify(args));
+    auto r = run(args);
+    REQUIRE(r.finished);
+    CHECK(r.exit_code != 0);
+    CHECK_THAT(r.err, Catch::Contains(port) && Catch::Contains("Address already in use") && Catch::Contains(holder));
+    CHECK(countOf(r.err, "\n") == 1);
+  }
+  ::close(fd);
 }

@@ -24,6 +24,10 @@
 //                                #SLOW_AT (0: before every one), or with `broadcast` calls broadcast from
 //                                rank 0 there instead; the group's timeout is TIMEOUT_MS (default 60000);
 //                                prints "step I rank=R", then "done rank=R"
+//   isolation TOKEN PIDFILE STEPS
+//                                append its pid to PIDFILE; claim the workers' store for TOKEN (compare-set of
+//                                "isolation/job"): another job's token there is an error; then STEPS checked
+//                                all_reduces of 1024 float32 on a host backend; prints "isolated rank=R"
 //   p2p-recv ATTEMPTS [TIMEOUT_MS]
 //                                on a host backend (group timeout TIMEOUT_MS, default 60000): all_reduce #1,
 //                                then rank 0 receives 16 float32 from rank 1, which first sleeps 10 min (in
@@ -237,6 +241,35 @@ int modeCollectives(int steps, int step_ms, int slow_rank, int slow_at, int slow
   return 0;
 }
 
+// Many jobs on one machine: a worker that reached another job's store (a port taken twice) or
+// shared another job's segments would see a foreign token or a wrong sum.
+int modeIsolation(const std::string& token, const std::string& pid_file, int steps) {
+  using namespace ddprun::runtime;
+  std::ofstream(pid_file, std::ios::app) << ::getpid() << "\n";
+  const auto e = StoreEnv::fromEnvironment();
+  auto store = connectToAgentStore(e);
+  const std::string owner = store->compareSet("isolation/job", "", token);
+  if (owner != token) throw std::runtime_error("the workers' store belongs to job " + owner + ", not " + token);
+  HostBackend backend(*store, "test/isolation/", e.rank, e.world_size, store->localAddress(),
+                      std::chrono::milliseconds(60000));
+  std::vector<float> buf(1024);
+  for (int step = 1; step <= steps; ++step) {
+    std::fill(buf.begin(), buf.end(), static_cast<float>(e.rank + step));
+    backend
+        .enqueue(
+            [&](CollectiveContext& ctx) { allReduce(ctx, buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum); },
+            {ddprun::FlightOp::kAllReduce, ddprun::FlightDType::kFloat32, buf.size(), -1})
+        ->wait();
+    const float want = static_cast<float>(e.world_size * (e.world_size - 1) / 2 + e.world_size * step);
+    if (buf[1023] != want) {
+      throw std::runtime_error("all_reduce #" + std::to_string(step) + " gave " + std::to_string(buf[1023]) + ", not " +
+                               std::to_string(want));
+    }
+  }
+  std::printf("isolated rank=%d\n", e.rank);
+  return 0;
+}
+
 int modeTimer(const std::string& scope, int after_ms, int hold_ms, int hang_rank, int hang_attempts, int attempt) {
   auto timer = ddprun::runtime::expires(std::chrono::milliseconds(after_ms), scope);
   std::printf("timer set rank=%d armed=%d\n", rankFromEnv(), timer.armed() ? 1 : 0);
@@ -284,6 +317,7 @@ int main(int argc, char** argv) {
                              std::stoi(arg(6)), std::stoi(arg(7)), argc > 8 && std::string(argv[8]) == "broadcast",
                              argc > 9 ? std::stoi(arg(9)) : 60000, attempt);
     }
+    if (mode == "isolation") return modeIsolation(arg(2), arg(3), std::stoi(arg(4)));
     if (mode == "p2p-recv") return modeP2PRecv(std::stoi(arg(2)), argc > 3 ? std::stoi(arg(3)) : 60000, attempt);
     if (mode == "stop-self") {
       std::printf("ready pid=%d\n", static_cast<int>(::getpid()));
