@@ -201,7 +201,15 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
     should_host = settings_.is_host ? *settings_.is_host : isLocalAddress(store_host_);
     if (store_host_ == "localhost") bind_host = "127.0.0.1";
     if (isIpLiteral(store_host_) && isLocalAddress(store_host_)) bind_host = store_host_;
+    // Port 0: the host takes a port from the kernel and announces it (many jobs on one machine
+    // never race for a port); the other nodes cannot guess it.
+    if (store_port_ == 0 && !should_host) {
+      throw UsageError("--rdzv_endpoint " + config_.endpoint +
+                       ": port 0 (a port from the kernel) needs this node to host the store (--rdzv_conf "
+                       "is_host=true); the other nodes take the port the host announces");
+    }
   }
+  const bool announce_port = !config_.standalone && store_port_ == 0;
   if (should_host) {
     try {
       StoreServerOptions options;
@@ -211,7 +219,13 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
       host_server_ = env_.host(options);
       store_port_ = host_server_->port();
       if (store_host_ == "0.0.0.0") store_host_ = "127.0.0.1";
-      log_->debug("hosting the rendezvous store on {}:{}", bind_host, store_port_);
+      if (announce_port) {
+        log_->info("serving the rendezvous store on {}:{}, a port from the kernel: the other nodes join with "
+                   "--rdzv_endpoint={}:{}",
+                   store_host_, store_port_, store_host_, store_port_);
+      } else {
+        log_->debug("hosting the rendezvous store on {}:{}", bind_host, store_port_);
+      }
     } catch (const SystemError& e) {
       // Another agent on this host already serves the endpoint: join it as a client.
       if (host_explicit || e.code() != EADDRINUSE)
