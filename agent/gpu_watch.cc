@@ -164,7 +164,9 @@ void GpuWatch::explainFailures(std::vector<WorkerFailure>& failures) {
     for (const KernelGpuEvent* e : about) text += fmt::format("; kernel log: {}", printable(e->line));
     if (!about.empty() && about.front()->xid >= 0) fields.add("xid", about.front()->xid);
     f.gpu_fault = text;
-    log->error("rank {} (local rank {}) died of a GPU fault: {}", f.rank, f.local_rank, text);
+    const bool program = fault && !fault->hardware && about.empty();
+    log->error("rank {} (local rank {}) died of a {}: {}", f.rank, f.local_rank, program ? "CUDA error" : "GPU fault",
+               text);
     emit_("gpu_fault", fields);
   }
 
