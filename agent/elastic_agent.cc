@@ -1617,13 +1617,8 @@ int ElasticAgent::Impl::run() {
       .add("node_cooldown_max_s", std::chrono::duration<double>(config_.node_cooldown_max).count());
   if (health_) start.add("health_check_port", health_->port());
   emit("agent_start", start);
-  GpuWatch::Options gpus;
-  gpus.host = host_;
-  gpus.nproc_per_node = config_.nproc_per_node;
-  if (auto visible = base_env_.find(env::kCudaVisibleDevices); visible != base_env_.end()) {
-    gpus.cuda_visible_devices = visible->second;
-  }
-  gpu_watch_ = std::make_unique<GpuWatch>(std::move(gpus), [this](const std::string& e, const JsonObject& f) { emit(e, f); });
+  gpu_watch_ = std::make_unique<GpuWatch>(GpuWatch::optionsFor(host_, config_.nproc_per_node, base_env_),
+                                          [this](const std::string& e, const JsonObject& f) { emit(e, f); });
 
   int code = 0;
   try {

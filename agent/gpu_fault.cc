@@ -174,8 +174,8 @@ std::vector<std::string> KernelLog::readNew(size_t max_bytes) {
     if (line.empty() || line.front() == ' ') continue;
     // "6,1234,5678901,-;message": the header is digits and commas before the first ';'.
     const size_t semi = line.find(';');
-    if (semi != std::string_view::npos && line.substr(0, semi).find_first_not_of("0123456789,-+c") ==
-                                              std::string_view::npos) {
+    if (semi != std::string_view::npos &&
+        line.substr(0, semi).find_first_not_of("0123456789,-+c") == std::string_view::npos) {
       line.remove_prefix(semi + 1);
     }
     messages.emplace_back(line);

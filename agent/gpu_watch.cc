@@ -31,6 +31,17 @@ std::string kernelLogPath() {
   return path && *path ? path : "/dev/kmsg";
 }
 
+GpuWatch::Options GpuWatch::optionsFor(std::string host, int nproc_per_node,
+                                       const std::map<std::string, std::string>& environment) {
+  Options options;
+  options.host = std::move(host);
+  options.nproc_per_node = nproc_per_node;
+  if (auto visible = environment.find(env::kCudaVisibleDevices); visible != environment.end()) {
+    options.cuda_visible_devices = visible->second;
+  }
+  return options;
+}
+
 GpuWatch::GpuWatch(Options options, Emit emit) : options_(std::move(options)), emit_(std::move(emit)) {}
 GpuWatch::~GpuWatch() = default;
 
@@ -95,8 +106,8 @@ std::string GpuWatch::gpuName(int local_rank, const GpuIdentity** identity) cons
       }
     }
     if (!nvml_problem_.empty()) {
-      return fmt::format("its GPU (CUDA_VISIBLE_DEVICES entry '{}'; NVML could not be asked: {})",
-                         printable(gpu.entry), printable(nvml_problem_));
+      return fmt::format("its GPU (CUDA_VISIBLE_DEVICES entry '{}'; NVML could not be asked: {})", printable(gpu.entry),
+                         printable(nvml_problem_));
     }
     return fmt::format("its GPU (CUDA_VISIBLE_DEVICES entry '{}', which NVML does not know)", printable(gpu.entry));
   }

@@ -40,6 +40,10 @@ class GpuWatch {
     std::string nvml_library = nvmlLibrary();
     std::string kernel_log = kernelLogPath();
   };
+  // The agent's: its host name, its local ranks, and CUDA_VISIBLE_DEVICES from its
+  // `environment`; NVML and the kernel log where they are found.
+  static Options optionsFor(std::string host, int nproc_per_node,
+                            const std::map<std::string, std::string>& environment);
   GpuWatch(Options options, Emit emit);
   ~GpuWatch();
 
@@ -64,13 +68,13 @@ class GpuWatch {
 
   Options options_;
   Emit emit_;
-  std::vector<RankGpu> rank_gpus_;               // from the last beforeStart()
-  std::map<unsigned, GpuIdentity> identities_;   // by NVML index, from the last beforeStart()
-  std::string nvml_problem_;                     // why NVML could not be asked; empty: it was
-  std::map<int, CudaFault> stderr_faults_;       // by rank, this attempt
-  std::unique_ptr<KernelLog> kernel_log_;        // this attempt's
-  bool kernel_log_said_ = false;                 // its unreadability was logged (once)
-  bool nvml_said_ = false;                       // NVML's absence was logged (once)
+  std::vector<RankGpu> rank_gpus_;              // from the last beforeStart()
+  std::map<unsigned, GpuIdentity> identities_;  // by NVML index, from the last beforeStart()
+  std::string nvml_problem_;                    // why NVML could not be asked; empty: it was
+  std::map<int, CudaFault> stderr_faults_;      // by rank, this attempt
+  std::unique_ptr<KernelLog> kernel_log_;       // this attempt's
+  bool kernel_log_said_ = false;                // its unreadability was logged (once)
+  bool nvml_said_ = false;                      // NVML's absence was logged (once)
 };
 
 }  // namespace ddprun::agent

@@ -158,11 +158,11 @@ GpuHealth NvmlSession::health(unsigned index) const {
                                                          "uncorrectable errors, {} for correctable ones)",
                                                          uncorrected, corrected)});
     } else if (rc == kNvmlSuccess && pending != 0) {
-      h.problems.push_back(GpuProblem{
-          "remapped_rows_pending",
-          fmt::format("memory rows are pending remapping ({} rows remapped for uncorrectable errors, {} for "
-                      "correctable ones; the GPU needs a reset)",
-                      uncorrected, corrected)});
+      h.problems.push_back(
+          GpuProblem{"remapped_rows_pending",
+                     fmt::format("memory rows are pending remapping ({} rows remapped for uncorrectable errors, {} for "
+                                 "correctable ones; the GPU needs a reset)",
+                                 uncorrected, corrected)});
     } else if (rc == kNvmlGpuIsLost) {
       lost("nvmlDeviceGetRemappedRows");
     } else if (rc != kNvmlSuccess) {

@@ -25,9 +25,9 @@ inline constexpr int kNvmlNotSupported = 3;
 inline constexpr int kNvmlGpuIsLost = 15;
 
 struct GpuIdentity {
-  unsigned index = 0;  // NVML's index (PCI bus order)
-  std::string uuid;    // "GPU-8a7f..."; empty: NVML could not say
-  std::string bus_id;  // NVML's "00000000:3B:00.0"; empty: NVML could not say
+  unsigned index = 0;                        // NVML's index (PCI bus order)
+  std::string uuid;                          // "GPU-8a7f..."; empty: NVML could not say
+  std::string bus_id;                        // NVML's "00000000:3B:00.0"; empty: NVML could not say
   unsigned domain = 0, bus = 0, device = 0;  // valid when bus_id is not empty
 };
 

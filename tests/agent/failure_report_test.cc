@@ -219,8 +219,9 @@ TEST_CASE("a worker that died of a GPU fault has its GPU line after the time; ot
   failures[0].gpu_fault = "uncorrectable ECC error on GPU 1 (GPU-aa, PCI 00000000:20:00.0) of host nodeA: boom";
   const std::string report = formatFailureReport("train.py", failures);
   const size_t time = report.find("  time      : ");
-  const size_t gpu = report.find("  gpu fault : uncorrectable ECC error on GPU 1 (GPU-aa, PCI 00000000:20:00.0) of "
-                                 "host nodeA: boom\n");
+  const size_t gpu = report.find(
+      "  gpu fault : uncorrectable ECC error on GPU 1 (GPU-aa, PCI 00000000:20:00.0) of "
+      "host nodeA: boom\n");
   REQUIRE(time != std::string::npos);
   REQUIRE(gpu != std::string::npos);
   CHECK(time < gpu);

@@ -35,8 +35,9 @@ TEST_CASE("a CUDA fault is found in the lines torch and NCCL print", "[gpu_fault
   CHECK(fault->kind == "uncorrectable_ecc");
   CHECK(fault->hardware);
 
-  fault = cudaFaultIn("node7:1234:1250 [1] NCCL INFO misc/strongstream.cc:395 NCCL WARN Cuda failure 'GPU has fallen "
-                      "off the bus'");
+  fault = cudaFaultIn(
+      "node7:1234:1250 [1] NCCL INFO misc/strongstream.cc:395 NCCL WARN Cuda failure 'GPU has fallen "
+      "off the bus'");
   REQUIRE(fault);
   CHECK(fault->kind == "fell_off_bus");
   CHECK(fault->hardware);
@@ -57,8 +58,9 @@ TEST_CASE("a CUDA fault is found in the lines torch and NCCL print", "[gpu_fault
 TEST_CASE("lines that name no GPU fault are not one", "[gpu_fault]") {
   CHECK_FALSE(cudaFaultIn(""));
   CHECK_FALSE(cudaFaultIn("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"));
-  CHECK_FALSE(cudaFaultIn("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:219, unhandled "
-                          "system error"));
+  CHECK_FALSE(
+      cudaFaultIn("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:219, unhandled "
+                  "system error"));
   CHECK_FALSE(cudaFaultIn("illegal memory access"));  // not CUDA's sentence
 }
 

@@ -85,14 +85,14 @@ TEST_CASE("a lost GPU handed out makes the node sick", "[gpu_watch]") {
   Watched w;
   ScopedEnv lost("FAKE_NVML_LOST", "1");
   GpuWatch watch = w.watch(std::nullopt);
-  CHECK(watch.beforeStart() == "GPU 1 of host node7 is sick: NVML says the GPU is lost (nvmlDeviceGetHandleByIndex_v2)");
+  CHECK(watch.beforeStart() ==
+        "GPU 1 of host node7 is sick: NVML says the GPU is lost (nvmlDeviceGetHandleByIndex_v2)");
   REQUIRE(w.events.size() == 1);
   CHECK(has(w.events[0], "\"kind\":\"gpu_lost\""));
   CHECK(has(w.events[0], "\"gpu_index\":1"));
 }
 
-TEST_CASE("a worker whose stderr named a CUDA fault gets its GPU, UUID, bus id and host in the report",
-          "[gpu_watch]") {
+TEST_CASE("a worker whose stderr named a CUDA fault gets its GPU, UUID, bus id and host in the report", "[gpu_watch]") {
   Watched w;
   GpuWatch watch = w.watch("2,1");
   REQUIRE(watch.beforeStart().empty());
@@ -127,8 +127,9 @@ TEST_CASE("the error file and the saved Python exception say the CUDA fault too"
   REQUIRE(watch.beforeStart().empty());
   std::vector<WorkerFailure> failures{failure(0, 0), failure(1, 1)};
   failures[0].error = WorkerErrorRecord{"CUDA error: uncorrectable ECC error encountered", "", std::nullopt};
-  failures[1].python_exception = "Traceback (most recent call last):\nRuntimeError: CUDA error: device-side assert "
-                                 "triggered\n";
+  failures[1].python_exception =
+      "Traceback (most recent call last):\nRuntimeError: CUDA error: device-side assert "
+      "triggered\n";
   watch.explainFailures(failures);
   CHECK(has(failures[0].gpu_fault, "uncorrectable ECC error on GPU 0 (GPU-fa4e0000-0000-0000-0000-000000000000"));
   CHECK(has(failures[1].gpu_fault, "device-side assert on GPU 1 ("));
@@ -172,8 +173,9 @@ TEST_CASE("without NVML the fault is still reported, naming the CUDA_VISIBLE_DEV
   watch.onStderrLine(1, "RuntimeError: CUDA error: an illegal memory access was encountered");
   std::vector<WorkerFailure> failures{failure(1, 1)};
   watch.explainFailures(failures);
-  CHECK(has(failures[0].gpu_fault, "illegal memory access on its GPU (CUDA_VISIBLE_DEVICES entry '5'; NVML could "
-                                   "not be asked: /nonexistent/libnvidia-ml.so.1"));
+  CHECK(has(failures[0].gpu_fault,
+            "illegal memory access on its GPU (CUDA_VISIBLE_DEVICES entry '5'; NVML could "
+            "not be asked: /nonexistent/libnvidia-ml.so.1"));
   CHECK(has(failures[0].gpu_fault, "of host node7: RuntimeError: CUDA error"));
   REQUIRE(w.events.size() == 1);
   CHECK(has(w.events[0], "\"gpu_index\":null"));

@@ -47,7 +47,8 @@ TEST_CASE("a worker killed by SIGABRT after a CUDA illegal memory access gets it
   REQUIRE(r.finished);
   INFO(r.err);
   CHECK(r.exit_code == 1);
-  const std::string gpu = "GPU 1 (GPU-fa4e0000-0000-0000-0000-000000000001, PCI 00000000:20:00.0) of host " + hostName();
+  const std::string gpu =
+      "GPU 1 (GPU-fa4e0000-0000-0000-0000-000000000001, PCI 00000000:20:00.0) of host " + hostName();
   CHECK_THAT(r.err, Catch::Contains("killed by SIGABRT"));
   CHECK_THAT(r.err, Catch::Contains("gpu fault : illegal memory access on " + gpu +
                                     ": RuntimeError: CUDA error: an illegal memory access was encountered"));
