@@ -64,17 +64,22 @@ std::string clip(std::string_view line) { return std::string(trim(line).substr(0
 }  // namespace
 
 std::optional<CudaFault> cudaFaultIn(std::string_view text) {
+  // The last line that names one: a traceback's source lines come before its exception's.
+  std::optional<CudaFault> found;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string_view::npos) end = text.size();
     const std::string_view line = text.substr(start, end - start);
     for (const Pattern& p : kPatterns) {
-      if (contains(line, p.text)) return CudaFault{p.kind, p.what, p.hardware, clip(line)};
+      if (contains(line, p.text)) {
+        found = CudaFault{p.kind, p.what, p.hardware, clip(line)};
+        break;
+      }
     }
     start = end + 1;
   }
-  return std::nullopt;
+  return found;
 }
 
 std::optional<KernelGpuEvent> nvrmEventIn(std::string_view message) {

@@ -23,8 +23,8 @@ struct CudaFault {
   std::string line;  // the line that says it, trimmed, at most 300 bytes
 };
 
-// The first line of `text` (one line or several) that names a CUDA error the GPU or its
-// kernels hit:
+// The last line of `text` (one line or several: a traceback's source lines come before its
+// exception's) that names a CUDA error the GPU or its kernels hit:
 //   "an illegal memory access was encountered" (cudaErrorIllegalAddress, 700),
 //   "uncorrectable ECC error encountered" (cudaErrorECCUncorrectable, 214),
 //   "GPU has fallen off the bus" (the driver's words, which CUDA and NVML pass on),

@@ -132,3 +132,14 @@ TEST_CASE("a kernel log that cannot be read reads nothing and says why", "[gpu_f
   CHECK(log.problem() == "/nonexistent/kmsg: No such file or directory");
   CHECK(log.readNew().empty());
 }
+
+TEST_CASE("of several lines naming a CUDA fault the last one counts: a traceback's exception line", "[gpu_fault]") {
+  auto fault = cudaFaultIn(
+      "Traceback (most recent call last):\n"
+      "  File \"/job/t.py\", line 1, in <module>\n"
+      "    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
+      "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+      "CUDA kernel errors might be asynchronously reported at some other API call\n");
+  REQUIRE(fault);
+  CHECK(fault->line == "RuntimeError: CUDA error: an illegal memory access was encountered");
+}

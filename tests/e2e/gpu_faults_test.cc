@@ -4,6 +4,8 @@
 // for /dev/kmsg. The workers are shell scripts that print what torch prints and die as it does.
 #include <unistd.h>
 
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "tests/e2e/ops_support.h"
@@ -159,4 +161,21 @@ assert {e["node"] for e in faults} == {e["node"] for e in cool}, (faults, cool)
 )");
   INFO(readFile(dir.file("events.jsonl")) << checked.err);
   CHECK(checked.exit_code == 0);
+}
+
+TEST_CASE("a Python worker's uncaught CUDA error, saved by ddprun's hook, names its GPU", "[e2e][gpu]") {
+  TempDir dir;
+  auto env = fakeGpus(dir);
+  env["CUDA_VISIBLE_DEVICES"] = "GPU-fa4e0000-0000-0000-0000-000000000002";
+  const std::string script = dir.file("train.py");
+  std::ofstream(script) << "raise RuntimeError('CUDA error: uncorrectable ECC error encountered')\n";
+  // No --tee: the worker's stderr goes straight to the console, past the agent.
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", script}, env, 60s);
+  REQUIRE(r.finished);
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("gpu fault : uncorrectable ECC error on GPU 2 "
+                                    "(GPU-fa4e0000-0000-0000-0000-000000000002, PCI 00000000:30:00.0) of host " +
+                                    hostName() + ": RuntimeError: CUDA error: uncorrectable ECC error encountered"));
+  CHECK_THAT(readFile(dir.file("events.jsonl")), Catch::Contains("\"source\":\"python_exception\""));
 }
