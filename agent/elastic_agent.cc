@@ -34,6 +34,7 @@
 #include "agent/file_timer_server.h"
 #include "agent/filtered_log.h"
 #include "agent/flight_dir.h"
+#include "agent/gpu_watch.h"
 #include "agent/hang_verdict.h"
 #include "agent/health_server.h"
 #include "agent/hung_worker_stop.h"
@@ -105,6 +106,9 @@ constexpr auto kTorchFirstDumpWait = std::chrono::seconds(1);
 // A worker that SIGKILL has not ended after --term_timeout (at least this long) sleeps
 // uninterruptibly in the kernel: ddprun reports it and goes on without it.
 constexpr auto kMinKillWait = std::chrono::seconds(1);
+// How long an elastic job's node with a sick GPU sits out before it looks again, when
+// --node_cooldown does not say: a sick GPU rarely heals without an operator.
+constexpr auto kSickGpuSitOut = std::chrono::seconds(60);
 
 std::string hostName() {
   char buf[256] = {};
@@ -295,7 +299,8 @@ class ElasticAgent::Impl {
   void emitRoundEnd(const std::string& reason, bool by_this_node);
   // The cooldown of a flapping node: sits out for `duration` (or until the job ends).
   // Returns the exit code when ddprun should end now, nothing when it should rejoin.
-  std::optional<int> sitOut(std::chrono::milliseconds duration);
+  // `why`: the reason to log (default: this node's workers failed again and again).
+  std::optional<int> sitOut(std::chrono::milliseconds duration, const std::string& why = {});
   int jobEndedAway(const std::string& reason);
 
   AgentConfig config_;
@@ -350,6 +355,7 @@ class ElasticAgent::Impl {
   bool python_stacks_taken_ = false;         // this attempt's Python stacks were taken
   std::unique_ptr<TorchDumps> torch_dumps_;  // this attempt's, when a worker has a dump prefix
   Clock::time_point next_dump_look_{};       // lookForTorchDumps' next look
+  std::unique_ptr<GpuWatch> gpu_watch_;      // GPU health before each start, GPU faults after a failure
 };
 
 ElasticAgent::Impl::~Impl() {
@@ -819,6 +825,7 @@ void ElasticAgent::Impl::answerHangRequest() {
 }
 
 void ElasticAgent::Impl::onWorkerStderrLine(int rank, std::string_view line) {
+  gpu_watch_->onStderrLine(rank, line);  // a CUDA fault, for the failure report
   if (!collective_line_.empty() || stopping_) return;
   auto failure = collectiveFailureIn(line);
   if (!failure) return;
@@ -1489,7 +1496,7 @@ void ElasticAgent::Impl::emitRoundEnd(const std::string& reason, bool by_this_no
                         .add("by_this_node", by_this_node));
 }
 
-std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration) {
+std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration, const std::string& why) {
   try {
     rendezvous_->sitOut();
   } catch (const rendezvous::StoreError& e) {
@@ -1500,12 +1507,14 @@ std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration
   const auto until = Clock::now() + duration;
   cooldown_until_ms_ = rendezvous::wallClockMillis() + duration.count();
   const double seconds = std::chrono::duration<double>(duration).count();
-  log_->warn("this node's workers failed {} times in a row; it sits out of the job for {:.1f} s",
-             policy_.consecutiveFailures(), seconds);
+  const std::string reason =
+      why.empty() ? fmt::format("this node's workers failed {} times in a row", policy_.consecutiveFailures()) : why;
+  log_->warn("{}; it sits out of the job for {:.1f} s", reason, seconds);
   emit("node_cooldown", JsonObject()
                             .add("consecutive_failures", policy_.consecutiveFailures())
                             .add("seconds", seconds)
-                            .add("until", isoTimeUtc(cooldown_until_ms_)));
+                            .add("until", isoTimeUtc(cooldown_until_ms_))
+                            .add("reason", reason));
   setState("cooldown");
   // Meanwhile the job may end without this node: then so does this agent.
   auto next_check = Clock::now() + settings_.keep_alive_interval;
@@ -1608,6 +1617,8 @@ int ElasticAgent::Impl::run() {
       .add("node_cooldown_max_s", std::chrono::duration<double>(config_.node_cooldown_max).count());
   if (health_) start.add("health_check_port", health_->port());
   emit("agent_start", start);
+  gpu_watch_ = std::make_unique<GpuWatch>(GpuWatch::optionsFor(host_, config_.nproc_per_node, base_env_),
+                                          [this](const std::string& e, const JsonObject& f) { emit(e, f); });
 
   int code = 0;
   try {
@@ -1629,6 +1640,14 @@ int ElasticAgent::Impl::run() {
 int ElasticAgent::Impl::runRounds() {
   const std::string& node = rendezvous_->nodeName();
   for (;; ++attempt_) {
+    // GPU health before each start (agent/gpu_watch.h): while a GPU this node hands out is
+    // sick, an elastic job goes on without the node; any other job does not start on it.
+    std::string sick_gpus = gpu_watch_->beforeStart();
+    while (!sick_gpus.empty() && config_.rendezvous.min_nodes < config_.rendezvous.max_nodes) {
+      const auto wait = config_.node_cooldown.count() > 0 ? config_.node_cooldown : kSickGpuSitOut;
+      if (auto code = sitOut(std::chrono::duration_cast<std::chrono::milliseconds>(wait), sick_gpus)) return *code;
+      sick_gpus = gpu_watch_->beforeStart();
+    }
     setState("joining");
     std::optional<rendezvous::RendezvousResult> rdzv;
     try {
@@ -1640,6 +1659,11 @@ int ElasticAgent::Impl::runRounds() {
     emitRound(*rdzv);
     current_ = rdzv;
     try {
+      if (!sick_gpus.empty()) {
+        throw DdprunError(sick_gpus +
+                          "; not starting workers on it (an elastic job, --nnodes MIN:MAX, would go on without "
+                          "this node)");
+      }
       startWorkers(attempt_, *rdzv);
     } catch (const DdprunError& e) {
       log_->error("cannot start workers: {}", e.what());
@@ -1742,6 +1766,7 @@ int ElasticAgent::Impl::runRounds() {
     setState("stopping");
     stopWorkers(SIGTERM);
     endAttempt();
+    gpu_watch_->explainFailures(failures);  // a GPU fault: its GPU named in the report, a gpu_fault event
     if (stop_signal_ != 0) return 128 + stop_signal_;
     const RestartPolicy::Decision decision = policy_.afterFailure(mine, standing);
     if (decision.action == RestartPolicy::Action::kReform) {

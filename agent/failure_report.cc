@@ -97,6 +97,7 @@ void appendFailure(std::string& out, const WorkerFailure& f) {
     out += fmt::format("  exit      : exit code {}\n", f.exit_code);
   }
   out += fmt::format("  time      : {}\n", formatTime(f.time));
+  if (!f.gpu_fault.empty()) out += fmt::format("  gpu fault : {}\n", f.gpu_fault);
   if (!f.hang_reason.empty()) appendHang(out, f);
   if (!f.python_stack.empty()) {
     out += fmt::format("  python    : (its main thread, taken before the stop{})\n",

@@ -42,6 +42,10 @@ struct WorkerFailure {
   // The traceback of its uncaught exception, saved by ddprun's Python hook; shown when it wrote
   // no error file. Empty: none.
   std::string python_exception;
+  // The GPU fault it died of, with the GPU and host named (agent/gpu_watch.h):
+  // "illegal memory access on GPU 0 (GPU-..., PCI 00000000:3B:00.0) of host node7: <line>";
+  // empty: none seen.
+  std::string gpu_fault;
 };
 
 // How many lines of a hung worker's stacks the report shows (all of them are in stacks_file).

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "agent/nvml_session.h"
 #include "common/env_names.h"
 #include "common/error.h"
 
@@ -31,7 +32,7 @@ struct NvmlPciInfo {  // nvmlPciInfo_t (v3)
 class Nvml {
  public:
   Nvml() {
-    lib_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    lib_ = ::dlopen(nvmlLibrary().c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib_) return;
     init_ = reinterpret_cast<int (*)()>(::dlsym(lib_, "nvmlInit_v2"));
     shutdown_ = reinterpret_cast<int (*)()>(::dlsym(lib_, "nvmlShutdown"));

@@ -92,6 +92,13 @@ inline constexpr const char* kEventsFile = "DDPRUN_EVENTS_FILE";
 // /proc/driver/nvidia), so that a test can describe a multi-socket host. When set, NVML is
 // not asked about GPUs either.
 inline constexpr const char* kTopologyRoot = "DDPRUN_TOPOLOGY_ROOT";
+// The NVML library the agent and `--nproc_per_node=gpu` open, a path or a name for the
+// loader (default libnvidia-ml.so.1): a driver outside the loader's path, or the tests'
+// fake NVML.
+inline constexpr const char* kNvmlLibrary = "DDPRUN_NVML_LIBRARY";
+// Only for tests: a file standing in for /dev/kmsg, where the agent reads the NVIDIA
+// driver's lines about a GPU fault (NVRM: Xid ...).
+inline constexpr const char* kKernelLog = "DDPRUN_KERNEL_LOG";
 // Set by scripts/ddprun-slurm when it starts the per-node step itself from a batch
 // script: the job's SLURM_TASKS_PER_NODE, which srun replaces with the step's own.
 inline constexpr const char* kSlurmJobTasksPerNode = "DDPRUN_SLURM_JOB_TASKS_PER_NODE";

@@ -58,6 +58,9 @@ DeviceSources DeviceSources::fromHost() {
   // Raw: an empty list is a list that hides every device, not an unset variable.
   sources.cuda_visible_devices = env::raw(env::kCudaVisibleDevices);
   sources.ze_affinity_mask = env::raw(env::kZeAffinityMask);
+  if (std::optional<std::string> library = env::raw(env::kNvmlLibrary); library && !library->empty()) {
+    sources.nvml_library = *library;
+  }
   return sources;
 }
 

@@ -611,6 +611,9 @@ void DynamicRendezvous::Impl::sitOut() {
   stopWatching();
   worker_store_.reset();
   in_round_ = false;
+  // Once per absence, however many times it is prolonged (a GPU still sick after a cooldown):
+  // nextRound() and finish() take it back once.
+  if (sat_out_) return;
   sat_out_ = true;
   // Counted so that the store's host does not leave before this node learns how the job ended.
   client_->add(prefix_ + "away", 1);

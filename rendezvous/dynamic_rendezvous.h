@@ -90,7 +90,8 @@ class DynamicRendezvous {
   // Leaves the current round without ending it and stays out of the next ones (cooldown
   // of a flapping node): the next nextRound() starts from the job's latest round, and
   // throws JobEndedError if the job ended meanwhile. Stops the watcher. Throws
-  // StoreError when the store cannot count this node as away.
+  // StoreError when the store cannot count this node as away. Calling it again while away
+  // prolongs the absence (it is counted once).
   void sitOut();
   // While sitting out: the reason the job ended ("done", "final:...", "abort:..."), or
   // nothing while it goes on. A few store round trips; throws StoreError.

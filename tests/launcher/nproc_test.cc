@@ -91,6 +91,19 @@ TEST_CASE("a missing or failing NVML is fine: the count comes from elsewhere", "
   CHECK(resolveNprocPerNode("gpu", s) == 1);
 }
 
+TEST_CASE("DDPRUN_NVML_LIBRARY names the NVML that counts the host's GPUs", "[nproc][unit]") {
+  ScopedEnv visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  ScopedEnv count("FAKE_NVML_COUNT", "5");
+  {
+    ScopedEnv library("DDPRUN_NVML_LIBRARY", DDPRUN_FAKE_NVML);
+    const DeviceSources s = DeviceSources::fromHost();
+    CHECK(s.nvml_library == DDPRUN_FAKE_NVML);
+    CHECK(visibleGpuCount(s) == 5);
+  }
+  ScopedEnv unset("DDPRUN_NVML_LIBRARY", std::nullopt);
+  CHECK(DeviceSources::fromHost().nvml_library == "libnvidia-ml.so.1");
+}
+
 TEST_CASE("XPUs come from ZE_AFFINITY_MASK or else Intel render nodes in sysfs", "[nproc][unit]") {
   TempDir dir;
   DeviceSources s = emptyHost(dir);

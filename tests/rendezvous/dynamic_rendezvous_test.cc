@@ -503,6 +503,8 @@ TEST_CASE("state machine: a node sitting out learns that the job ended and does 
   CHECK(b.rdzv().endRound(RoundEnd::failure("b:2")) == "fail:b:2");
   b.rdzv().sitOut();
   CHECK(job.get("away") == "1");
+  b.rdzv().sitOut();  // still away (a sick GPU): counted once
+  CHECK(job.get("away") == "1");
   CHECK(a.awaitEvent().reason == "fail:b:2");
   auto fa = a.nextRound();
   job.advance(1, kLastCall);

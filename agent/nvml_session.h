@@ -1,0 +1,96 @@
+// NVML (the driver's libnvidia-ml.so.1), opened at run time and never linked, for what the
+// agent asks about its GPUs: their names (index, UUID, PCI bus id) and their health. Only
+// nvmlInit_v2, nvmlShutdown, nvmlDeviceGetCount_v2 and nvmlDeviceGetHandleByIndex_v2 are
+// required; every other function is looked up on its own, and one the driver lacks (older
+// drivers have no row remapping, say) is a question not asked, never an error.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun::agent {
+
+// The library the loader finds on every host with an NVIDIA driver.
+inline constexpr const char* kDefaultNvmlLibrary = "libnvidia-ml.so.1";
+
+// $DDPRUN_NVML_LIBRARY when set and not empty (a path or a name: a driver outside the
+// loader's path, or the tests' fake NVML), else kDefaultNvmlLibrary.
+std::string nvmlLibrary();
+
+// nvmlReturn_t values the agent tells apart.
+inline constexpr int kNvmlSuccess = 0;
+inline constexpr int kNvmlNotSupported = 3;
+inline constexpr int kNvmlGpuIsLost = 15;
+
+struct GpuIdentity {
+  unsigned index = 0;                        // NVML's index (PCI bus order)
+  std::string uuid;                          // "GPU-8a7f..."; empty: NVML could not say
+  std::string bus_id;                        // NVML's "00000000:3B:00.0"; empty: NVML could not say
+  unsigned domain = 0, bus = 0, device = 0;  // valid when bus_id is not empty
+};
+
+// "GPU 0 (GPU-8a7f..., PCI 00000000:3B:00.0)", leaving out what NVML could not say.
+std::string describeGpu(const GpuIdentity& gpu);
+
+struct GpuProblem {
+  std::string kind;  // gpu_lost, nvml_error, retired_pages_pending, remapped_rows_pending, row_remapping_failed
+  std::string text;  // for a log line: "NVML says the GPU is lost"
+};
+
+struct GpuHealth {
+  GpuIdentity gpu;
+  std::vector<GpuProblem> problems;    // empty: healthy, as far as NVML could tell
+  std::vector<std::string> unchecked;  // checks not made: "retired pages (not supported)"
+  bool sick() const { return !problems.empty(); }
+};
+
+// One NVML session: nvmlInit_v2 on construction, nvmlShutdown and dlclose on destruction.
+// Each call is one or a few NVML calls (milliseconds; NVML may block while a GPU is being
+// reset). Not thread-safe; never throws.
+class NvmlSession {
+ public:
+  explicit NvmlSession(const std::string& library = nvmlLibrary());
+  ~NvmlSession();
+  NvmlSession(const NvmlSession&) = delete;
+  NvmlSession& operator=(const NvmlSession&) = delete;
+
+  // Opened and initialised, with the required functions.
+  bool ready() const { return ready_; }
+  // Why not ready ("libnvidia-ml.so.1: cannot open shared object file", "nvmlInit_v2
+  // failed: Driver Not Loaded"); empty when ready.
+  const std::string& problem() const { return problem_; }
+  // The GPUs NVML sees; 0 when not ready or the count fails.
+  unsigned count() const;
+  // What NVML says of GPU `index`; the fields it cannot say stay empty.
+  GpuIdentity identify(unsigned index) const;
+  // Lost (NVML_ERROR_GPU_IS_LOST from any call, or no handle for an index below count()),
+  // pending retired pages, pending or failed row remapping.
+  GpuHealth health(unsigned index) const;
+  // The index of the GPU whose UUID starts with `uuid` (CUDA_VISIBLE_DEVICES may shorten
+  // it), when exactly one does.
+  std::optional<unsigned> indexOfUuid(std::string_view uuid) const;
+  // "GPU is lost (NVML error 15)".
+  std::string errorText(int rc) const;
+
+ private:
+  struct Device;
+  int handle(unsigned index, Device** device) const;
+
+  void* lib_ = nullptr;
+  bool ready_ = false;
+  std::string problem_;
+  int (*init_)() = nullptr;
+  int (*shutdown_)() = nullptr;
+  int (*count_)(unsigned*) = nullptr;
+  int (*by_index_)(unsigned, Device**) = nullptr;
+  // Optional.
+  const char* (*error_string_)(int) = nullptr;
+  int (*uuid_)(Device*, char*, unsigned) = nullptr;
+  int (*pci_)(Device*, void*) = nullptr;
+  int (*retired_pending_)(Device*, int*) = nullptr;
+  int (*remapped_rows_)(Device*, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
+};
+
+}  // namespace ddprun::agent
