@@ -250,7 +250,7 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
   if (f.master_addr.empty()) throw UsageError("--master_addr must not be empty");
   rdzv.master_addr = f.master_addr;
   if (!f.master_port.empty()) {
-    rdzv.master_port = parseInt("--master_port", f.master_port, 1, 65535, "a port number 1-65535");
+    rdzv.master_port = parseInt("--master_port", f.master_port, 0, 65535, "a port number 0-65535");
   }
   if (f.rdzv_backend != "static" && f.rdzv_backend != "c10d") {
     throw UsageError("invalid --rdzv_backend value '" + f.rdzv_backend + "': expected static or c10d");
@@ -433,7 +433,8 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
             "Rank of the node for multi-node distributed training (static rendezvous).");
   addOption(app, "", "--master_addr", f.master_addr, "Address of the master node (rank 0) for static rendezvous.");
   addOption(app, "", "--master_port", f.master_port,
-            "Port on the master node for static rendezvous (default: a free port).");
+            "Port on the master node for static rendezvous (default: a port from the kernel on one node, 29500 on "
+            "several; 0: node 0 takes one from the kernel and prints it).");
   addFlag(app, "", "--standalone", f.standalone,
           "Single-node job with a local rendezvous on a free port; no --rdzv_* flags needed.");
   addOption(app, "", "--rdzv_backend", f.rdzv_backend, "Rendezvous backend: static or c10d.");

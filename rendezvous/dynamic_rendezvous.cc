@@ -183,6 +183,9 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
   node_name_ = env_.nodeName();
   bool should_host = false;
   bool host_explicit = false;
+  // Port 0 asked for: the host takes a port from the kernel and announces it (many jobs on one
+  // machine never race for a port); the other nodes cannot guess it.
+  bool announce_port = false;
   std::string bind_host = "0.0.0.0";
   if (config_.standalone) {
     store_host_ = "127.0.0.1";
@@ -194,6 +197,11 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
     store_port_ = config_.master_port ? *config_.master_port : (config_.max_nodes == 1 ? 0 : kStaticDefaultPort);
     should_host = host_explicit = config_.node_rank == 0;
     if (isIpLiteral(store_host_) && isLocalAddress(store_host_)) bind_host = store_host_;
+    announce_port = config_.master_port == 0;
+    if (announce_port && !should_host) {
+      throw UsageError("--master_port 0 (a port from the kernel) is for node 0, the store's host; the other nodes "
+                       "take the port it announces");
+    }
   } else {
     splitHostPort(config_.endpoint, store_host_, store_port_, kC10dDefaultPort);
     host_explicit = settings_.is_host.has_value();
@@ -201,15 +209,13 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
     should_host = settings_.is_host ? *settings_.is_host : isLocalAddress(store_host_);
     if (store_host_ == "localhost") bind_host = "127.0.0.1";
     if (isIpLiteral(store_host_) && isLocalAddress(store_host_)) bind_host = store_host_;
-    // Port 0: the host takes a port from the kernel and announces it (many jobs on one machine
-    // never race for a port); the other nodes cannot guess it.
-    if (store_port_ == 0 && !should_host) {
+    announce_port = store_port_ == 0;
+    if (announce_port && !should_host) {
       throw UsageError("--rdzv_endpoint " + config_.endpoint +
                        ": port 0 (a port from the kernel) needs this node to host the store (--rdzv_conf "
                        "is_host=true); the other nodes take the port the host announces");
     }
   }
-  const bool announce_port = !config_.standalone && store_port_ == 0;
   if (should_host) {
     try {
       StoreServerOptions options;
@@ -220,9 +226,8 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
       store_port_ = host_server_->port();
       if (store_host_ == "0.0.0.0") store_host_ = "127.0.0.1";
       if (announce_port) {
-        log_->info("serving the rendezvous store on {}:{}, a port from the kernel: the other nodes join with "
-                   "--rdzv_endpoint={}:{}",
-                   store_host_, store_port_, store_host_, store_port_);
+        log_->info("serving the rendezvous store on {}:{}, a port from the kernel: give it to the other nodes",
+                   store_host_, store_port_);
       } else {
         log_->debug("hosting the rendezvous store on {}:{}", bind_host, store_port_);
       }

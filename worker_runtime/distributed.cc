@@ -225,6 +225,9 @@ void init_process_group(const InitOptions& o) {
   const std::string& method = o.init_method;
   // Every setting is checked before connecting: a bad one must not wait out the timeout.
   const auto restart_count = env::integerOr(env::kRestartCount, 0, 0, INT_MAX);
+  // The host backend reads DDPRUN_SHM when the group forms; a malformed one fails here, before
+  // rank 0 serves the store on MASTER_PORT.
+  static_cast<void>(env::booleanOr(env::kShm, true));
   if (method.rfind("env://", 0) == 0) {
     const auto e = runtime::StoreEnv::fromEnvironment(rank, size);
     rank = e.rank;

@@ -242,9 +242,8 @@ TEST_CASE("a hostile timer scope and run id are escaped in the log and the event
   env["DDPRUN_EVENTS_FILE"] = events;
   // JSON escapes for the newline and ESC; the 0xFF byte raw, as a worker may write it.
   const std::string scope = "x\\\\n[ddprun] info: forged \\\\u001b[31mred\xff";
-  auto r = run({ddprunPath(), "--nproc_per_node=1", "--rdzv_backend=c10d",
-                "--rdzv_endpoint=127.0.0.1:" + std::to_string(freePort()), "--rdzv_id=job\xff", "--no_python",
-                "/bin/sh", "-c", floodingWorker("", events, scope)},
+  auto r = run({ddprunPath(), "--nproc_per_node=1", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0",
+                "--rdzv_id=job\xff", "--no_python", "/bin/sh", "-c", floodingWorker("", events, scope)},
                env, 90s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);

@@ -125,12 +125,13 @@ assert [(f["gpu_index"], f["kind"], f["before_start"]) for f in faults] == [(0, 
 }
 
 TEST_CASE("in an elastic job a node whose GPU is lost sits out and the job finishes without it", "[e2e][gpu]") {
-  const int port = freePort();
+  int port = 0;  // agent 0, the store's host, takes one from the kernel and announces it
   TempDir dir;
   const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.5";
   const char* script = "echo W ran on $GROUP_WORLD_SIZE node; sleep 2";
   auto healthy_env = fakeGpus(dir);
   TestProcess healthy(withShell(agentArgs("1:2", 1, port, "gpujob", conf + ",is_host=true"), script), healthy_env);
+  port = announcedPort(healthy);
   auto sick_env = healthy_env;
   sick_env["FAKE_NVML_LOST"] = "0";
   auto sick_args = agentArgs("1:2", 1, port, "gpujob", conf + ",is_host=false");

@@ -27,7 +27,7 @@ int flightDirsOf(const std::string& run_id) {
 std::vector<std::string> ddprunArgs(const std::string& run_id, int nproc, const std::string& hang_timeout,
                                     const std::string& log_dir, const std::string& mode = "collectives") {
   return {ddprunPath(),           "--nnodes=1",
-          "--rdzv_backend=c10d",  "--rdzv_endpoint=127.0.0.1:" + std::to_string(freePort()),
+          "--rdzv_backend=c10d",  "--rdzv_endpoint=127.0.0.1:0",
           "--rdzv_id=" + run_id,  "--nproc_per_node=" + std::to_string(nproc),
           "--max_restarts=1",     "--hang_timeout=" + hang_timeout,
           "--log_dir=" + log_dir, "--no_python",

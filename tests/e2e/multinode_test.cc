@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <map>
 #include <memory>
@@ -53,9 +54,10 @@ std::vector<std::string> agentArgs(int nnodes_min, int nnodes_max, int nproc, in
   return args;
 }
 
-// Starts `count` agents of one c10d job whose first agent hosts the store (is_host), each
-// with one worker running `script`; returns once every worker has printed its line.
-std::vector<std::unique_ptr<TestProcess>> startHostedJob(int count, int min_nodes, int max_nodes, int port,
+// Starts `count` agents of one c10d job whose first agent hosts the store (is_host) on a port
+// from the kernel (returned in `port`), each with one worker running `script`; returns once
+// every worker has printed its line.
+std::vector<std::unique_ptr<TestProcess>> startHostedJob(int count, int min_nodes, int max_nodes, int& port,
                                                          const std::string& id, const std::string& conf,
                                                          const std::string& script);
 
@@ -64,17 +66,34 @@ std::vector<std::string> withWorker(std::vector<std::string> args, const std::st
   return args;
 }
 
-std::vector<std::unique_ptr<TestProcess>> startHostedJob(int count, int min_nodes, int max_nodes, int port,
+std::vector<std::unique_ptr<TestProcess>> startHostedJob(int count, int min_nodes, int max_nodes, int& port,
                                                          const std::string& id, const std::string& conf,
                                                          const std::string& script) {
   std::vector<std::unique_ptr<TestProcess>> agents;
-  for (int i = 0; i < count; ++i) {
-    const std::string host = i == 0 ? ",is_host=true" : ",is_host=false";
-    agents.push_back(
-        std::make_unique<TestProcess>(withWorker(agentArgs(min_nodes, max_nodes, 1, port, id, conf + host), script)));
+  agents.push_back(std::make_unique<TestProcess>(
+      withWorker(agentArgs(min_nodes, max_nodes, 1, 0, id, conf + ",is_host=true"), script)));
+  port = announcedPort(*agents[0]);
+  for (int i = 1; i < count; ++i) {
+    agents.push_back(std::make_unique<TestProcess>(
+        withWorker(agentArgs(min_nodes, max_nodes, 1, port, id, conf + ",is_host=false"), script)));
   }
   for (auto& agent : agents) REQUIRE(agent->waitForOutput("W rank=", 30s));
   return agents;
+}
+
+// Starts the agent that hosts the store on a port from the kernel (`args` built for port 0),
+// and returns the port it announces for the others.
+int startHost(std::vector<std::unique_ptr<TestProcess>>& agents, std::vector<std::string> args,
+              const std::map<std::string, std::string>& env = {}) {
+  auto conf =
+      std::find_if(args.begin(), args.end(), [](const std::string& a) { return a.rfind("--rdzv_conf=", 0) == 0; });
+  if (conf != args.end()) {
+    *conf += ",is_host=true";
+  } else {
+    args.insert(args.begin() + 1, "--rdzv_conf=is_host=true");
+  }
+  agents.push_back(std::make_unique<TestProcess>(args, env));
+  return announcedPort(*agents.back());
 }
 
 }  // namespace
@@ -82,14 +101,14 @@ std::vector<std::unique_ptr<TestProcess>> startHostedJob(int count, int min_node
 TEST_CASE("2, 4 and 8 agents on loopback form one job with every rank exactly once", "[e2e][multinode]") {
   for (int nodes : {2, 4, 8}) {
     INFO("nodes=" << nodes);
-    const int port = freePort();
     std::vector<std::unique_ptr<TestProcess>> agents;
-    int expected_world = 0;
-    for (int i = 0; i < nodes; ++i) {
+    const std::string id = "job" + std::to_string(nodes);
+    const int port = startHost(agents, withWorker(agentArgs(nodes, nodes, 1, 0, id), kPrintEnv));
+    int expected_world = 1;
+    for (int i = 1; i < nodes; ++i) {
       int nproc = 1 + i % 2;  // different local world sizes on purpose
       expected_world += nproc;
-      agents.push_back(std::make_unique<TestProcess>(
-          withWorker(agentArgs(nodes, nodes, nproc, port, "job" + std::to_string(nodes)), kPrintEnv)));
+      agents.push_back(std::make_unique<TestProcess>(withWorker(agentArgs(nodes, nodes, nproc, port, id), kPrintEnv)));
     }
     std::string all;
     for (auto& agent : agents) {
@@ -125,14 +144,16 @@ TEST_CASE("2, 4 and 8 agents on loopback form one job with every rank exactly on
 }
 
 TEST_CASE("static rendezvous: node ranks from the command line", "[e2e][multinode]") {
-  const int port = freePort();
   std::vector<std::unique_ptr<TestProcess>> agents;
-  for (int node = 2; node >= 0; --node) {  // node 0 (the store's host) starts last
-    agents.push_back(std::make_unique<TestProcess>(
-        withWorker({ddprunPath(), "--nnodes=3", "--node_rank=" + std::to_string(node), "--nproc_per_node=2",
-                    "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port)},
-                   kPrintEnv)));
-  }
+  auto node = [](int rank, int port) {
+    return withWorker({ddprunPath(), "--nnodes=3", "--node_rank=" + std::to_string(rank), "--nproc_per_node=2",
+                       "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port)},
+                      kPrintEnv);
+  };
+  // Node 0, the store's host, takes a port from the kernel (--master_port=0) and announces it.
+  agents.push_back(std::make_unique<TestProcess>(node(0, 0)));
+  const int port = announcedPort(*agents[0]);
+  for (int rank = 2; rank >= 1; --rank) agents.push_back(std::make_unique<TestProcess>(node(rank, port)));
   std::string all;
   for (auto& agent : agents) {
     REQUIRE(agent->wait(60s));
@@ -174,13 +195,13 @@ TEST_CASE("two jobs with different rdzv ids on one store stay apart", "[e2e][mul
 }
 
 TEST_CASE("a worker failure on one node restarts every node with the same restart count", "[e2e][multinode]") {
-  const int port = freePort();
   // Group rank 1's worker fails on the first attempt; everything else waits to be stopped.
   const std::string script = std::string(kPrintEnv) +
                              "; if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then "
                              "if [ $GROUP_RANK = 1 ]; then exit 7; fi; exec sleep 60; fi";
   std::vector<std::unique_ptr<TestProcess>> agents;
-  for (int i = 0; i < 3; ++i) {
+  const int port = startHost(agents, withWorker(agentArgs(3, 3, 1, 0, "restarts"), script));
+  for (int i = 1; i < 3; ++i) {
     agents.push_back(std::make_unique<TestProcess>(withWorker(agentArgs(3, 3, 1, port, "restarts"), script)));
   }
   for (auto& agent : agents) {
@@ -192,13 +213,14 @@ TEST_CASE("a worker failure on one node restarts every node with the same restar
   for (auto& agent : agents) all += agent->err();
   CHECK_THAT(all, Catch::Contains("exit code 7"));
 
-  const int port2 = freePort();
   std::vector<std::unique_ptr<TestProcess>> retried;
-  for (int i = 0; i < 3; ++i) {
-    auto args = agentArgs(3, 3, 1, port2, "restarts2");
+  auto retrying = [&](int port) {
+    auto args = agentArgs(3, 3, 1, port, "restarts2");
     args.push_back("--max_restarts=1");
-    retried.push_back(std::make_unique<TestProcess>(withWorker(args, script)));
-  }
+    return withWorker(args, script);
+  };
+  const int port2 = startHost(retried, retrying(0));
+  for (int i = 1; i < 3; ++i) retried.push_back(std::make_unique<TestProcess>(retrying(port2)));
   std::string out;
   for (auto& agent : retried) {
     REQUIRE(agent->wait(60s));
@@ -212,7 +234,7 @@ TEST_CASE("a worker failure on one node restarts every node with the same restar
 }
 
 TEST_CASE("an agent killed mid-job is evicted and the others finish with a smaller world", "[e2e][multinode]") {
-  const int port = freePort();
+  int port = 0;
   const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.5";
   // Workers wait while the world is 3 nodes; in a world of 2 they finish.
   const std::string script = std::string(kPrintEnv) + "; if [ $GROUP_WORLD_SIZE = 3 ]; then exec sleep 60; fi";
@@ -236,7 +258,7 @@ TEST_CASE("an agent killed mid-job is evicted and the others finish with a small
 }
 
 TEST_CASE("survivors below the minimum fail with a clear message", "[e2e][multinode]") {
-  const int port = freePort();
+  int port = 0;
   const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=2";
   const std::string script = std::string(kPrintEnv) + "; exec sleep 60";
   auto agents = startHostedJob(2, 2, 2, port, "toofew", conf, script);
@@ -247,13 +269,11 @@ TEST_CASE("survivors below the minimum fail with a clear message", "[e2e][multin
 }
 
 TEST_CASE("a node that arrives late makes the job grow", "[e2e][multinode]") {
-  const int port = freePort();
   const std::string conf = "last_call_timeout=0.3,keep_alive_interval=0.5";
   const std::string script = std::string(kPrintEnv) + "; if [ $GROUP_WORLD_SIZE != 3 ]; then exec sleep 60; fi";
   std::vector<std::unique_ptr<TestProcess>> agents;
-  for (int i = 0; i < 2; ++i) {
-    agents.push_back(std::make_unique<TestProcess>(withWorker(agentArgs(1, 3, 1, port, "grow", conf), script)));
-  }
+  const int port = startHost(agents, withWorker(agentArgs(1, 3, 1, 0, "grow", conf), script));
+  agents.push_back(std::make_unique<TestProcess>(withWorker(agentArgs(1, 3, 1, port, "grow", conf), script)));
   for (auto& agent : agents) REQUIRE(agent->waitForOutput("W rank=", 30s));
   agents.push_back(std::make_unique<TestProcess>(withWorker(agentArgs(1, 3, 1, port, "grow", conf), script)));
   std::set<int> final_ranks;
@@ -270,7 +290,7 @@ TEST_CASE("a node that arrives late makes the job grow", "[e2e][multinode]") {
 }
 
 TEST_CASE("the death of the store's host stops the others with a message naming it", "[e2e][multinode]") {
-  const int port = freePort();
+  int port = 0;
   const std::string conf = "keep_alive_interval=0.5,read_timeout=3";
   auto agents = startHostedJob(3, 3, 3, port, "hostdeath", conf, std::string(kPrintEnv) + "; exec sleep 60");
   ::kill(agents[0]->pid(), SIGKILL);
@@ -282,20 +302,17 @@ TEST_CASE("the death of the store's host stops the others with a message naming 
 }
 
 TEST_CASE("agents with the same token form a job and a wrong token cannot join", "[e2e][multinode]") {
-  const int port = freePort();
+  const std::map<std::string, std::string> token = {{"DDPRUN_TOKEN", "s3cret"}};
   std::vector<std::unique_ptr<TestProcess>> agents;
-  for (int i = 0; i < 2; ++i) {
-    agents.push_back(std::make_unique<TestProcess>(withWorker(agentArgs(2, 2, 1, port, "secure"), kPrintEnv),
-                                                   std::map<std::string, std::string>{{"DDPRUN_TOKEN", "s3cret"}}));
-  }
+  const int port = startHost(agents, withWorker(agentArgs(2, 2, 1, 0, "secure"), kPrintEnv), token);
+  agents.push_back(std::make_unique<TestProcess>(withWorker(agentArgs(2, 2, 1, port, "secure"), kPrintEnv), token));
   for (auto& agent : agents) {
     REQUIRE(agent->wait(60s));
     INFO(agent->err());
     CHECK(agent->exitCode() == 0);
   }
-  const int port2 = freePort();
-  TestProcess host(withWorker(agentArgs(2, 2, 1, port2, "secure2", "join_timeout=5,is_host=true"), kPrintEnv),
-                   {{"DDPRUN_TOKEN", "s3cret"}});
+  TestProcess host(withWorker(agentArgs(2, 2, 1, 0, "secure2", "join_timeout=5,is_host=true"), kPrintEnv), token);
+  const int port2 = announcedPort(host);
   auto intruder = run(withWorker(agentArgs(2, 2, 1, port2, "secure2", "join_timeout=5,is_host=false"), kPrintEnv),
                       {{"DDPRUN_TOKEN", "wrong"}}, 30s);
   CHECK(intruder.exit_code == 3);

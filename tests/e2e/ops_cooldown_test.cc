@@ -23,7 +23,7 @@ const char* kScript =
     "if [ $GROUP_WORLD_SIZE = 2 ] && [ $TORCHELASTIC_RESTART_COUNT -ge 3 ]; then exit 0; fi; "
     "exec sleep 60";
 
-std::vector<std::unique_ptr<TestProcess>> startJob(int port, const std::string& id,
+std::vector<std::unique_ptr<TestProcess>> startJob(int& port, const std::string& id,
                                                    const std::vector<std::string>& extra,
                                                    const std::string& events_file, const std::string& last_call) {
   const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=" + last_call;
@@ -35,6 +35,7 @@ std::vector<std::unique_ptr<TestProcess>> startJob(int port, const std::string& 
     std::map<std::string, std::string> env{{"DDPRUN_EVENTS_FILE", events_file}};
     if (i == 2) env["FLAP"] = "1";
     agents.push_back(std::make_unique<TestProcess>(withShell(args, kScript), env));
+    if (i == 0) port = announcedPort(*agents.back());
   }
   return agents;
 }
@@ -42,7 +43,7 @@ std::vector<std::unique_ptr<TestProcess>> startJob(int port, const std::string& 
 }  // namespace
 
 TEST_CASE("a flapping node sits out for a growing cooldown and the job finishes without it", "[e2e][ops]") {
-  const int port = freePort();
+  int port = 0;  // agent 0, the store's host, takes one from the kernel and announces it
   TempDir dir;
   const std::string events = dir.file("events.jsonl");
   auto agents = startJob(port, "flapjob", {"--node_cooldown=1.5", "--node_cooldown_max=60"}, events, "0.5");
@@ -87,7 +88,7 @@ assert downs and all(e["reason"].startswith("fail:") for e in downs), downs
 }
 
 TEST_CASE("without --node_cooldown a flapping node uses up the job's restarts", "[e2e][ops]") {
-  const int port = freePort();
+  int port = 0;  // agent 0, the store's host, takes one from the kernel and announces it
   TempDir dir;
   // A long last call: every round waits for the flapping node, as it would without a cooldown anyway.
   auto agents = startJob(port, "flapjob2", {}, dir.file("events.jsonl"), "3");

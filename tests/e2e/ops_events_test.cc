@@ -13,7 +13,7 @@ using namespace ddprun::testing;
 using namespace ddprun::testing::ops;
 
 TEST_CASE("events of a run with one restart and one scale-down", "[e2e][ops]") {
-  const int port = freePort();
+  int port = 0;  // agent 0, the store's host, takes one from the kernel and announces it
   TempDir dir;
   const std::string events = dir.file("events.jsonl");
   const std::string logs = dir.path() + "/logs";
@@ -31,6 +31,7 @@ TEST_CASE("events of a run with one restart and one scale-down", "[e2e][ops]") {
     if (i == 0) args.push_back("--log_dir=" + logs);
     agents.push_back(std::make_unique<TestProcess>(withShell(args, script),
                                                    std::map<std::string, std::string>{{"DDPRUN_EVENTS_FILE", events}}));
+    if (i == 0) port = announcedPort(*agents.back());
   }
   for (auto& agent : agents) REQUIRE(agent->waitForOutput("restart=1", 60s));
   // A worker can print before its agent records worker_start: kill only once all three are

@@ -22,9 +22,10 @@ std::string body(const std::string& response) {
 
 TEST_CASE("the health check answers 200 with the agent's state while the job runs", "[e2e][ops]") {
   TempDir dir;
-  const int port = freePort();
-  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--health_check_port=" + std::to_string(port),
+  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--health_check_port=0",
                       "--health_check_addr=127.0.0.1", "--no_python", testWorkerPath(), "wait", dir.path()});
+  const int port = healthPort(ddprun);
+  REQUIRE(port > 0);
   REQUIRE(ddprun.waitForOutput("ready rank=", 20s, 2));
   std::string ok;
   REQUIRE(eventually(
@@ -63,10 +64,10 @@ TEST_CASE("the health check answers 200 with the agent's state while the job run
 }
 
 TEST_CASE("the health check answers 503 while the node sits out a cooldown", "[e2e][ops]") {
-  const int port = freePort();
   TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=1", "--max_restarts=5", "--node_cooldown=30",
-                      "--health_check_port=" + std::to_string(port), "--health_check_addr=127.0.0.1", "--no_python",
-                      "sh", "-c", "exit 4"});
+                      "--health_check_port=0", "--health_check_addr=127.0.0.1", "--no_python", "sh", "-c", "exit 4"});
+  const int port = healthPort(ddprun);
+  REQUIRE(port > 0);
   REQUIRE(ddprun.waitForOutput("sits out of the job for 30.0 s", 20s));
   std::string unavailable;
   CHECK(eventually(
@@ -86,9 +87,10 @@ TEST_CASE("the health check answers 503 while the node sits out a cooldown", "[e
 }
 
 TEST_CASE("a health check port that is taken is a clear error", "[e2e][ops]") {
-  const int port = freePort();
-  TestProcess first({ddprunPath(), "--standalone", "--health_check_port=" + std::to_string(port),
-                     "--health_check_addr=127.0.0.1", "--no_python", "sleep", "30"});
+  TestProcess first({ddprunPath(), "--standalone", "--health_check_port=0", "--health_check_addr=127.0.0.1",
+                     "--no_python", "sleep", "30"});
+  const int port = healthPort(first);
+  REQUIRE(port > 0);
   REQUIRE(eventually([&] { return !httpGet(port).empty(); }, 10s));
   auto second = run({ddprunPath(), "--standalone", "--health_check_port=" + std::to_string(port),
                      "--health_check_addr=127.0.0.1", "--no_python", "true"},

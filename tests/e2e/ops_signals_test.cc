@@ -12,12 +12,13 @@ using namespace ddprun::testing::ops;
 
 TEST_CASE("SIGUSR1 sent to the agents of a multi-node job reaches every worker and the job goes on", "[e2e][ops]") {
   TempDir dir;
-  const int port = freePort();
+  int port = 0;  // agent 0, the store's host, takes one from the kernel and announces it
   std::vector<std::unique_ptr<TestProcess>> agents;
   for (int i = 0; i < 2; ++i) {
     auto args = agentArgs("2", 2, port, "usr1job", i == 0 ? "is_host=true" : "is_host=false");
     args.insert(args.end(), {"--no_python", testWorkerPath(), "wait", dir.path()});
     agents.push_back(std::make_unique<TestProcess>(args));
+    if (i == 0) port = announcedPort(*agents.back());
   }
   for (auto& agent : agents) REQUIRE(agent->waitForOutput("ready rank=", 30s, 2));
   for (auto& agent : agents) agent->signal(SIGUSR1);

@@ -33,9 +33,8 @@ int rowsInState(const std::string& table, const std::string& state) {
 }  // namespace
 
 TEST_CASE("status shows every node of a running job, its ranks, round, restarts and heartbeat", "[e2e][ops]") {
-  const int port = freePort();
+  int port = 0;  // agent 0, the store's host, takes one from the kernel and announces it
   const std::string id = "statusjob";
-  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
   TempDir logs;
   const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=3";
   std::vector<std::unique_ptr<TestProcess>> agents;
@@ -43,7 +42,9 @@ TEST_CASE("status shows every node of a running job, its ranks, round, restarts 
     auto args = agentArgs("2:3", 2, port, id, conf + (i == 0 ? ",is_host=true" : ",is_host=false"));
     args.insert(args.end(), {"--max_restarts=2", "--log_dir=" + logs.path()});
     agents.push_back(std::make_unique<TestProcess>(withShell(args, "echo W rank=$RANK; exec sleep 60")));
+    if (i == 0) port = announcedPort(*agents.back());
   }
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
   for (auto& agent : agents) REQUIRE(agent->waitForOutput("W rank=", 30s, 2));
 
   RunResult table;
@@ -122,7 +123,8 @@ TEST_CASE("status of a job that does not exist or a store that is not there fail
   CHECK(unknown.exit_code == 3);
   CHECK_THAT(unknown.err, Catch::Contains("no agent of job 'nosuchjob'"));
 
-  auto closed = status({"--rdzv_endpoint=127.0.0.1:" + std::to_string(freePort()), "--rdzv_id=x"});
+  const ClosedPort nobody;
+  auto closed = status({"--rdzv_endpoint=127.0.0.1:" + std::to_string(nobody.port()), "--rdzv_id=x"});
   CHECK(closed.exit_code == 3);
   CHECK_THAT(closed.err, Catch::Contains("cannot reach"));
 

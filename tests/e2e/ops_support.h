@@ -58,6 +58,16 @@ inline std::string httpRequest(int port, const std::string& request, std::chrono
   return response;
 }
 
+// The port of the health check of a ddprun started with --health_check_port=0 (a port from the
+// kernel), read from its "health check at http://HOST:PORT/" line; 0 if none came in `timeout`.
+inline int healthPort(TestProcess& ddprun, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  static const std::string kLine = "health check at http://";
+  if (!ddprun.waitForOutput(kLine, timeout)) return 0;
+  const std::string all = ddprun.out() + ddprun.err();
+  const auto colon = all.find(':', all.find(kLine) + kLine.size());
+  return std::stoi(all.substr(colon + 1));
+}
+
 inline std::string httpGet(int port, const std::string& path = "/") {
   return httpRequest(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
 }

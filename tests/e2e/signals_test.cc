@@ -68,10 +68,10 @@ TEST_CASE("a second SIGINT kills workers that ignore the first", "[e2e][signals]
 
 TEST_CASE("a signal stops ddprun while it waits for other nodes to join", "[e2e][signals]") {
   // Node 0 of a 2-node static job: it hosts the store and waits for node 1, which never comes.
-  TestProcess ddprun({ddprunPath(), "--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1",
-                      "--master_port=" + std::to_string(freePort()), "--no_python", "true"},
+  TestProcess ddprun({ddprunPath(), "--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1", "--master_port=0",
+                      "--no_python", "true"},
                      {{"DDPRUN_LOG_LEVEL", "debug"}});
-  REQUIRE(ddprun.waitForOutput("hosting the rendezvous store", 10s));
+  REQUIRE(ddprun.waitForOutput("serving the rendezvous store", 10s));
   ddprun.signal(SIGTERM);
   REQUIRE(ddprun.wait(10s));
   CHECK(ddprun.exitCode() == 128 + SIGTERM);

@@ -86,10 +86,11 @@ TEST_CASE("virtual_local_rank gives each worker LOCAL_RANK=0 and its own device"
 
 TEST_CASE("TORCHELASTIC_HEALTH_CHECK_PORT turns the health check on", "[e2e][ops]") {
   TempDir dir;
-  const int port = freePort();
   TestProcess ddprun(
       {ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", testWorkerPath(), "wait", dir.path()},
-      {{"TORCHELASTIC_HEALTH_CHECK_PORT", std::to_string(port)}});
+      {{"TORCHELASTIC_HEALTH_CHECK_PORT", "0"}});
+  const int port = ops::healthPort(ddprun);
+  REQUIRE(port > 0);
   REQUIRE(ddprun.waitForOutput("ready rank=", 20s));
   std::string response;
   CHECK(eventually(

@@ -309,9 +309,45 @@ TEST_CASE("new_group takes a backend of its own, and refuses one that cannot run
 
 // ---- init methods other than env:// ----
 
+namespace {
+
+// A network namespace of this test's own, loopback up, deleted at the end: tcp:// init makes
+// rank 0 serve on the port the URL names, and only a private namespace makes a fixed port safe
+// from every other job and test on the machine.
+class PrivateNetns {
+ public:
+  PrivateNetns() : name_("ddprun-tcpinit-" + std::to_string(::getpid())) {
+    ok_ = run({"/usr/sbin/ip", "netns", "add", name_}, {}, 10s).exit_code == 0 &&
+          run({"/usr/sbin/ip", "-n", name_, "link", "set", "lo", "up"}, {}, 10s).exit_code == 0;
+  }
+  ~PrivateNetns() { run({"/usr/sbin/ip", "netns", "del", name_}, {}, 10s); }
+  bool ok() const { return ok_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  bool ok_ = false;
+};
+
+}  // namespace
+
 TEST_CASE("tcp:// init with 3 processes started directly", "[e2e][collectives][init]") {
-  auto procs =
-      startDirect("tcp://127.0.0.1:" + std::to_string(freePort()), 3, {"--sizes", "0,1,7", "--teams", "world,even"});
+  PrivateNetns netns;
+  if (!netns.ok()) {
+    WARN("skipped: cannot create a network namespace here (needs root and iproute2)");
+    return;
+  }
+  std::map<std::string, std::string> env;
+  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) env[name] = "";
+  env["OMP_NUM_THREADS"] = "1";
+  std::vector<std::unique_ptr<TestProcess>> procs;
+  for (int rank = 0; rank < 3; ++rank) {
+    procs.push_back(std::make_unique<TestProcess>(
+        std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", netns.name(), workerPath(), "--init",
+                                 "tcp://127.0.0.1:29500", "--rank", std::to_string(rank), "--world-size", "3",
+                                 "--sizes", "0,1,7", "--teams", "world,even"},
+        env));
+  }
   requireDirectOk(procs, 120s);
 }
 
@@ -330,14 +366,15 @@ struct KillOutcome {
   std::chrono::steady_clock::duration elapsed{};
 };
 
-// `world` processes (tcp:// init) loop on all_reduce of 4M floats; `victim` kills itself
+// `world` processes (file:// init) loop on all_reduce of 4M floats; `victim` kills itself
 // with SIGKILL 500 ms in. The group timeout is 20 s.
 KillOutcome runKill(std::vector<std::unique_ptr<TestProcess>>& procs, int world, int victim, bool shm,
                     const std::vector<std::string>& extra = {}) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> args = {"--die-after-ms", "500", "--victim", std::to_string(victim), "--timeout-s", "20"};
   args.insert(args.end(), extra.begin(), extra.end());
-  procs = startDirect("tcp://127.0.0.1:" + std::to_string(freePort()), world, args, {{"DDPRUN_SHM", shm ? "1" : "0"}});
+  TempDir dir;
+  procs = startDirect("file://" + dir.file("init"), world, args, {{"DDPRUN_SHM", shm ? "1" : "0"}});
   KillOutcome outcome;
   outcome.exited = waitAll(procs, 60s);
   outcome.elapsed = std::chrono::steady_clock::now() - start;
@@ -427,8 +464,9 @@ std::vector<std::string> ddprunShmSegments() { return shmEntriesWithPrefix("ddpr
 TEST_CASE("no shared-memory segment is left in /dev/shm, during a job or after kill -9", "[e2e][collectives][fault]") {
   const auto before = ddprunShmSegments();
   std::vector<std::unique_ptr<TestProcess>> procs;
-  procs = startDirect("tcp://127.0.0.1:" + std::to_string(freePort()), 3,
-                      {"--die-after-ms", "1500", "--victim", "1", "--timeout-s", "20"}, {{"DDPRUN_SHM", "1"}});
+  TempDir dir;
+  procs = startDirect("file://" + dir.file("init"), 3, {"--die-after-ms", "1500", "--victim", "1", "--timeout-s", "20"},
+                      {{"DDPRUN_SHM", "1"}});
   // While the ranks are in their all_reduce loop, the segment is mapped but already
   // unlinked; after the victim's SIGKILL and everyone's exit, nothing remains either.
   std::this_thread::sleep_for(1000ms);
@@ -457,7 +495,8 @@ TEST_CASE("a peer killed during TCP all_reduce while the survivors linger: all f
   // into the group timeout (4 s), not hang.
   std::vector<std::unique_ptr<TestProcess>> procs;
   const auto start = std::chrono::steady_clock::now();
-  procs = startDirect("tcp://127.0.0.1:" + std::to_string(freePort()), 8,
+  TempDir dir;
+  procs = startDirect("file://" + dir.file("init"), 8,
                       {"--die-after-ms", "500", "--victim", "5", "--timeout-s", "4", "--linger-ms", "90000"},
                       {{"DDPRUN_SHM", "0"}});
   for (int rank = 0; rank < 8; ++rank) {

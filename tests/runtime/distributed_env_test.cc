@@ -25,10 +25,13 @@ struct BadEnv {
 
 // `bad` applied to a good environment; `init` extra arguments of the worker (--init ...).
 void requireFailsAtOnce(const BadEnv& bad, const std::vector<std::string>& init = {"--init", "env://"}) {
+  // A port held by this test and never listening: a worker that got as far as the store would
+  // fail on it, not wait, and the message check below would show it.
+  const ClosedPort port;
   std::map<std::string, std::string> env = {{"RANK", "0"},
                                             {"WORLD_SIZE", "2"},
                                             {"MASTER_ADDR", "127.0.0.1"},
-                                            {"MASTER_PORT", std::to_string(freePort())},
+                                            {"MASTER_PORT", std::to_string(port.port())},
                                             {"TORCHELASTIC_USE_AGENT_STORE", ""},
                                             {"TORCHELASTIC_RESTART_COUNT", ""},
                                             {"TORCHELASTIC_ERROR_FILE", ""},

@@ -174,15 +174,28 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-int freePort() {
-  const UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+int announcedPort(TestProcess& host, std::chrono::milliseconds timeout) {
+  static const std::string kAnnouncement = "serving the rendezvous store on ";
+  if (!host.waitForOutput(kAnnouncement, timeout)) {
+    throw std::runtime_error("ddprun announced no store port within the timeout; its output:\n" + host.out() +
+                             host.err());
+  }
+  const std::string all = host.out() + host.err();
+  const auto at = all.find(kAnnouncement) + kAnnouncement.size();
+  const auto colon = all.find(':', at);
+  return std::stoi(all.substr(colon + 1));
+}
+
+ClosedPort::ClosedPort() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  if (!fd_ || ::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    throw std::runtime_error("ClosedPort: cannot bind a loopback port");
+  }
   socklen_t len = sizeof addr;
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-  return ntohs(addr.sin_port);
+  ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
 }
 
 bool processAlive(pid_t pid) {

@@ -91,9 +91,23 @@ class TempDir {
   std::string path_;
 };
 
-// A loopback port that was free a moment ago (bound to port 0, then closed): for servers
-// that must be told their port in advance (ddprun's --rdzv_endpoint, tcp:// init).
-int freePort();
+// The port that a ddprun started with --rdzv_endpoint=127.0.0.1:0 and is_host=true took from
+// the kernel, read from its announcement ("serving the rendezvous store on HOST:PORT"); fails
+// the test if none comes within `timeout`. Ports come from the kernel, never picked in advance:
+// many jobs and tests share a machine.
+int announcedPort(TestProcess& host, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// A loopback port held for the life of this object by a socket that is bound but never
+// listens: a connection to it is refused, and nothing else can take it meanwhile.
+class ClosedPort {
+ public:
+  ClosedPort();
+  int port() const { return port_; }
+
+ private:
+  UniqueFd fd_;
+  int port_ = 0;
+};
 
 // True when `pid` exists and is not a zombie.
 bool processAlive(pid_t pid);

@@ -64,11 +64,11 @@ TEST_CASE("rpc secret: with a token every node derives the same secret and witho
           "[rpc][secret]") {
   for (const bool with_token : {true, false}) {
     INFO("token: " << with_token);
-    const int port = freePort();
     const std::map<std::string, std::string> env{{"DDPRUN_TOKEN", with_token ? "rpc-secret-token" : ""}};
     std::vector<std::unique_ptr<TestProcess>> agents;
-    agents.push_back(std::make_unique<TestProcess>(agentArgs(port, true), env));
-    agents.push_back(std::make_unique<TestProcess>(agentArgs(port, false), env));
+    // The store's host takes a port from the kernel; the other agent joins on the port it announces.
+    agents.push_back(std::make_unique<TestProcess>(agentArgs(0, true), env));
+    agents.push_back(std::make_unique<TestProcess>(agentArgs(announcedPort(*agents[0]), false), env));
     std::vector<std::string> secrets;
     int none = 0;
     for (auto& a : agents) {
