@@ -199,8 +199,9 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
     if (isIpLiteral(store_host_) && isLocalAddress(store_host_)) bind_host = store_host_;
     announce_port = config_.master_port == 0;
     if (announce_port && !should_host) {
-      throw UsageError("--master_port 0 (a port from the kernel) is for node 0, the store's host; the other nodes "
-                       "take the port it announces");
+      throw UsageError(
+          "--master_port 0 (a port from the kernel) is for node 0, the store's host; the other nodes "
+          "take the port it announces");
     }
   } else {
     splitHostPort(config_.endpoint, store_host_, store_port_, kC10dDefaultPort);

@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/env_reader.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::testing;
@@ -20,10 +21,7 @@ namespace {
 
 constexpr int kJobs = 16;
 
-int rounds() {
-  const char* v = std::getenv("DDPRUN_STRESS_ROUNDS");
-  return v && *v ? std::max(1, std::atoi(v)) : 1;
-}
+int rounds() { return ddprun::env::integerOr<int>("DDPRUN_STRESS_ROUNDS", 1, 1, 1000); }
 
 std::vector<pid_t> pidsIn(const std::string& file) {
   std::vector<pid_t> pids;
@@ -88,8 +86,8 @@ TEST_CASE("16 standalone jobs at once, C++ and torch workers mixed, each keeps t
       } else {
         argv.insert(argv.end(), {testWorkerPath(), "isolation", job.token, job.pid_file, "20"});
       }
-      job.process = std::make_unique<TestProcess>(argv, std::map<std::string, std::string>{
-                                                            {"PYTHON", pythonPath()}, {"TMPDIR", tmp}});
+      job.process = std::make_unique<TestProcess>(
+          argv, std::map<std::string, std::string>{{"PYTHON", pythonPath()}, {"TMPDIR", tmp}});
     }
     // Read every job's output in turn, so that no job blocks on a full pipe while another is waited on.
     const auto deadline = std::chrono::steady_clock::now() + 400s;
