@@ -257,8 +257,8 @@ void HangWatch::checkHangTimeout() {
   stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
 }
 
-void HangWatch::stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal,
-                         const std::string& reason, std::chrono::milliseconds kill_after) {
+void HangWatch::stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal, const std::string& reason,
+                         std::chrono::milliseconds kill_after) {
   std::vector<HungWorker> hung;
   for (const auto& [w, pid] : targets) {
     // With its Python stacks in hand, no SIGABRT (and its 3 s grace) is needed for them.
@@ -306,7 +306,8 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
     // ordinary stop (SIGTERM first), not the hung one.
     if (!targets.empty() && !(maybe && verdict.empty())) {
       stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
-      runWhile(env_, [this] { return group_.anyRunning(); }, group_.killWait());
+      auto running = [this] { return group_.anyRunning(); };
+      runWhile(env_, running, group_.killWait());
     }
     failures = group_.collectFailures(host, hang_culprits_);
   }

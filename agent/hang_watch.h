@@ -140,15 +140,15 @@ class HangWatch {
   std::unique_ptr<FlightDir> flight_dir_;          // the workers' flight recorder rings
   bool hang_judged_ = false;                       // this attempt's verdict was given
   std::vector<int> hang_culprits_;                 // the ranks it blamed: the report's root cause
-  Clock::TimePoint next_hang_check_{};            // --hang_timeout's next look at the rings
-  Clock::TimePoint attempt_started_{};            // when this attempt's workers were started
+  Clock::TimePoint next_hang_check_{};             // --hang_timeout's next look at the rings
+  Clock::TimePoint attempt_started_{};             // when this attempt's workers were started
   bool no_rings_warned_ = false;                   // --hang_timeout found no ring to watch (said once)
-  Clock::TimePoint next_hang_request_check_{};    // the next look for another node's request
+  Clock::TimePoint next_hang_request_check_{};     // the next look for another node's request
   std::string collective_line_;                    // "rank 0: <line>": a stderr line said a collective failed
-  Clock::TimePoint collective_line_at_{};         // when
+  Clock::TimePoint collective_line_at_{};          // when
   bool python_stacks_taken_ = false;               // this attempt's Python stacks were taken
   std::unique_ptr<TorchDumps> torch_dumps_;        // this attempt's, when a worker has a dump prefix
-  Clock::TimePoint next_dump_look_{};             // lookForTorchDumps' next look
+  Clock::TimePoint next_dump_look_{};              // lookForTorchDumps' next look
 };
 
 }  // namespace ddprun::agent

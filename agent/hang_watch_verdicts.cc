@@ -242,8 +242,7 @@ std::string HangWatch::judgeHang(const std::string& trigger) {
     }
     if (nodes + 1 < static_cast<size_t>(current->group_world_size)) {
       log_->warn("hang verdict without {} of {} nodes (no answer within {} s)", current->group_world_size - 1 - nodes,
-                 current->group_world_size,
-                 std::chrono::duration_cast<std::chrono::seconds>(kHangSummaryWait).count());
+                 current->group_world_size, std::chrono::duration_cast<std::chrono::seconds>(kHangSummaryWait).count());
     }
   }
   const auto verdict = hangVerdict(positions);

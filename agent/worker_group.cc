@@ -43,11 +43,7 @@ std::string expandPrefix(std::string text, const std::string& role, int rank, in
 
 WorkerGroup::WorkerGroup(const AgentConfig& config, AgentEnv& env, OrphanGuard* guard,
                          std::function<void(int, std::string_view)> on_stderr_line)
-    : config_(config),
-      env_(env),
-      guard_(guard),
-      on_stderr_line_(std::move(on_stderr_line)),
-      log_(logger("agent")) {}
+    : config_(config), env_(env), guard_(guard), on_stderr_line_(std::move(on_stderr_line)), log_(logger("agent")) {}
 
 WorkerGroup::~WorkerGroup() = default;
 
@@ -246,9 +242,7 @@ void WorkerGroup::signalRunning(int signal) {
   }
 }
 
-Clock::Duration WorkerGroup::killWait() const {
-  return std::max<Clock::Duration>(config_.term_timeout, kMinKillWait);
-}
+Clock::Duration WorkerGroup::killWait() const { return std::max<Clock::Duration>(config_.term_timeout, kMinKillWait); }
 
 std::vector<UnkillableWorker> WorkerGroup::stop(int signal) {
   std::vector<UnkillableWorker> unkillable;
@@ -257,7 +251,8 @@ std::vector<UnkillableWorker> WorkerGroup::stop(int signal) {
     if (w.running) w.stopped_by_agent = true;
   }
   signalRunning(signal);
-  runWhile(env_, [this] { return anyRunning(); }, config_.term_timeout);
+  runWhile(
+      env_, [this] { return anyRunning(); }, config_.term_timeout);
   if (anyRunning()) {
     // Each with its state: a stopped (T) or uninterruptibly sleeping (D) worker is why.
     std::string states;
@@ -274,7 +269,8 @@ std::vector<UnkillableWorker> WorkerGroup::stop(int signal) {
     }
     // A worker in uninterruptible sleep (D) dies only when its kernel call returns, which may
     // be never (a dead NFS server, a wedged driver): it must not hold up ddprun.
-    runWhile(env_, [this] { return anyRunning(); }, killWait());
+    runWhile(
+        env_, [this] { return anyRunning(); }, killWait());
     for (Worker& w : workers_) {
       if (!w.running) continue;
       const std::string state = env_.processState(w.pid);
