@@ -251,8 +251,8 @@ std::vector<UnkillableWorker> WorkerGroup::stop(int signal) {
     if (w.running) w.stopped_by_agent = true;
   }
   signalRunning(signal);
-  runWhile(
-      env_, [this] { return anyRunning(); }, config_.term_timeout);
+  auto running = [this] { return anyRunning(); };
+  runWhile(env_, running, config_.term_timeout);
   if (anyRunning()) {
     // Each with its state: a stopped (T) or uninterruptibly sleeping (D) worker is why.
     std::string states;
@@ -269,8 +269,7 @@ std::vector<UnkillableWorker> WorkerGroup::stop(int signal) {
     }
     // A worker in uninterruptible sleep (D) dies only when its kernel call returns, which may
     // be never (a dead NFS server, a wedged driver): it must not hold up ddprun.
-    runWhile(
-        env_, [this] { return anyRunning(); }, killWait());
+    runWhile(env_, running, killWait());
     for (Worker& w : workers_) {
       if (!w.running) continue;
       const std::string state = env_.processState(w.pid);
