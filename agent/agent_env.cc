@@ -9,9 +9,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
-#include "agent/adopted_children.h"
-#include "agent/process_signals.h"
-#include "agent/process_state.h"
+#include "agent/process/adopted_children.h"
+#include "agent/process/process_signals.h"
+#include "agent/process/process_state.h"
 
 namespace ddprun::agent {
 namespace {

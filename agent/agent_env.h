@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/hung_worker_stop.h"
-#include "agent/process_spawner.h"
+#include "agent/hang/hung_worker_stop.h"
+#include "agent/process/process_spawner.h"
 #include "common/clock.h"
 
 namespace ddprun::agent {

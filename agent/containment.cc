@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-#include "agent/orphan_guard.h"
+#include "agent/process/orphan_guard.h"
 
 namespace ddprun::agent {
 namespace {

@@ -14,8 +14,8 @@
 
 #include "agent/agent_config.h"
 #include "agent/agent_env.h"
-#include "agent/escaped_processes.h"
-#include "agent/worker_cgroups.h"
+#include "agent/process/escaped_processes.h"
+#include "agent/process/worker_cgroups.h"
 #include "agent/worker_group.h"
 #include "common/logging.h"
 

@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "agent/orphan_guard.h"
-#include "agent/python_stacks.h"
+#include "agent/hang/python_stacks.h"
+#include "agent/process/orphan_guard.h"
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/text_escape.h"

@@ -8,11 +8,11 @@
 
 #include <fmt/format.h>
 
-#include "agent/error_file.h"
+#include "agent/hang/python_hook.h"
+#include "agent/hang/python_stacks.h"
+#include "agent/hang/torch_trace/dump_verdict.h"
 #include "agent/hang_watch.h"
-#include "agent/python_hook.h"
-#include "agent/python_stacks.h"
-#include "agent/torch_trace/dump_verdict.h"
+#include "agent/ops/error_file.h"
 #include "common/text_escape.h"
 
 namespace ddprun::agent {

@@ -13,8 +13,8 @@
 
 #include "agent/agent_config.h"
 #include "agent/agent_rendezvous.h"
-#include "agent/event_log.h"
-#include "agent/health_server.h"
+#include "agent/ops/event_log.h"
+#include "agent/ops/health_server.h"
 #include "agent/restart_policy.h"
 #include "agent/worker_group.h"
 #include "common/logging.h"

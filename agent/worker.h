@@ -11,9 +11,9 @@
 #include <optional>
 #include <string>
 
-#include "agent/hung_worker_stop.h"
-#include "agent/line_forwarder.h"
-#include "agent/torch_dumps.h"
+#include "agent/hang/hung_worker_stop.h"
+#include "agent/hang/torch_dumps.h"
+#include "agent/output/line_forwarder.h"
 #include "agent/worker_env.h"
 
 namespace ddprun::agent {

@@ -11,11 +11,11 @@
 
 #include <fmt/format.h>
 
-#include "agent/error_file.h"
-#include "agent/numa_binding.h"
-#include "agent/orphan_guard.h"
-#include "agent/python_hook.h"
-#include "agent/python_stacks.h"
+#include "agent/hang/python_hook.h"
+#include "agent/hang/python_stacks.h"
+#include "agent/ops/error_file.h"
+#include "agent/placement/numa_binding.h"
+#include "agent/process/orphan_guard.h"
 #include "agent/secret_file.h"
 #include "common/console_writer.h"
 #include "common/env_names.h"

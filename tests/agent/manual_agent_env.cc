@@ -41,8 +41,7 @@ ManualAgentEnv::ManualAgentEnv(Scripter scripter) : scripter_(std::move(scripter
 ManualAgentEnv::~ManualAgentEnv() = default;
 
 void ManualAgentEnv::runFor(Clock::Duration limit) {
-  io_.restart();
-  if (io_.poll() > 0) return;
+  if (poll() > 0) return;
   if (expected_posts_ > 0) {
     io_.restart();
     // Nothing else keeps the loop busy while it waits: without the guard it would not wait.
@@ -60,8 +59,18 @@ void ManualAgentEnv::runFor(Clock::Duration limit) {
   if (next > clock_.now()) clock_.advance(next - clock_.now());
   if (clock_.now() - started_ > kManualTimeLimit) throw std::runtime_error("the agent ran past a day of manual time");
   fireDue();
+  poll();
+}
+
+// Runs the handlers ready now. One that this env did not post came from another thread (the
+// rendezvous' nextRound): the post expected, when one is.
+size_t ManualAgentEnv::poll() {
   io_.restart();
-  io_.poll();
+  const size_t own_before = own_handlers_run_;
+  const size_t ran = io_.poll();
+  const size_t foreign = ran - (own_handlers_run_ - own_before);
+  if (foreign > 0 && expected_posts_ > 0) --expected_posts_;
+  return ran;
 }
 
 bool ManualAgentEnv::fireDue() {
@@ -88,7 +97,10 @@ void ManualAgentEnv::onSignals(const std::vector<int>& signals, std::function<vo
 void ManualAgentEnv::sendToAgent(int signal) {
   for (const auto& [signals, handler] : handlers_) {
     if (std::find(signals.begin(), signals.end(), signal) == signals.end()) continue;
-    boost::asio::post(io_, [h = handler, signal] { h(signal); });
+    boost::asio::post(io_, [this, h = handler, signal] {
+      ++own_handlers_run_;
+      h(signal);
+    });
   }
 }
 

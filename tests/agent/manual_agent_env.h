@@ -96,6 +96,7 @@ class ManualAgentEnv final : public AgentEnv {
   void exit(Process& p, int status);
   // Runs what is due now: scheduled actions and exits.
   bool fireDue();
+  size_t poll();
 
   Scripter scripter_;
   ddprun::testing::ManualClock clock_;
@@ -107,6 +108,7 @@ class ManualAgentEnv final : public AgentEnv {
   std::multimap<Clock::TimePoint, std::function<void()>> actions_;
   std::vector<HungStopRequest> hung_stops_;
   std::atomic<int> expected_posts_{0};
+  size_t own_handlers_run_ = 0;  // of the handlers this env posted (signals to the agent)
   pid_t next_pid_ = 40000;
 };
 
