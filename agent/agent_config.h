@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/numa_binding.h"
-#include "agent/std_streams.h"
+#include "agent/output/std_streams.h"
+#include "agent/placement/numa_binding.h"
 #include "rendezvous/rendezvous_config.h"
 
 namespace ddprun::agent {
@@ -61,10 +61,10 @@ struct AgentConfig {
   bool python_workers = false;
   // Python workers get PYTHONFAULTHANDLER=1 unless set; --no_python_faulthandler: not (default on).
   bool python_faulthandler = true;
-  // Python workers get ddprun's startup hook (agent/python_hook.h): their Python stacks can be
+  // Python workers get ddprun's startup hook (agent/hang/python_hook.h): their Python stacks can be
   // read without stopping them when a collective fails; --no_python_stacks: not (default on).
   bool python_stacks = true;
-  // Python workers get torch's flight recorder variables (agent/python_hook.h) unless set;
+  // Python workers get torch's flight recorder variables (agent/hang/python_hook.h) unless set;
   // --no_torch_flight_recorder: not (default on).
   bool torch_flight_recorder = true;
   rendezvous::RendezvousConfig rendezvous;

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "agent/failure_report.h"
+#include "agent/ops/failure_report.h"
 #include "common/env_names.h"
 
 extern char** environ;

@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "agent/event_log.h"
-#include "agent/filtered_log.h"
-#include "agent/log_layout.h"
-#include "agent/numa_binding.h"
+#include "agent/ops/event_log.h"
+#include "agent/output/filtered_log.h"
+#include "agent/output/log_layout.h"
+#include "agent/placement/numa_binding.h"
 #include "agent/worker_env.h"
 #include "common/env_names.h"
 #include "common/env_reader.h"

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "agent/elastic_agent.h"
-#include "agent/orphan_guard.h"
+#include "agent/process/orphan_guard.h"
 #include "common/console_writer.h"
 #include "common/error.h"
 #include "common/logging.h"

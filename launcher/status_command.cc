@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "agent/event_log.h"
+#include "agent/ops/event_log.h"
 #include "common/error.h"
 #include "common/json_writer.h"
 #include "launcher/subcommand_args.h"

@@ -16,9 +16,9 @@
 
 #include <fmt/format.h>
 
-#include "agent/proc_stat.h"
-#include "agent/process_signals.h"
-#include "agent/stack_capture.h"
+#include "agent/hang/stack_capture.h"
+#include "agent/process/proc_stat.h"
+#include "agent/process/process_signals.h"
 #include "common/error.h"
 
 namespace ddprun::launcher {

@@ -39,7 +39,7 @@ std::string outOfDescriptorsAdvice(DescriptorLimit current);
 DescriptorPlan raiseDescriptorLimit(uint64_t clients, DescriptorLimit* now = nullptr);
 
 // The soft limit this process had before raiseDescriptorLimit() first raised it; 0 when it
-// never did. The agent gives it back to the workers it starts (agent/process_spawner.cc): a
+// never did. The agent gives it back to the workers it starts (agent/process/process_spawner.cc): a
 // worker inherits the limits of the user who ran ddprun, not the store's, as under torchrun
 // (a program that closes every descriptor up to its limit before exec, say, would loop over a
 // million of them where the hard limit is that high). Thread-safe.

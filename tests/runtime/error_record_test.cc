@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "agent/error_file.h"
+#include "agent/ops/error_file.h"
 #include "common/json_writer.h"
 #include "tests/support/test_process.h"
 #include "worker_runtime/error_record.h"

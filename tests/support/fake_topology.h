@@ -1,6 +1,6 @@
 // A fake sysfs tree for --numa-binding tests: the files Linux has under /sys for NUMA
 // nodes, CPU topology and caches, GPUs' PCI devices and /proc/driver/nvidia/gpus, written
-// under a temporary directory that DDPRUN_TOPOLOGY_ROOT (agent/cpu_topology.h) can name.
+// under a temporary directory that DDPRUN_TOPOLOGY_ROOT (agent/placement/cpu_topology.h) can name.
 #pragma once
 
 #include <filesystem>

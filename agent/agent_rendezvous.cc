@@ -1,0 +1,41 @@
+#include "agent/agent_rendezvous.h"
+
+namespace ddprun::agent {
+namespace {
+
+class DynamicAgentRendezvous final : public AgentRendezvous {
+ public:
+  DynamicAgentRendezvous(const rendezvous::RendezvousConfig& config, int nproc_per_node)
+      : rdzv_(config, nproc_per_node) {}
+
+  rendezvous::RendezvousResult nextRound() override { return rdzv_.nextRound(); }
+  void watch(std::function<void(rendezvous::RoundEvent)> on_event) override { rdzv_.watch(std::move(on_event)); }
+  std::string endRound(const rendezvous::RoundEnd& end) override { return rdzv_.endRound(end); }
+  void markDone() override { rdzv_.markDone(); }
+  void finish() override { rdzv_.finish(); }
+  void interrupt() override { rdzv_.interrupt(); }
+  void sitOut() override { rdzv_.sitOut(); }
+  std::optional<std::string> jobEndedWhileAway() override { return rdzv_.jobEndedWhileAway(); }
+  const std::string& nodeName() const override { return rdzv_.nodeName(); }
+  std::string storeAddress() const override { return rdzv_.storeAddress(); }
+  bool hostsStore() const override { return rdzv_.hostsStore(); }
+
+  void publishStatus(const rendezvous::AgentRecord& record) override { rdzv_.publishStatus(record); }
+  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait) override {
+    return rdzv_.gatherHangSummaries(wait);
+  }
+  bool hangSummaryRequested() override { return rdzv_.hangSummaryRequested(); }
+  void publishHangSummary(const std::string& summary) override { rdzv_.publishHangSummary(summary); }
+
+ private:
+  rendezvous::DynamicRendezvous rdzv_;
+};
+
+}  // namespace
+
+std::unique_ptr<AgentRendezvous> AgentRendezvous::dynamic(const rendezvous::RendezvousConfig& config,
+                                                          int nproc_per_node) {
+  return std::make_unique<DynamicAgentRendezvous>(config, nproc_per_node);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,50 @@
+// What the agent's round loop needs of the rendezvous: the rounds (rendezvous::
+// DynamicRendezvous's), and the job's board, where each node publishes its status record
+// and the nodes exchange hang summaries. An interface so that the round loop's tests can
+// script rounds and their ends; AgentRendezvous::dynamic() is the one place that calls
+// DynamicRendezvous. Each method is DynamicRendezvous's of the same name (its contract,
+// its blocking and what it throws are spelled out there).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/dynamic_rendezvous.h"
+
+namespace ddprun::agent {
+
+class AgentRendezvous {
+ public:
+  virtual ~AgentRendezvous() = default;
+
+  // Rounds. nextRound() runs on a thread of its own while the agent's loop waits; the others
+  // on the agent's thread, interrupt() from either.
+  virtual rendezvous::RendezvousResult nextRound() = 0;
+  virtual void watch(std::function<void(rendezvous::RoundEvent)> on_event) = 0;
+  virtual std::string endRound(const rendezvous::RoundEnd& end) = 0;
+  virtual void markDone() = 0;
+  virtual void finish() = 0;
+  virtual void interrupt() = 0;
+  virtual void sitOut() = 0;
+  virtual std::optional<std::string> jobEndedWhileAway() = 0;
+  virtual const std::string& nodeName() const = 0;
+  virtual std::string storeAddress() const = 0;
+  virtual bool hostsStore() const = 0;
+
+  // The job's board: this node's status record (job_reporter.h) and the exchange of hang
+  // summaries (hang_watch.h).
+  virtual void publishStatus(const rendezvous::AgentRecord& record) = 0;
+  virtual std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait) = 0;
+  virtual bool hangSummaryRequested() = 0;
+  virtual void publishHangSummary(const std::string& summary) = 0;
+
+  // The job's DynamicRendezvous (its constructor's contract: it may host the store, and
+  // throws RendezvousError or UsageError).
+  static std::unique_ptr<AgentRendezvous> dynamic(const rendezvous::RendezvousConfig& config, int nproc_per_node);
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,157 @@
+#include "agent/hang/python_hook.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+
+#include "common/env_names.h"
+#include "common/error.h"
+
+namespace ddprun::agent {
+
+const std::string& pythonHookSource() {
+  static const std::string source =
+      R"PY(# ddprun's startup hook for Python workers (agent/hang/python_hook.h); written by ddprun.
+# It registers faulthandler for a signal so that ddprun can read every thread's traceback
+# without stopping the process, saves an uncaught exception's traceback for the failure
+# report, and then runs the sitecustomize that would have run without it.
+import os as _os
+import sys as _sys
+
+
+def _ddprun_hook():
+    folder = _os.environ.get("DDPRUN_PYTHON_STACKS_DIR")
+    signum = _os.environ.get("DDPRUN_PYTHON_STACKS_SIGNAL")
+    if not folder or not signum:
+        return
+    try:
+        import faulthandler
+        out = open(_os.path.join(folder, "py_stacks.%d" % _os.getpid()), "w")
+        faulthandler.register(int(signum), file=out, all_threads=True, chain=False)
+    except Exception:
+        pass
+    previous = _sys.excepthook
+
+    def excepthook(kind, value, tb):
+        try:
+            import traceback
+            with open(_os.path.join(folder, "py_exception.%d" % _os.getpid()), "w") as f:
+                traceback.print_exception(kind, value, tb, file=f)
+        except Exception:
+            pass
+        previous(kind, value, tb)
+
+    _sys.excepthook = excepthook
+
+
+def _ddprun_chain():
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    mine = [i for i, p in enumerate(_sys.path) if _os.path.abspath(p or _os.curdir) == here]
+    # The next one is the one Python would have found had this directory not been there:
+    # after it on the path (one before it has run already, and chained to this one).
+    rest = _sys.path[mine[0] + 1:] if mine else []
+    _sys.path[:] = [p for i, p in enumerate(_sys.path) if i not in mine]
+    import importlib.machinery
+    import importlib.util
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    _sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+_ddprun_hook()
+_ddprun_chain()
+)PY";
+  return source;
+}
+
+void writePythonHook(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw SystemError("mkdir " + dir, errno);
+  }
+  const std::string path = dir + "/sitecustomize.py";
+  std::ofstream out(path, std::ios::trunc);
+  out << pythonHookSource();
+  out.close();
+  if (!out) throw SystemError("write " + path, EIO);
+}
+
+void addPythonHook(std::map<std::string, std::string>& env, const std::string& hook_dir,
+                   const std::string& stacks_dir) {
+  auto path = env.find(env::kPythonPath);
+  const bool has_path = path != env.end() && !path->second.empty();
+  env[env::kPythonPath] = has_path ? hook_dir + ":" + path->second : hook_dir;
+  env[env::kPythonStacksDir] = stacks_dir;
+  env[env::kPythonStacksSignal] = std::to_string(kPythonStacksSignal);
+}
+
+void addTorchFlightRecorder(std::map<std::string, std::string>& env, const std::string& dump_prefix) {
+  auto setPair = [&env](const char* older, const char* newer, const std::string& value) {
+    if (env.count(older) || env.count(newer)) return;
+    env[older] = value;
+    env[newer] = value;
+  };
+  setPair(env::kTorchNcclTraceBufferSize, env::kTorchFrBufferSize, std::to_string(kTorchTraceEntries));
+  env.try_emplace(env::kTorchNcclDumpOnTimeout, "1");
+  setPair(env::kTorchNcclDebugInfoTempFile, env::kTorchFrDumpTempFile, dump_prefix);
+}
+
+std::string pythonStacksFile(const std::string& stacks_dir, pid_t pid) {
+  return stacks_dir + "/py_stacks." + std::to_string(pid);
+}
+
+std::string pythonExceptionFile(const std::string& stacks_dir, pid_t pid) {
+  return stacks_dir + "/py_exception." + std::to_string(pid);
+}
+
+namespace {
+
+std::vector<pid_t> pidsWithPrefix(const std::string& dir, const std::string& prefix) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    pids.push_back(static_cast<pid_t>(std::stol(digits)));
+  }
+  std::sort(pids.begin(), pids.end());
+  return pids;
+}
+
+}  // namespace
+
+std::vector<pid_t> registeredPythonPids(const std::string& stacks_dir) {
+  return pidsWithPrefix(stacks_dir, "py_stacks.");
+}
+
+std::string readPythonException(const std::string& stacks_dir) {
+  std::string newest;
+  std::filesystem::file_time_type newest_time{};
+  for (pid_t pid : pidsWithPrefix(stacks_dir, "py_exception.")) {
+    const std::string path = pythonExceptionFile(stacks_dir, pid);
+    std::error_code ec;
+    const auto t = std::filesystem::last_write_time(path, ec);
+    if (ec || (!newest.empty() && t < newest_time)) continue;
+    newest = path;
+    newest_time = t;
+  }
+  return newest.empty() ? std::string() : readSmallFile(newest);
+}
+
+std::string readSmallFile(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::string text(max_bytes, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(max_bytes));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,328 @@
+#include "agent/hang_watch.h"
+
+#include <signal.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "agent/hang/python_stacks.h"
+#include "agent/process/orphan_guard.h"
+#include "common/env_names.h"
+#include "common/error.h"
+#include "common/text_escape.h"
+
+namespace ddprun::agent {
+namespace {
+
+// How often an agent of a multi-node job looks for another node's hang summary request.
+constexpr std::chrono::seconds kHangRequestPoll{2};
+// A worker said on stderr that a collective failed: this long for it to end on its own (gloo
+// raises at once; NCCL's watchdog aborts the process) before ddprun stops the attempt.
+constexpr auto kCollectiveFailureGrace = std::chrono::seconds(5);
+// How often the agent looks for a new torch flight-recorder dump while the workers run (a
+// dump is written when a collective timed out).
+constexpr auto kTorchDumpLook = std::chrono::milliseconds(250);
+
+}  // namespace
+
+HangWatch::HangWatch(const AgentConfig& config, AgentEnv& env, WorkerGroup& group, JobReporter& reporter,
+                     OrphanGuard* guard)
+    : config_(config), env_(env), group_(group), reporter_(reporter), guard_(guard), log_(logger("agent")) {}
+
+HangWatch::~HangWatch() {
+  if (flight_dir_ && !flight_dir_->path().empty()) {
+    if (guard_) guard_->forgetDirectory(flight_dir_->path());
+    flight_dir_.reset();
+  }
+}
+
+void HangWatch::setUp(AgentRendezvous& rdzv, std::map<std::string, std::string>& base_env) {
+  rendezvous_ = &rdzv;
+  startFileTimers(base_env);
+  flight_dir_ = std::make_unique<FlightDir>(config_.rendezvous.run_id);
+  if (flight_dir_->path().empty()) {
+    log_->warn("no flight recorder rings ({}); hang verdicts will have nothing to read", flight_dir_->problem());
+    base_env.erase(env::kFlightDir);
+  } else {
+    base_env[env::kFlightDir] = flight_dir_->path();
+    // A kill -9 of ddprun must not leave it on /dev/shm either.
+    if (guard_) guard_->watchDirectory(flight_dir_->path());
+  }
+}
+
+void HangWatch::startFileTimers(std::map<std::string, std::string>& base_env) {
+  if (!config_.file_timer) return;
+  // As torch's agent: the pipe named in ddprun's environment, else a new one; the workers
+  // get its name either way.
+  auto named = base_env.find(env::kTimerFile);
+  const std::string path =
+      named != base_env.end() && !named->second.empty() ? named->second : FileTimerServer::defaultPath();
+  try {
+    timer_server_ = std::make_unique<FileTimerServer>(
+        env_.io(), path, [this](const TimerExpiry& e) { onTimerExpired(e); },
+        [this](int64_t pid) -> int64_t {
+          const Worker* w = workerOwning(static_cast<pid_t>(pid));
+          return w ? w->pid : -1;
+        });
+  } catch (const SystemError& e) {
+    // A pipe name that cannot be made (no such directory, not writable) is the user's to fix.
+    throw UsageError(std::string("file timers (") + env::kEnableFileTimer + "=1): " + e.what());
+  }
+  timer_server_->start();
+  base_env[env::kTimerFile] = path;
+  log_->info("file timers on {}", path);
+}
+
+void HangWatch::attemptStarting() { attempt_started_ = now(); }
+
+void HangWatch::workersStarted() {
+  std::vector<ExpectedDump> expected_dumps;
+  for (const Worker& worker : group_.workers()) {
+    if (!worker.torch_dump.empty()) {
+      expected_dumps.push_back(ExpectedDump{worker.place.rank, worker.torch_dump, worker.torch_dump_before});
+    }
+  }
+  torch_dumps_.reset();
+  if (!expected_dumps.empty()) torch_dumps_ = std::make_unique<TorchDumps>(std::move(expected_dumps));
+  next_dump_look_ = now() + kTorchDumpLook;
+}
+
+HangWatch::Wake HangWatch::wake(Clock::TimePoint limit) const {
+  Wake wake;
+  wake.watch_hang = config_.hang_timeout && !hang_judged_ && !group_.stopping();
+  wake.several_nodes = reporter_.round() && reporter_.round()->group_world_size > 1;
+  wake.at = limit;
+  if (wake.watch_hang) wake.at = std::min(wake.at, next_hang_check_);
+  if (wake.several_nodes) wake.at = std::min(wake.at, next_hang_request_check_);
+  if (!collective_line_.empty()) wake.at = std::min(wake.at, collective_line_at_ + kCollectiveFailureGrace);
+  wake.watch_dumps = torch_dumps_ && collective_line_.empty() && !group_.stopping();
+  if (wake.watch_dumps) wake.at = std::min(wake.at, next_dump_look_);
+  return wake;
+}
+
+void HangWatch::tick(const Wake& wake) {
+  if (wake.watch_dumps && now() >= next_dump_look_) {
+    next_dump_look_ = now() + kTorchDumpLook;
+    lookForTorchDumps();
+  }
+  // A rank said a collective failed: the others' Python stacks now, before any of them moves on.
+  if (!collective_line_.empty() && !python_stacks_taken_) takePythonStacks();
+  const auto t = now();
+  if (wake.watch_hang && t >= next_hang_check_) {
+    // A few times per timeout, at most once a second: reading the rings is cheap.
+    next_hang_check_ = t + std::clamp<Clock::Duration>(*config_.hang_timeout / 4, std::chrono::milliseconds(50),
+                                                       std::chrono::seconds(1));
+    checkHangTimeout();
+  }
+  if (wake.several_nodes && t >= next_hang_request_check_) {
+    next_hang_request_check_ = t + kHangRequestPoll;
+    answerHangRequest();
+  }
+}
+
+bool HangWatch::collectiveGraceOver() {
+  if (collective_line_.empty() || now() < collective_line_at_ + kCollectiveFailureGrace) return false;
+  log_->warn("no worker ended within {} s of '{}'; stopping the attempt",
+             std::chrono::duration_cast<std::chrono::seconds>(kCollectiveFailureGrace).count(), collective_line_);
+  return true;
+}
+
+// The running worker that `pid` is, or belongs to: a process of its process group, or one
+// below it that left the group.
+Worker* HangWatch::workerOwning(pid_t pid) {
+  std::vector<pid_t> running;
+  for (const Worker& w : group_.workers()) {
+    if (w.running) running.push_back(w.pid);
+  }
+  const pid_t owner = findOwningWorker(pid, running);
+  for (Worker& w : group_.workers()) {
+    if (w.running && w.pid == owner) return &w;
+  }
+  return nullptr;
+}
+
+void HangWatch::onTimerExpired(const TimerExpiry& expiry) {
+  std::string scopes;
+  // Scopes are the worker's text: shown escaped, so that they cannot forge log lines.
+  for (const std::string& s : expiry.expired_scopes) scopes += (scopes.empty() ? "'" : ", '") + printable(s) + "'";
+  const std::string scope = printable(expiry.timer.scope_id);
+  const pid_t pid = static_cast<pid_t>(expiry.pid);
+  Worker* w = workerOwning(pid);
+  // Unlike torch's server, which signals whatever pid a request names, ddprun stops only
+  // its own workers' processes.
+  if (w == nullptr) {
+    log_->warn("file timer {} of pid {} expired, but pid {} is not a process of this node's running workers; ignored",
+               scopes, pid, pid);
+    return;
+  }
+  reporter_.emit("timer_expired", JsonObject()
+                                      .add("rank", w->place.rank)
+                                      .add("local_rank", w->place.local_rank)
+                                      .add("pid", pid)
+                                      .add("scope", expiry.timer.scope_id)
+                                      .add("signal", expiry.signal > 0 ? signalName(expiry.signal) : "none")
+                                      .add("attempt", group_.attempt()));
+  if (group_.stopping()) {
+    log_->debug("timer {} of rank {} expired while its workers are being stopped anyway", scopes, w->place.rank);
+    return;
+  }
+  if (expiry.signal <= 0) {
+    log_->warn("worker rank {} (pid {}): timer {} expired; it asked for no signal, so it goes on", w->place.rank, pid,
+               scopes);
+    return;
+  }
+  log_->warn("worker rank {} (pid {}): timer '{}' expired; taking its stacks, then {}{}", w->place.rank, pid, scope,
+             w->python_faulthandler ? "SIGABRT (Python tracebacks to its stderr) and " : "", signalName(expiry.signal));
+  judgeHang("timer '" + scope + "' of rank " + std::to_string(w->place.rank) + " expired");
+  // Whatever signal it asked for (SIGSTOP, one it handles), an expired timer ends the process:
+  // SIGKILL follows after --term_timeout if it is still there.
+  stopHung({{w, pid}}, expiry.signal, "timer '" + scope + "' expired", config_.term_timeout);
+}
+
+std::vector<RankPosition> HangWatch::localPositions() const {
+  std::vector<RankPosition> positions;
+  if (!flight_dir_) return positions;
+  // The rings' times are the workers' steady clock, whatever clock the agent runs on.
+  const int64_t now_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  // The directory holds only this attempt's rings (emptied after each one, once its processes
+  // are gone); a worker may be a wrapper of the process that writes (sh -c, a Python parent),
+  // so the ring's pid is not matched, only its rank against this node's.
+  for (const FlightRingSnapshot& ring : flight_dir_->read()) {
+    for (const Worker& w : group_.workers()) {
+      if (w.place.rank == ring.rank) positions.push_back(positionOf(ring, now_ns));
+    }
+  }
+  return positions;
+}
+
+void HangWatch::answerHangRequest() {
+  if (!rendezvous_->hangSummaryRequested()) return;
+  std::string summary;
+  for (const RankPosition& p : localPositions()) summary += encodePosition(p) + "\n";
+  rendezvous_->publishHangSummary(summary);
+  log_->info("another node judges a hang; published where this node's ranks stand");
+}
+
+void HangWatch::onStderrLine(int rank, std::string_view line) {
+  if (!collective_line_.empty() || group_.stopping()) return;
+  auto failure = collectiveFailureIn(line);
+  if (!failure) return;
+  noticeCollectiveFailure(fmt::format("rank {}: {}", rank, printable(*failure)));
+}
+
+void HangWatch::noticeCollectiveFailure(const std::string& what) {
+  collective_line_ = what;
+  collective_line_at_ = now();
+  log_->warn("a collective failed ({}); taking the Python stacks of the workers still running", collective_line_);
+}
+
+void HangWatch::lookForTorchDumps() {
+  const std::optional<int> rank = torch_dumps_->written();
+  if (!rank) return;
+  for (const Worker& w : group_.workers()) {
+    if (w.place.rank == *rank) {
+      noticeCollectiveFailure(
+          fmt::format("rank {}: wrote torch's flight-recorder dump {}", *rank, printable(w.torch_dump)));
+    }
+  }
+}
+
+void HangWatch::checkHangTimeout() {
+  const double timeout_s = std::chrono::duration<double>(*config_.hang_timeout).count();
+  const std::vector<RankPosition> positions = localPositions();
+  if (positions.empty()) {
+    // Only workers on ddprun's C++ runtime keep a flight recorder: say so once, rather than
+    // let the user believe a Python job is watched.
+    if (!no_rings_warned_ && now() - attempt_started_ >= *config_.hang_timeout) {
+      no_rings_warned_ = true;
+      log_->warn(
+          "--hang_timeout {:g} s: no worker on this node keeps a flight recorder (only C++ workers on ddprun's "
+          "runtime do), so hangs cannot be judged here; Python workers can use torch's file timer "
+          "(TORCHELASTIC_ENABLE_FILE_TIMER=1)",
+          timeout_s);
+    }
+    return;
+  }
+  if (!noProgressFor(positions, timeout_s)) return;
+  const std::string trigger = fmt::format(
+      "--hang_timeout: no rank on this node completed an operation for {:g} s while one was pending", timeout_s);
+  const std::string verdict = judgeHang(trigger);
+  std::vector<std::pair<Worker*, pid_t>> targets;
+  for (Worker& w : group_.workers()) {
+    if (w.running) targets.emplace_back(&w, w.pid);
+  }
+  log_->warn("taking the stacks of {} worker(s), then SIGKILL", targets.size());
+  stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
+}
+
+void HangWatch::stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal, const std::string& reason,
+                         std::chrono::milliseconds kill_after) {
+  std::vector<HungWorker> hung;
+  for (const auto& [w, pid] : targets) {
+    // With its Python stacks in hand, no SIGABRT (and its 3 s grace) is needed for them.
+    hung.push_back(
+        HungWorker{pid, w->place.rank, w->place.local_rank, w->dir, w->python_faulthandler && w->python_stack.empty()});
+  }
+  std::vector<HungStop> stops = env_.stopHung(hung, signal, "before stopping it: " + reason, kill_after);
+  // The report and the log point to stacks.txt, so a temporary run directory stays, even
+  // when ddprun is killed.
+  if (layout_->isTemporary()) {
+    layout_->keep();
+    if (guard_) guard_->forgetDirectory(layout_->runDir());
+    log_->info("keeping the run directory {} for the stacks in it", layout_->runDir());
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    Worker& w = *targets[i].first;
+    w.hang_reason = reason;
+    w.hang = std::move(stops[i]);
+  }
+}
+
+std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
+  // Workers ddprun stopped as hung were all sent SIGKILL together: wait for the others too,
+  // so that the verdict's culprit is among the failures.
+  auto hungRunning = [this] {
+    const auto& workers = group_.workers();
+    return std::any_of(workers.begin(), workers.end(), [](const Worker& w) { return w.running && w.hang; });
+  };
+  runWhile(env_, hungRunning, group_.killWait());
+  std::vector<WorkerFailure> failures = group_.collectFailures(host, hang_culprits_);
+  // A collective that timed out or failed is a hang seen from inside: take the Python
+  // stacks of the ranks still running (unless a stderr line already had them taken), say
+  // where every rank stands, then stop the others as hung, before the round ends.
+  bool maybe = false;
+  if (const std::string trigger = collectiveFailureTrigger(failures, maybe); !trigger.empty()) {
+    if (!python_stacks_taken_) takePythonStacks();
+    std::string verdict = judgeHang(trigger);
+    if (verdict.empty()) verdict = judgeTorchDumps(trigger);
+    if (verdict.empty()) verdict = judgePythonHang(trigger);
+    std::vector<std::pair<Worker*, pid_t>> targets;
+    for (Worker& w : group_.workers()) {
+      if (w.running) targets.emplace_back(&w, w.pid);
+    }
+    // An abort that no verdict ties to a collective may be any crash: the others get the
+    // ordinary stop (SIGTERM first), not the hung one.
+    if (!targets.empty() && !(maybe && verdict.empty())) {
+      stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
+      auto running = [this] { return group_.anyRunning(); };
+      runWhile(env_, running, group_.killWait());
+    }
+    failures = group_.collectFailures(host, hang_culprits_);
+  }
+  return failures;
+}
+
+void HangWatch::endAttempt() {
+  env_.cancelHungStops();
+  if (timer_server_) timer_server_->clearTimers();
+  if (flight_dir_) flight_dir_->clear();
+  hang_judged_ = false;
+  hang_culprits_.clear();
+  collective_line_.clear();
+  python_stacks_taken_ = false;
+  torch_dumps_.reset();
+}
+
+}  // namespace ddprun::agent

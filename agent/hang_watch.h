@@ -1,0 +1,154 @@
+// The hang watch of this node's workers: it finds hung workers and says where the job
+// stands before anyone is stopped. Its triggers: a file timer that expired
+// (TORCHELASTIC_ENABLE_FILE_TIMER=1), --hang_timeout over the flight recorder rings, and a
+// collective that failed (a worker's stderr line, its error file, torch's flight-recorder
+// dump). Its verdicts (hang_verdict.h, python_stacks.h, torch_dumps.h) go to the log and the
+// events file, name the culprits that the failure report puts first, and are exchanged with
+// the other nodes of the round (hang summaries). It stops hung workers stacks first
+// (hung_worker_stop.h, through the AgentEnv). The round loop ticks it while the workers run
+// and asks it for the failures once a worker failed. Thread-safety: none; the agent's
+// thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "agent/agent_config.h"
+#include "agent/agent_env.h"
+#include "agent/agent_rendezvous.h"
+#include "agent/hang/file_timer_server.h"
+#include "agent/hang/flight_dir.h"
+#include "agent/hang/hang_verdict.h"
+#include "agent/hang/torch_dumps.h"
+#include "agent/job_reporter.h"
+#include "agent/ops/failure_report.h"
+#include "agent/output/log_layout.h"
+#include "agent/worker_group.h"
+#include "common/logging.h"
+
+namespace ddprun::agent {
+
+class OrphanGuard;
+
+class HangWatch {
+ public:
+  // Everything given must outlive the watch; `guard` may be null.
+  HangWatch(const AgentConfig& config, AgentEnv& env, WorkerGroup& group, JobReporter& reporter, OrphanGuard* guard);
+  ~HangWatch();
+  HangWatch(const HangWatch&) = delete;
+  HangWatch& operator=(const HangWatch&) = delete;
+
+  // Starts the file timers' server (with --file_timer) and makes the flight recorder's
+  // directory; names both in `base_env`, the workers' environment. Throws UsageError when
+  // the timers' pipe cannot be made.
+  void setUp(AgentRendezvous& rdzv, std::map<std::string, std::string>& base_env);
+  // Where stacks are kept (a temporary run directory is kept for them).
+  void setLayout(LogLayout& layout) { layout_ = &layout; }
+
+  // An attempt's workers are being started, and were.
+  void attemptStarting();
+  void workersStarted();
+  // A worker's stderr line: says it when a torch collective failed (python_stacks.h).
+  void onStderrLine(int rank, std::string_view line);
+
+  // While the workers run, the round loop waits until wake() (at the latest `limit`), then
+  // calls tick() with it: the looks at the rings, the dumps and the other nodes' requests.
+  struct Wake {
+    Clock::TimePoint at;
+    bool watch_hang = false;
+    bool several_nodes = false;
+    bool watch_dumps = false;
+  };
+  Wake wake(Clock::TimePoint limit) const;
+  void tick(const Wake& wake);
+  // A collective failed and no worker ended within the grace: the attempt is to stop (said).
+  bool collectiveGraceOver();
+  // What a stderr line said of a failed collective ("rank 0: <line>"); empty: nothing.
+  const std::string& collectiveLine() const { return collective_line_; }
+
+  // A local worker failed: waits for the workers stopped as hung, and when a collective
+  // failed, takes the Python stacks, judges where every rank stands and stops the others as
+  // hung. Returns the attempt's failures, the verdict's culprits first.
+  std::vector<WorkerFailure> failures(const std::string& host);
+
+  // The attempt is over: what its processes asked for ends with them.
+  void endAttempt();
+
+ private:
+  void startFileTimers(std::map<std::string, std::string>& base_env);
+  void onTimerExpired(const TimerExpiry& expiry);
+  Worker* workerOwning(pid_t pid);
+  // Stops each (worker, pid) as hung with `signal` after capturing its stacks (and Python's
+  // tracebacks), recording why and the stacks for the failure report.
+  // `kill_after` > 0: SIGKILL follows `signal` after that long to whom it did not end.
+  void stopHung(const std::vector<std::pair<Worker*, pid_t>>& targets, int signal, const std::string& reason,
+                std::chrono::milliseconds kill_after = std::chrono::milliseconds(0));
+  // --hang_timeout: when no local rank has completed an operation (a collective or a
+  // point-to-point message) for that long while one is pending, judges the hang and stops
+  // every running worker as hung (stacks first).
+  void checkHangTimeout();
+  std::vector<RankPosition> localPositions() const;
+  // Another node judges a hang: publish where this node's ranks stand (once per round).
+  void answerHangRequest();
+  // Something says a torch collective failed while the workers run (a stderr line, a dump):
+  // the stacks are taken at once and the attempt stops if no worker ends within the grace.
+  void noticeCollectiveFailure(const std::string& what);
+  // A worker's flight-recorder dump written since it started: says it (once per attempt).
+  void lookForTorchDumps();
+
+  // The verdicts (hang_watch_verdicts.cc).
+  // Signals every running worker's Python hook and waits (kPythonStacksWait at most) for
+  // their stacks; once per attempt.
+  void takePythonStacks();
+  // What says that a torch collective failed in this attempt: a worker's stderr line, or a
+  // failure's message (error file, saved exception, stderr tail), a dump; or, only `maybe`
+  // (set then), a Python worker killed by SIGABRT with no error file, which a collective's
+  // watchdog does but so does any abort. Empty: nothing does.
+  std::string collectiveFailureTrigger(const std::vector<WorkerFailure>& failures, bool& maybe) const;
+  // The hang verdict (hang_verdict.h) over this node's flight recorder rings, and the other
+  // nodes' summaries, logged once per attempt with what triggered it, before anyone is
+  // stopped. Returns it (empty: none).
+  std::string judgeHang(const std::string& trigger);
+  // The verdict from the ranks' Python frames (python_stacks.h), logged and recorded like
+  // judgeHang's; sets the culprits. Returns it (empty: none).
+  std::string judgePythonHang(const std::string& trigger);
+  // The verdict from torch's flight-recorder dumps of the local ranks (torch_dumps.h), after
+  // waiting at most kTorchDumpWait for them, when every rank of the job has one that reads;
+  // logged and recorded like judgeHang's ("source":"flight_recorder"), it sets the culprits.
+  // Otherwise one line says which ranks had none (or which could not be read). Returns the
+  // verdict's sentences (empty: none).
+  std::string judgeTorchDumps(const std::string& trigger);
+
+  Clock::TimePoint now() const { return env_.clock().now(); }
+
+  const AgentConfig& config_;
+  AgentEnv& env_;
+  WorkerGroup& group_;
+  JobReporter& reporter_;
+  OrphanGuard* guard_;
+  std::shared_ptr<spdlog::logger> log_;
+  AgentRendezvous* rendezvous_ = nullptr;
+  LogLayout* layout_ = nullptr;
+  std::unique_ptr<FileTimerServer> timer_server_;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
+  std::unique_ptr<FlightDir> flight_dir_;          // the workers' flight recorder rings
+  bool hang_judged_ = false;                       // this attempt's verdict was given
+  std::vector<int> hang_culprits_;                 // the ranks it blamed: the report's root cause
+  Clock::TimePoint next_hang_check_{};             // --hang_timeout's next look at the rings
+  Clock::TimePoint attempt_started_{};             // when this attempt's workers were started
+  bool no_rings_warned_ = false;                   // --hang_timeout found no ring to watch (said once)
+  Clock::TimePoint next_hang_request_check_{};     // the next look for another node's request
+  std::string collective_line_;                    // "rank 0: <line>": a stderr line said a collective failed
+  Clock::TimePoint collective_line_at_{};          // when
+  bool python_stacks_taken_ = false;               // this attempt's Python stacks were taken
+  std::unique_ptr<TorchDumps> torch_dumps_;        // this attempt's, when a worker has a dump prefix
+  Clock::TimePoint next_dump_look_{};              // lookForTorchDumps' next look
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,262 @@
+// The hang watch's verdicts (hang_watch.h): the Python stacks it takes, what says that a
+// collective failed, and the three verdicts (the flight recorder rings with the other nodes'
+// summaries, torch's dumps, the Python frames). Apart from hang_watch.cc, which watches and
+// stops, so that each file stays short.
+#include <signal.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "agent/hang/python_hook.h"
+#include "agent/hang/python_stacks.h"
+#include "agent/hang/torch_trace/dump_verdict.h"
+#include "agent/hang_watch.h"
+#include "agent/ops/error_file.h"
+#include "common/text_escape.h"
+
+namespace ddprun::agent {
+namespace {
+
+// How long the judging node waits for the other nodes' hang summaries (more than one of
+// their looks apart: hang_watch.cc's kHangRequestPoll).
+constexpr std::chrono::seconds kHangSummaryWait{5};
+// How long the agent waits for the Python workers' stacks after signalling their hook
+// (faulthandler writes them from its signal handler, at once, even in a blocked call).
+constexpr auto kPythonStacksWait = std::chrono::seconds(2);
+constexpr auto kPythonStacksPoll = std::chrono::milliseconds(20);
+// torch's flight-recorder dumps: once a collective failed, how long the agent waits for every
+// local rank's: the ranks still running write theirs when torch signals the timeout dump
+// through the store (their watchdogs look about once a second), not torch's ~60 s. With no
+// dump at all after kTorchFirstDumpWait, none is coming (gloo before torch 2.8).
+constexpr auto kTorchDumpSettleLook = std::chrono::milliseconds(100);
+constexpr auto kTorchDumpWait = std::chrono::seconds(3);
+constexpr auto kTorchFirstDumpWait = std::chrono::seconds(1);
+
+}  // namespace
+
+void HangWatch::takePythonStacks() {
+  python_stacks_taken_ = true;
+  struct Ask {
+    Worker* worker;
+    std::string file;
+    uintmax_t size = 0;
+    bool done = false;
+  };
+  std::vector<Ask> asks;
+  for (Worker& w : group_.workers()) {
+    if (!w.running || !w.python_hook) continue;
+    // The worker itself when it registered the hook, else the first of its processes that did
+    // (a wrapper: sh -c python ...); never a pid outside the worker.
+    pid_t target = -1;
+    for (pid_t pid : registeredPythonPids(w.dir)) {
+      if (pid == w.pid) {
+        target = pid;
+        break;
+      }
+      if (target < 0 && findOwningWorker(pid, {w.pid}) == w.pid) target = pid;
+    }
+    if (target <= 1) continue;
+    if (env_.signalProcess(target, kPythonStacksSignal) != 0) continue;
+    asks.push_back(Ask{&w, pythonStacksFile(w.dir, target)});
+  }
+  if (asks.empty()) return;
+  const auto start = now();
+  // Done when each file has something and did not grow since the last look.
+  for (const auto deadline = start + kPythonStacksWait; now() < deadline;) {
+    env_.runFor(kPythonStacksPoll);
+    bool all = true;
+    for (Ask& a : asks) {
+      std::error_code ec;
+      const uintmax_t size = std::filesystem::file_size(a.file, ec);
+      // One that ended meanwhile writes nothing more (its exception's traceback serves instead).
+      a.done = !a.worker->running || (!ec && size > 0 && size == a.size);
+      a.size = ec ? 0 : size;
+      all = all && a.done;
+    }
+    if (all) break;
+  }
+  size_t taken = 0;
+  for (Ask& a : asks) {
+    a.worker->python_stack = readSmallFile(a.file);
+    if (a.worker->python_stack.empty()) continue;
+    a.worker->python_stack_file = a.file;
+    ++taken;
+  }
+  log_->info("took the Python stacks of {} of {} worker(s) in {} ms", taken, asks.size(),
+             std::chrono::duration_cast<std::chrono::milliseconds>(now() - start).count());
+}
+
+std::string HangWatch::collectiveFailureTrigger(const std::vector<WorkerFailure>& failures, bool& maybe) const {
+  maybe = false;
+  if (!collective_line_.empty()) return "a collective failed (" + collective_line_ + ")";
+  const std::vector<Worker>& workers = group_.workers();
+  for (const WorkerFailure& f : failures) {
+    if (!f.hang_reason.empty()) continue;
+    if (f.error && reportsCollectiveTimeout(f.error->message)) {
+      return fmt::format("rank {} failed: a collective timed out", f.rank);
+    }
+    std::string said = f.python_exception;
+    for (const Worker& w : workers) {
+      if (w.pid == f.pid && w.stderr_record) said += "\n" + w.stderr_record->tail.text();
+    }
+    if (auto line = collectiveFailureIn(said)) {
+      return fmt::format("rank {} failed: a collective failed ({})", f.rank, printable(*line));
+    }
+  }
+  const std::optional<int> dumped = torch_dumps_ ? torch_dumps_->written() : std::nullopt;
+  // NCCL's watchdog aborts the process from a C++ thread: no error file, no exception, and
+  // its words on stderr reach ddprun only when stderr goes through it.
+  for (const WorkerFailure& f : failures) {
+    if (!f.hang_reason.empty() || f.signal != SIGABRT || f.error || !f.python_exception.empty()) continue;
+    for (const Worker& w : workers) {
+      if (w.pid == f.pid && (w.python_hook || !w.torch_dump.empty())) {
+        maybe = !dumped;  // a dump ties it to a collective
+        return fmt::format("rank {} was killed by SIGABRT and wrote no error file, as torch's NCCL watchdog does",
+                           f.rank);
+      }
+    }
+  }
+  if (dumped) return fmt::format("rank {} wrote torch's flight-recorder dump", *dumped);
+  return {};
+}
+
+std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
+  if (!torch_dumps_) return {};
+  const auto start = now();
+  for (;;) {
+    if (torch_dumps_->poll()) break;
+    const auto waited = now() - start;
+    if (waited >= kTorchDumpWait) break;
+    if (waited >= kTorchFirstDumpWait && torch_dumps_->writtenRanks().empty()) break;
+    // The workers' output and exits are served meanwhile; the looks stay apart, so that a
+    // file's size holding still means that torch is done writing it.
+    const auto next = now() + kTorchDumpSettleLook;
+    while (now() < next) env_.runFor(next - now());
+  }
+  const auto waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now() - start).count();
+  const std::vector<int> missing = torch_dumps_->missing();
+  if (torch_dumps_->writtenRanks().empty()) {
+    log_->info("no torch flight-recorder dump from rank {} within {} ms; the verdict comes from the Python stacks",
+               rankRanges(missing), waited_ms);
+    return {};
+  }
+  std::string gaps;
+  if (!missing.empty()) {
+    gaps = fmt::format("no dump from rank {} within {} ms", rankRanges(missing), waited_ms);
+  }
+  for (const std::string& line : torch_dumps_->unreadable()) {
+    gaps += (gaps.empty() ? "" : "; ") + printable(line);
+  }
+  if (!gaps.empty()) {
+    log_->warn("torch flight-recorder dumps: {}; the verdict comes from the Python stacks", gaps);
+    return {};
+  }
+  const auto& current = reporter_.round();
+  if (current && static_cast<size_t>(current->world_size) > group_.workers().size()) {
+    log_->warn(
+        "torch flight-recorder dumps: only this node's (rank {}) are read; other nodes' are not gathered, so the "
+        "verdict comes from the Python stacks",
+        rankRanges(torch_dumps_->writtenRanks()));
+    return {};
+  }
+  DumpVerdictOptions options;
+  if (const int64_t newest = torch_dumps_->newestNs(); newest > 0) options.now_ns = newest;
+  for (const Worker& w : group_.workers()) {
+    if (!w.running && w.exit_code == 0 && w.signal == 0) options.finished_ranks.push_back(w.place.rank);
+  }
+  const DumpVerdict verdict = dumpVerdict(torch_dumps_->dumps(), options);
+  std::string text = verdict.text();
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  if (verdict.culprits.empty()) {
+    log_->warn("{}; the flight-recorder dumps name no rank behind: {}", trigger, printable(text));
+    return {};
+  }
+  log_->error("{}; {}", trigger, text);
+  reporter_.emit("hang_verdict", JsonObject()
+                                     .add("trigger", trigger)
+                                     .add("verdict", text)
+                                     .add("source", "flight_recorder")
+                                     .add("culprits", rankRanges(verdict.culprits))
+                                     .add("attempt", group_.attempt()));
+  hang_culprits_ = verdict.culprits;
+  // One line for the report: the findings' sentences (the last one names the root cause when
+  // there are several).
+  std::string sentences;
+  for (const GroupFinding& f : verdict.findings) sentences += (sentences.empty() ? "" : "; ") + f.line;
+  if (verdict.findings.size() > 1) sentences += "; root cause rank " + rankRanges(verdict.culprits);
+  return sentences;
+}
+
+std::string HangWatch::judgePythonHang(const std::string& trigger) {
+  std::vector<RankFrames> ranks;
+  for (const Worker& w : group_.workers()) {
+    RankFrames r;
+    r.rank = w.place.rank;
+    // An exception's traceback first (the rank failed, or is failing: its stacks may have been
+    // taken in its excepthook), then the stacks taken while it ran, then its stderr's traceback.
+    if (w.python_hook) r.frames = lastTraceback(readPythonException(w.dir));
+    if (r.frames.empty()) {
+      if (auto error = readErrorFile(w.error_file)) r.frames = lastTraceback(error->traceback);
+    }
+    r.failed = !r.frames.empty() || !w.running;
+    if (r.frames.empty() && !w.python_stack.empty()) r.frames = mainThreadFrames(w.python_stack);
+    if (r.frames.empty() && !w.running && w.stderr_record) r.frames = lastTraceback(w.stderr_record->tail.text());
+    ranks.push_back(std::move(r));
+  }
+  const auto verdict = pythonHangVerdict(ranks, &sourceLine);
+  if (!verdict) {
+    log_->warn("{}; the Python stacks name no rank behind", trigger);
+    return {};
+  }
+  log_->error("{}; {}", trigger, verdict->text);
+  reporter_.emit("hang_verdict", JsonObject()
+                                     .add("trigger", trigger)
+                                     .add("verdict", verdict->text)
+                                     .add("source", "python_stacks")
+                                     .add("culprits", rankRanges(verdict->culprits))
+                                     .add("attempt", group_.attempt()));
+  hang_culprits_ = verdict->culprits;
+  return verdict->text;
+}
+
+std::string HangWatch::judgeHang(const std::string& trigger) {
+  if (hang_judged_) return {};
+  hang_judged_ = true;
+  std::vector<RankPosition> positions = localPositions();
+  const auto& current = reporter_.round();
+  if (current && current->group_world_size > 1) {
+    size_t nodes = 0;
+    std::vector<int> local_ranks;
+    for (const Worker& w : group_.workers()) local_ranks.push_back(w.place.rank);
+    for (const std::string& answer : rendezvous_->gatherHangSummaries(kHangSummaryWait)) {
+      ++nodes;
+      SummaryPositions summary = decodeSummary(answer, current->world_size, local_ranks);
+      if (summary.rejected > 0) {
+        log_->warn(
+            "hang verdict: ignored {} position(s) of another node's summary that no rank of this job of {} "
+            "can hold",
+            summary.rejected, current->world_size);
+      }
+      positions.insert(positions.end(), summary.positions.begin(), summary.positions.end());
+    }
+    if (nodes + 1 < static_cast<size_t>(current->group_world_size)) {
+      log_->warn("hang verdict without {} of {} nodes (no answer within {} s)", current->group_world_size - 1 - nodes,
+                 current->group_world_size, std::chrono::duration_cast<std::chrono::seconds>(kHangSummaryWait).count());
+    }
+  }
+  const auto verdict = hangVerdict(positions);
+  if (!verdict) {
+    // Python workers keep no rings of ddprun's: their verdict comes from their stacks.
+    log_->log(positions.empty() && config_.python_workers ? spdlog::level::debug : spdlog::level::warn,
+              "{}; the flight recorder shows no operation pending on this node", trigger);
+    return {};
+  }
+  log_->error("{}; {}", trigger, verdict->text);
+  reporter_.emit("hang_verdict",
+                 JsonObject().add("trigger", trigger).add("verdict", verdict->text).add("attempt", group_.attempt()));
+  hang_culprits_ = verdict->culprits;
+  return verdict->text;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,359 @@
+#include "agent/worker_group.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "agent/hang/python_hook.h"
+#include "agent/hang/python_stacks.h"
+#include "agent/ops/error_file.h"
+#include "agent/placement/numa_binding.h"
+#include "agent/process/orphan_guard.h"
+#include "agent/secret_file.h"
+#include "common/console_writer.h"
+#include "common/env_names.h"
+#include "common/text_escape.h"
+
+namespace ddprun::agent {
+namespace {
+
+// torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE uses Python's string.Template:
+// ${name} and $name both substitute.
+std::string expandPrefix(std::string text, const std::string& role, int rank, int local_rank) {
+  const std::pair<std::string, std::string> vars[] = {
+      {"role_name", role}, {"local_rank", std::to_string(local_rank)}, {"rank", std::to_string(rank)}};
+  for (const auto& [name, value] : vars) {
+    for (const std::string& token : {"${" + name + "}", "$" + name}) {
+      for (size_t pos = text.find(token); pos != std::string::npos; pos = text.find(token, pos + value.size())) {
+        text.replace(pos, token.size(), value);
+      }
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(const AgentConfig& config, AgentEnv& env, OrphanGuard* guard,
+                         std::function<void(int, std::string_view)> on_stderr_line)
+    : config_(config), env_(env), guard_(guard), on_stderr_line_(std::move(on_stderr_line)), log_(logger("agent")) {}
+
+WorkerGroup::~WorkerGroup() = default;
+
+void WorkerGroup::begin(int attempt, const rendezvous::RendezvousResult& rdzv) {
+  attempt_ = attempt;
+  rdzv_ = rdzv;
+  workers_.clear();
+  forwarders_.clear();
+  filtered_stdout_.reset();
+  filtered_stderr_.reset();
+  const LogLayout& layout = *setup_.layout;
+  if (!config_.duplicate_stdout_filters.empty()) {
+    filtered_stdout_ = std::make_shared<FilteredLog>(LogLayout::filteredStdoutFile(layout.attemptDir(attempt)),
+                                                     config_.duplicate_stdout_filters);
+  }
+  if (!config_.duplicate_stderr_filters.empty()) {
+    filtered_stderr_ = std::make_shared<FilteredLog>(LogLayout::filteredStderrFile(layout.attemptDir(attempt)),
+                                                     config_.duplicate_stderr_filters);
+  }
+  for (const WorkerPlace& place : assignPlaces(config_.nproc_per_node, rdzv)) {
+    Worker worker;
+    worker.place = place;
+    workers_.push_back(std::move(worker));
+  }
+  log_->info("starting {} worker{} (ranks {}-{} of {}, node {} of {}, restart {}, master {}:{})", workers_.size(),
+             workers_.size() == 1 ? "" : "s", rdzv.rank_base, rdzv.rank_base + config_.nproc_per_node - 1,
+             rdzv.world_size, rdzv.group_rank, rdzv.group_world_size, rdzv.restart_count, rdzv.master_addr,
+             rdzv.master_port);
+}
+
+void WorkerGroup::startOne(size_t i, const std::string& cgroup) {
+  Worker& worker = workers_.at(i);
+  const int attempt = attempt_;
+  const rendezvous::RendezvousResult& rdzv = rdzv_;
+  const LogLayout& layout = *setup_.layout;
+  const int local_rank = worker.place.local_rank;
+  const std::string dir = layout.workerDir(attempt, local_rank);
+  worker.error_file = LogLayout::errorFile(dir);
+
+  SpawnRequest request;
+  request.argv = config_.entrypoint;
+  request.env = workerEnvironment(setup_.base_env, config_, rdzv, worker.place, worker.error_file);
+  worker.dir = dir;
+  if (config_.python_workers && !setup_.python_hook_dir.empty()) {
+    addPythonHook(request.env, setup_.python_hook_dir, dir);
+    worker.python_hook = true;
+  }
+  if (config_.python_workers && config_.torch_flight_recorder) {
+    addTorchFlightRecorder(request.env, layout.attemptDir(attempt) + "/torch_trace_rank_");
+  }
+  // Ours, or the user's: torch appends the global rank.
+  if (const std::string prefix = config_.python_workers ? torchDumpPrefix(request.env) : ""; !prefix.empty()) {
+    worker.torch_dump = prefix + std::to_string(worker.place.rank);
+    worker.torch_dump_before = stampOf(worker.torch_dump);
+  }
+  const auto faulthandler = request.env.find(env::kPythonFaultHandler);
+  worker.python_faulthandler =
+      config_.python_workers && faulthandler != request.env.end() && !faulthandler->second.empty();
+  if (!rdzv.rpc_secret.empty()) {
+    const std::string secret_file = dir + "/rpc_secret";
+    writeSecretFile(secret_file, rdzv.rpc_secret);
+    request.env[env::kRpcSecretFile] = secret_file;
+  }
+
+  const Std redirected = config_.redirects.forLocalRank(local_rank);
+  const Std teed = config_.tee.forLocalRank(local_rank);
+  const bool filtered_out = config_.local_ranks_filter && !config_.local_ranks_filter->count(local_rank);
+  const std::string prefix = expandPrefix(setup_.prefix_template, config_.role, worker.place.rank, local_rank);
+
+  struct StreamPlan {
+    bool to_file;
+    bool to_console;
+    bool prefixed;
+    std::string file;
+    ConsoleStream console;
+  };
+  auto plan = [&](bool redirect, bool tee, std::string file, ConsoleStream console) {
+    StreamPlan p{redirect || tee, (!redirect || tee) && !filtered_out, tee || config_.local_ranks_filter.has_value(),
+                 std::move(file), console};
+    return p;
+  };
+  StreamPlan out =
+      plan(includesStdout(redirected), includesStdout(teed), LogLayout::stdoutFile(dir), ConsoleStream::kStdout);
+  StreamPlan err =
+      plan(includesStderr(redirected), includesStderr(teed), LogLayout::stderrFile(dir), ConsoleStream::kStderr);
+  // A log file is written by the agent, never by the worker itself: a full --log_dir must
+  // not fail the worker's writes (and so change its exit code).
+  auto target = [](const StreamPlan& p) {
+    if (p.to_file || (p.to_console && p.prefixed)) return StdioTarget{StdioTarget::Kind::kPipe, {}};
+    if (p.to_console) return StdioTarget{StdioTarget::Kind::kInherit, {}};
+    return StdioTarget{StdioTarget::Kind::kFile, "/dev/null"};
+  };
+  request.out = target(out);
+  request.err = target(err);
+  request.cgroup = cgroup;
+  if (!config_.cpu_bindings.empty()) request.cpus = config_.cpu_bindings.at(static_cast<size_t>(local_rank)).cpus;
+
+  SpawnedProcess spawned = env_.spawn(request);
+  worker.pid = spawned.pid;
+  worker.running = true;
+  if (guard_) guard_->watch(spawned.pid);
+  if (config_.numa_binding) {
+    const CpuBinding& binding = config_.cpu_bindings.at(static_cast<size_t>(local_rank));
+    log_->info("worker rank {} (local rank {}, pid {}) bound to CPUs {} (--numa-binding={}, NUMA node {})",
+               worker.place.rank, local_rank, spawned.pid, formatCpuList(binding.cpus),
+               numaModeName(*config_.numa_binding), binding.numa_node);
+  } else {
+    log_->debug("worker rank {} started (pid {})", worker.place.rank, spawned.pid);
+  }
+
+  auto forward = [&](int pipe_fd, const StreamPlan& p, std::shared_ptr<StreamRecord> record,
+                     std::shared_ptr<FilteredLog> filtered, std::function<void(std::string_view)> on_line = {}) {
+    if (pipe_fd < 0) return;
+    ForwardOptions options;
+    if (p.to_file) {
+      options.file = p.file;
+      options.file_fd.reset(::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!options.file_fd) {
+        const int err = errno;
+        log_->warn("cannot open worker log {}: {}; this stream is not saved there", p.file, std::strerror(err));
+        if (record) record->file_error = std::strerror(err);
+      }
+    }
+    if (p.to_console) options.console = p.console;
+    if (p.prefixed) options.prefix = prefix;
+    options.record = std::move(record);
+    options.filtered = std::move(filtered);
+    options.on_line = std::move(on_line);
+    auto forwarder = std::make_unique<LineForwarder>(env_.io(), pipe_fd, std::move(options));
+    forwarder->start();
+    forwarders_.push_back(std::move(forwarder));
+  };
+  // As torchrun's: the ranks teed to the console (--tee, --local_ranks_filter) are filtered.
+  auto filteredIf = [&](bool teed_here, const std::shared_ptr<FilteredLog>& log) {
+    return teed_here && !filtered_out ? log : nullptr;
+  };
+  forward(spawned.stdout_pipe, out, nullptr, filteredIf(includesStdout(teed), filtered_stdout_));
+  if (spawned.stderr_pipe >= 0) worker.stderr_record = std::make_shared<StreamRecord>();
+  const int rank = worker.place.rank;
+  forward(spawned.stderr_pipe, err, worker.stderr_record, filteredIf(includesStderr(teed), filtered_stderr_),
+          [this, rank](std::string_view line) { on_stderr_line_(rank, line); });
+}
+
+// SIGCHLD may stand for several exits, and (as a subreaper) for orphaned grandchildren
+// too: reap everything that has exited so no zombie is left.
+std::vector<const Worker*> WorkerGroup::reap() {
+  std::vector<const Worker*> ended;
+  while (const std::optional<ReapedChild> child = env_.reap()) {
+    const pid_t pid = child->pid;
+    const int status = child->status;
+    for (Worker& w : workers_) {
+      if (w.pid != pid || !w.running) continue;
+      w.running = false;
+      w.exit_time = std::chrono::system_clock::now();
+      if (WIFSIGNALED(status)) {
+        w.signal = WTERMSIG(status);
+      } else {
+        w.exit_code = WEXITSTATUS(status);
+      }
+      ended.push_back(&w);
+      if (w.failed()) {
+        if (w.signal) {
+          log_->warn("worker rank {} (pid {}) was killed by {}", w.place.rank, pid, signalName(w.signal));
+        } else {
+          log_->warn("worker rank {} (pid {}) exited with code {}", w.place.rank, pid, w.exit_code);
+        }
+      } else {
+        log_->debug("worker rank {} (pid {}) exited (code {}, signal {})", w.place.rank, pid, w.exit_code, w.signal);
+      }
+    }
+  }
+  return ended;
+}
+
+bool WorkerGroup::anyRunning() const {
+  return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; });
+}
+
+bool WorkerGroup::signalWorker(Worker& w, int signal) {
+  const int to_group = env_.signalGroup(w.pid, signal);
+  const int to_worker = env_.signalProcess(w.pid, signal);
+  if (to_group == ESRCH && to_worker == 0 && !w.left_group) {
+    w.left_group = true;
+    log_->warn("worker rank {} (pid {}) has left its process group; signalling it by its pid", w.place.rank, w.pid);
+  }
+  if (to_worker != 0 && to_worker != ESRCH) {
+    log_->warn("cannot send {} to worker rank {} (pid {}): {}", signalName(signal), w.place.rank, w.pid,
+               std::strerror(to_worker));
+  }
+  return to_worker == 0;
+}
+
+void WorkerGroup::signalRunning(int signal) {
+  for (Worker& w : workers_) {
+    if (w.running) signalWorker(w, signal);
+  }
+}
+
+Clock::Duration WorkerGroup::killWait() const { return std::max<Clock::Duration>(config_.term_timeout, kMinKillWait); }
+
+std::vector<UnkillableWorker> WorkerGroup::stop(int signal) {
+  std::vector<UnkillableWorker> unkillable;
+  stopping_ = true;
+  for (Worker& w : workers_) {
+    if (w.running) w.stopped_by_agent = true;
+  }
+  signalRunning(signal);
+  auto running = [this] { return anyRunning(); };
+  runWhile(env_, running, config_.term_timeout);
+  if (anyRunning()) {
+    // Each with its state: a stopped (T) or uninterruptibly sleeping (D) worker is why.
+    std::string states;
+    for (const Worker& w : workers_) {
+      if (!w.running) continue;
+      states += fmt::format("{}rank {} (pid {}) state {}", states.empty() ? "" : ", ", w.place.rank, w.pid,
+                            env_.processState(w.pid));
+    }
+    log_->warn("workers still running {} ms after {}; sending SIGKILL: {}", config_.term_timeout.count(),
+               signalName(signal), states);
+    std::set<pid_t> killed;  // the workers SIGKILL reached
+    for (Worker& w : workers_) {
+      if (w.running && signalWorker(w, SIGKILL)) killed.insert(w.pid);
+    }
+    // A worker in uninterruptible sleep (D) dies only when its kernel call returns, which may
+    // be never (a dead NFS server, a wedged driver): it must not hold up ddprun.
+    runWhile(env_, running, killWait());
+    for (Worker& w : workers_) {
+      if (!w.running) continue;
+      const std::string state = env_.processState(w.pid);
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(killWait()).count();
+      if (killed.count(w.pid)) {
+        log_->error("worker rank {} (pid {}) still running {} ms after SIGKILL, state {}; going on without it",
+                    w.place.rank, w.pid, waited, state);
+      } else {
+        log_->error("worker rank {} (pid {}) could not be sent SIGKILL and still runs, state {}; going on without it",
+                    w.place.rank, w.pid, state);
+      }
+      unkillable.push_back(UnkillableWorker{w.place.rank, w.pid, state, killed.count(w.pid) > 0});
+      w.running = false;
+      w.abandoned = true;
+    }
+  }
+  stopping_ = false;
+  return unkillable;
+}
+
+std::vector<WorkerFailure> WorkerGroup::collectFailures(const std::string& host,
+                                                        const std::vector<int>& culprits) const {
+  std::vector<WorkerFailure> failures;
+  for (const Worker& w : workers_) {
+    if (!w.failed()) continue;
+    WorkerFailure f;
+    f.rank = w.place.rank;
+    f.local_rank = w.place.local_rank;
+    f.host = host;
+    f.pid = w.pid;
+    f.exit_code = w.exit_code;
+    f.signal = w.signal;
+    f.time = w.exit_time;
+    f.error_file = w.error_file;
+    f.error = readErrorFile(w.error_file);
+    if (w.hang) {
+      f.hang_reason = w.hang_reason;
+      f.hang_python_abort = w.hang->aborted_first;
+      f.stacks = w.hang->stacks.text;
+      f.stacks_note = w.hang->stacks.problem;
+      f.stacks_tool = w.hang->stacks.tool;
+      f.stacks_file = w.hang->stacks_file;
+    }
+    if (w.python_hook) f.python_exception = readPythonException(w.dir);
+    // A worker that failed by itself says where with its traceback; stacks taken on its way
+    // out would only show its exit.
+    if (!w.python_stack.empty() && !f.error && f.python_exception.empty()) {
+      std::string frames;
+      for (const PyFrame& frame : mainThreadFrames(w.python_stack)) {
+        frames += fmt::format("File \"{}\", line {}, in {}\n", frame.file, frame.line, frame.function);
+        if (std::string source = sourceLine(frame); !source.empty()) frames += "  " + source + "\n";
+      }
+      f.python_stack = frames.empty() ? w.python_stack : frames;
+      f.python_stack_file = w.python_stack_file;
+    }
+    failures.push_back(std::move(f));
+  }
+  sortRootCauseFirst(failures);
+  putRanksFirst(failures, culprits);
+  return failures;
+}
+
+// Called once the attempt's output is drained, so that the tails hold the last lines.
+void WorkerGroup::addStderrTails(std::vector<WorkerFailure>& failures) const {
+  for (WorkerFailure& f : failures) {
+    for (const Worker& w : workers_) {
+      if (w.pid != f.pid || !w.stderr_record) continue;
+      f.stderr_tail = w.stderr_record->tail.text();
+      f.stderr_file = w.stderr_record->file;
+      f.stderr_file_error = w.stderr_record->file_error;
+    }
+  }
+}
+
+void WorkerGroup::drainOutput() {
+  // Output still arriving after every worker's process group is gone comes from a
+  // process that left its group (setsid); we stop waiting for it after this long.
+  constexpr auto kDrainTimeout = std::chrono::seconds(1);
+  auto pending = [this] {
+    return std::any_of(forwarders_.begin(), forwarders_.end(), [](const auto& f) { return !f->finished(); });
+  };
+  runWhile(env_, pending, kDrainTimeout);
+  for (auto& f : forwarders_) f->close();
+  forwarders_.clear();
+}
+
+}  // namespace ddprun::agent

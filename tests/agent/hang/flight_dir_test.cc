@@ -1,0 +1,83 @@
+#include "agent/hang/flight_dir.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/test_process.h"
+
+namespace ddprun::agent {
+
+TEST_CASE("the flight directory holds the rings and is emptied between attempts and removed with the agent") {
+  testing::TempDir parent;
+  std::string path;
+  {
+    FlightDir dir("job/1 x", parent.path());
+    path = dir.path();
+    REQUIRE(!path.empty());
+    // The run id's unsafe characters do not reach the file system.
+    CHECK(path == parent.path() + "/ddprun_flight-job_1_x-" + std::to_string(::getpid()));
+    CHECK((std::filesystem::status(path).permissions() & std::filesystem::perms::all) ==
+          std::filesystem::perms::owner_all);
+
+    std::vector<char> memory(flightRingBytes(4) + 64);
+    void* aligned = memory.data() + (64 - reinterpret_cast<uintptr_t>(memory.data()) % 64) % 64;
+    FlightRingWriter writer(aligned, 4, 7, 0, 1, 2);
+    writer.enqueue({FlightOp::kAllReduce, FlightDType::kFloat32, 4, -1}, 1);
+    std::ofstream(path + "/" + flightRingFileName(7, 0), std::ios::binary)
+        .write(static_cast<const char*>(aligned), static_cast<std::streamsize>(flightRingBytes(4)));
+    std::ofstream(path + "/notes.txt") << "not a ring";
+    std::ofstream(path + "/broken.ring") << "not a ring either";
+
+    auto rings = dir.read();
+    REQUIRE(rings.size() == 1);
+    CHECK(rings[0].rank == 7);
+    CHECK(rings[0].records.size() == 1);
+
+    dir.clear();
+    CHECK(std::filesystem::is_empty(path));
+    std::ofstream(path + "/" + flightRingFileName(7, 0)) << "left by a worker";
+  }
+  CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("the flight directory reads a group's point-to-point ring beside its collective ring") {
+  testing::TempDir parent;
+  FlightDir dir("job", parent.path());
+  REQUIRE(!dir.path().empty());
+  for (auto kind : {FlightRingKind::kCollective, FlightRingKind::kPointToPoint}) {
+    std::vector<char> memory(flightRingBytes(4) + 64);
+    void* aligned = memory.data() + (64 - reinterpret_cast<uintptr_t>(memory.data()) % 64) % 64;
+    FlightRingWriter writer(aligned, 4, 2, 0, 2, 4, kind);
+    writer.enqueue({kind == FlightRingKind::kCollective ? FlightOp::kBarrier : FlightOp::kRecv, FlightDType::kNone, 0,
+                    kind == FlightRingKind::kCollective ? -1 : 3},
+                   1);
+    std::ofstream(dir.path() + "/" + flightRingFileName(2, 0, kind), std::ios::binary)
+        .write(static_cast<const char*>(aligned), static_cast<std::streamsize>(flightRingBytes(4)));
+  }
+  auto rings = dir.read();
+  REQUIRE(rings.size() == 2);
+  std::sort(rings.begin(), rings.end(), [](const auto& a, const auto& b) { return a.kind < b.kind; });
+  CHECK(rings[0].kind == FlightRingKind::kCollective);
+  REQUIRE(rings[0].records.size() == 1);
+  CHECK(rings[0].records[0].info.op == FlightOp::kBarrier);
+  CHECK(rings[1].kind == FlightRingKind::kPointToPoint);
+  CHECK(rings[1].rank == 2);
+  REQUIRE(rings[1].records.size() == 1);
+  CHECK(rings[1].records[0].info.op == FlightOp::kRecv);
+  CHECK(rings[1].records[0].info.root == 3);
+}
+
+TEST_CASE("a flight directory that cannot be made says why and reads nothing") {
+  FlightDir dir("job", "/nonexistent/parent");
+  CHECK(dir.path().empty());
+  CHECK_THAT(dir.problem(), Catch::Contains("mkdir /nonexistent/parent/ddprun_flight-job-"));
+  CHECK(dir.read().empty());
+  dir.clear();
+}
+
+}  // namespace ddprun::agent
