@@ -60,6 +60,7 @@
 #include "common/logging.h"
 #include "common/text_escape.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/job_board.h"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -320,6 +321,7 @@ class ElasticAgent::Impl {
   int stop_signal_ = 0;    // the first of config_.stop_signals received.
   bool stopping_ = false;  // workers were told to stop; a second signal means kill.
   std::unique_ptr<rendezvous::DynamicRendezvous> rendezvous_;
+  std::unique_ptr<rendezvous::JobBoard> board_;  // status and hang summaries, beside the rounds
   int round_ = -1;
   std::optional<rendezvous::RoundEvent> round_event_;  // of round_, from the watcher thread
   int attempt_ = 0;                                    // worker group starts on this node: names attempt_<k> log dirs
@@ -811,10 +813,10 @@ std::vector<RankPosition> ElasticAgent::Impl::localPositions() const {
 }
 
 void ElasticAgent::Impl::answerHangRequest() {
-  if (!rendezvous_->hangSummaryRequested()) return;
+  if (!board_->hangSummaryRequested()) return;
   std::string summary;
   for (const RankPosition& p : localPositions()) summary += encodePosition(p) + "\n";
-  rendezvous_->publishHangSummary(summary);
+  board_->publishHangSummary(summary);
   log_->info("another node judges a hang; published where this node's ranks stand");
 }
 
@@ -1034,7 +1036,7 @@ std::string ElasticAgent::Impl::judgeHang(const std::string& trigger) {
     size_t nodes = 0;
     std::vector<int> local_ranks;
     for (const Worker& w : workers_) local_ranks.push_back(w.place.rank);
-    for (const std::string& answer : rendezvous_->gatherHangSummaries(kHangSummaryWait)) {
+    for (const std::string& answer : board_->gatherHangSummaries(kHangSummaryWait)) {
       ++nodes;
       SummaryPositions summary = decodeSummary(answer, current_->world_size, local_ranks);
       if (summary.rejected > 0) {
@@ -1345,7 +1347,7 @@ std::optional<rendezvous::RendezvousResult> ElasticAgent::Impl::formRound() {
   while (!*ready && stop_signal_ == 0) {
     runFor(std::max<Clock::duration>(next_beat - Clock::now(), std::chrono::milliseconds(1)));
     if (!*ready && Clock::now() >= next_beat) {
-      rendezvous_->publishStatus(statusRecord());
+      board_->publishStatus(statusRecord());
       next_beat = Clock::now() + settings_.keep_alive_interval;
     }
   }
@@ -1410,7 +1412,7 @@ rendezvous::AgentRecord ElasticAgent::Impl::statusRecord() const {
 
 void ElasticAgent::Impl::setState(const std::string& state) {
   state_ = state;
-  if (rendezvous_ && !store_lost_) rendezvous_->publishStatus(statusRecord());
+  if (board_ && !store_lost_) board_->publishStatus(statusRecord());
   refreshHealth();
 }
 
@@ -1518,7 +1520,7 @@ std::optional<int> ElasticAgent::Impl::sitOut(std::chrono::milliseconds duration
       continue;
     }
     next_check = now + settings_.keep_alive_interval;
-    rendezvous_->publishStatus(statusRecord());
+    board_->publishStatus(statusRecord());
     try {
       if (auto reason = rendezvous_->jobEndedWhileAway()) return jobEndedAway(*reason);
     } catch (const rendezvous::StoreError& e) {
@@ -1555,6 +1557,7 @@ int ElasticAgent::Impl::run() {
   armUserSignals();
 
   rendezvous_ = std::make_unique<rendezvous::DynamicRendezvous>(config_.rendezvous, config_.nproc_per_node);
+  board_ = std::make_unique<rendezvous::JobBoard>(*rendezvous_);
   const std::string& node = rendezvous_->nodeName();
   base_env_ = currentEnvironment();
   startFileTimers();
