@@ -13,9 +13,9 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/sha256.h"
 #include "rendezvous/local_addresses.h"
 #include "rendezvous/rendezvous_env.h"
-#include "rendezvous/sha256.h"
 #include "rendezvous/token_auth.h"
 
 namespace ddprun::rendezvous {
