@@ -1,12 +1,15 @@
 #include "agent/agent_rendezvous.h"
 
+#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/job_board.h"
+
 namespace ddprun::agent {
 namespace {
 
 class DynamicAgentRendezvous final : public AgentRendezvous {
  public:
   DynamicAgentRendezvous(const rendezvous::RendezvousConfig& config, int nproc_per_node)
-      : rdzv_(config, nproc_per_node) {}
+      : rdzv_(config, nproc_per_node), board_(rdzv_) {}
 
   rendezvous::RendezvousResult nextRound() override { return rdzv_.nextRound(); }
   void watch(std::function<void(rendezvous::RoundEvent)> on_event) override { rdzv_.watch(std::move(on_event)); }
@@ -20,15 +23,17 @@ class DynamicAgentRendezvous final : public AgentRendezvous {
   std::string storeAddress() const override { return rdzv_.storeAddress(); }
   bool hostsStore() const override { return rdzv_.hostsStore(); }
 
-  void publishStatus(const rendezvous::AgentRecord& record) override { rdzv_.publishStatus(record); }
+  // Status and hang summaries go through the job board, on a store connection of its own.
+  void publishStatus(const rendezvous::AgentRecord& record) override { board_.publishStatus(record); }
   std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait) override {
-    return rdzv_.gatherHangSummaries(wait);
+    return board_.gatherHangSummaries(wait);
   }
-  bool hangSummaryRequested() override { return rdzv_.hangSummaryRequested(); }
-  void publishHangSummary(const std::string& summary) override { rdzv_.publishHangSummary(summary); }
+  bool hangSummaryRequested() override { return board_.hangSummaryRequested(); }
+  void publishHangSummary(const std::string& summary) override { board_.publishHangSummary(summary); }
 
  private:
   rendezvous::DynamicRendezvous rdzv_;
+  rendezvous::JobBoard board_;  // declared after rdzv_: destroyed before it
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/job_status.h"
 
 namespace ddprun::agent {
 

@@ -13,9 +13,9 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/sha256.h"
 #include "rendezvous/local_addresses.h"
 #include "rendezvous/rendezvous_env.h"
-#include "rendezvous/sha256.h"
 #include "rendezvous/token_auth.h"
 
 namespace ddprun::rendezvous {
@@ -25,10 +25,9 @@ using std::chrono::milliseconds;
 
 constexpr int kStaticDefaultPort = 29500;
 constexpr int kC10dDefaultPort = 29400;
-// The most one node's hang summary may hold (agent/hang_verdict.h: a few thousand positions
-// of about a hundred bytes), and the most one status read may carry.
-constexpr size_t kMaxHangSummaryBytes = 1 << 20;
-constexpr size_t kMaxStatusReplyBytes = 16 << 20;
+// The most one read of a quick connection may carry: its keys are round keys and records,
+// kilobytes; hang summaries are at most a megabyte (rendezvous/job_board.cc).
+constexpr size_t kMaxQuickReplyBytes = 16 << 20;
 
 bool isIpLiteral(const std::string& host) {
   in6_addr buf{};
@@ -72,12 +71,11 @@ class DynamicRendezvous::Impl {
   void stopWatching();
   void finish();
   void interrupt();
-  void publishStatus(const AgentRecord& record);
   void sitOut();
   std::optional<std::string> jobEndedWhileAway();
-  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait);
-  bool hangSummaryRequested();
-  void publishHangSummary(const std::string& summary);
+  std::optional<RoundPlace> currentRound() const;
+  JobSite site() const;
+  void onKeepAlive(std::function<void()> tick);
 
   std::string node_name_;
   std::string store_host_;
@@ -107,9 +105,8 @@ class DynamicRendezvous::Impl {
   int restartCountFor(int round);
   void publishWorkerStore(int round, int world_size);
   std::string rpcSecret(int round, int participants) const;
-  // Refreshes the heartbeat of this node's published record through `store` (the
-  // watcher's own client); nothing before the first publishStatus().
-  void refreshStatus(Store& store);
+  // The keep-alive hook's tick, if there is one (on the watcher's thread).
+  void tickKeepAlive();
   static bool jobOver(const std::string& reason) {
     const auto end = RoundEnd::parse(reason);
     return end && end->endsJob();
@@ -128,12 +125,13 @@ class DynamicRendezvous::Impl {
     return o;
   }
 
-  // Status and sitting out: give up within a couple of keep-alive intervals.
-  StoreClientOptions statusClientOptions() const {
+  // Sitting out, and the parts beside the rounds: give up within a couple of keep-alive
+  // intervals.
+  StoreClientOptions quickClientOptions() const {
     StoreClientOptions o = clientOptions(settings_.keep_alive_interval);
     o.timeout = std::min(settings_.read_timeout, 2 * settings_.keep_alive_interval);
     // Records, round keys and hang summaries are kilobytes; a longer value is not read.
-    o.max_reply_bytes = kMaxStatusReplyBytes;
+    o.max_reply_bytes = kMaxQuickReplyBytes;
     return o;
   }
 
@@ -162,13 +160,14 @@ class DynamicRendezvous::Impl {
   std::unique_ptr<StoreClient> watcher_client_;
   std::atomic<bool> stop_watching_{false};
 
-  std::mutex status_mutex_;
-  std::optional<AgentRecord> status_;  // the record last published, for the watcher's refreshes
-  std::unique_ptr<StoreClient> status_client_;
-  bool registered_ = false;       // this node's name is in the job's agents list
-  bool sat_out_ = false;          // left its last round for a cooldown and has not joined since
-  int final_round_ = -1;          // the round whose end ended the job while this node sat out
-  int hang_answered_round_ = -1;  // the round whose hang summary request this node answered
+  std::mutex keep_alive_mutex_;  // held while the hook runs, so that it can be removed safely
+  std::function<void()> on_keep_alive_;
+
+  // While sitting out: asks whether the job ended, and gives up quickly when the store is
+  // gone (the main client would keep reconnecting for join_timeout).
+  std::unique_ptr<StoreClient> away_client_;
+  bool sat_out_ = false;  // left its last round for a cooldown and has not joined since
+  int final_round_ = -1;  // the round whose end ended the job while this node sat out
 };
 
 DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env)
@@ -405,6 +404,7 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
       if (sat_out_) client_->add(prefix_ + "away", -1);
       in_round_ = true;
       sat_out_ = false;
+      away_client_.reset();
       round_ = round;
       group_rank_ = result.group_rank;
       participants_ = seat.participants;
@@ -485,7 +485,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
     int misses = 0;
     try {
       store.add(my_beat, 1);
-      refreshStatus(store);
+      tickKeepAlive();
       for (;;) {
         try {
           store.wait({end}, settings_.keep_alive_interval);
@@ -500,7 +500,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
           if (stop_watching_) return;
         }
         store.add(my_beat, 1);
-        refreshStatus(store);
+        tickKeepAlive();
         if (n < 2) continue;
         // Each node watches the next one's keep-alives: linear cost over the job.
         int64_t seen = store.add(key(round, "hb/" + std::to_string(successor)), 0);
@@ -579,38 +579,31 @@ void DynamicRendezvous::Impl::interrupt() {
   if (watcher_client_) watcher_client_->interrupt();
 }
 
-void DynamicRendezvous::Impl::publishStatus(const AgentRecord& record) {
-  AgentRecord r = record;
-  r.node = node_name_;
-  r.address = advertise_address_;
-  r.keep_alive_ms = settings_.keep_alive_interval.count();
-  r.keep_alive_max_attempt = settings_.keep_alive_max_attempt;
-  r.heartbeat_ms = wallClockMillis();
-  // Held across the SET: the watcher's refresh must not overwrite a newer state with an
-  // older one.
-  std::lock_guard lock(status_mutex_);
-  status_ = r;
-  try {
-    // Its own connection, which gives up quickly: status must never hold up the job, and
-    // the main client may be blocked in a rendezvous wait.
-    if (!status_client_) status_client_ = env_.connect(statusClientOptions());
-    // The record first: a reader that finds the name in the list can GET it at once.
-    status_client_->set(prefix_ + agentRecordKey(node_name_), encodeAgentRecord(r));
-    if (!registered_) {
-      status_client_->append(prefix_ + agentsListKey(), node_name_ + "\n");
-      registered_ = true;
-    }
-  } catch (const StoreError& e) {
-    status_client_.reset();
-    log_->debug("cannot publish this node's status ({}): {}", r.state, e.what());
-  }
+void DynamicRendezvous::Impl::tickKeepAlive() {
+  std::lock_guard lock(keep_alive_mutex_);
+  if (on_keep_alive_) on_keep_alive_();
 }
 
-void DynamicRendezvous::Impl::refreshStatus(Store& store) {
-  std::lock_guard lock(status_mutex_);
-  if (!status_) return;
-  status_->heartbeat_ms = wallClockMillis();
-  store.set(prefix_ + agentRecordKey(node_name_), encodeAgentRecord(*status_));
+void DynamicRendezvous::Impl::onKeepAlive(std::function<void()> tick) {
+  std::lock_guard lock(keep_alive_mutex_);
+  on_keep_alive_ = std::move(tick);
+}
+
+std::optional<RoundPlace> DynamicRendezvous::Impl::currentRound() const {
+  if (!in_round_) return std::nullopt;
+  return RoundPlace{round_, group_rank_, participants_};
+}
+
+JobSite DynamicRendezvous::Impl::site() const {
+  JobSite s;
+  s.env = &env_;
+  s.store = quickClientOptions();
+  s.prefix = prefix_;
+  s.node = node_name_;
+  s.address = advertise_address_;
+  s.keep_alive_interval = settings_.keep_alive_interval;
+  s.keep_alive_max_attempt = settings_.keep_alive_max_attempt;
+  return s;
 }
 
 void DynamicRendezvous::Impl::sitOut() {
@@ -625,13 +618,10 @@ void DynamicRendezvous::Impl::sitOut() {
   client_->add(prefix_ + "away", 1);
 }
 
-// Through the status connection, which gives up within a keep-alive interval when the
-// store is gone (the main client would keep reconnecting for join_timeout).
 std::optional<std::string> DynamicRendezvous::Impl::jobEndedWhileAway() {
-  std::lock_guard lock(status_mutex_);
   try {
-    if (!status_client_) status_client_ = env_.connect(statusClientOptions());
-    StoreClient& store = *status_client_;
+    if (!away_client_) away_client_ = env_.connect(quickClientOptions());
+    StoreClient& store = *away_client_;
     const std::string round_key = prefix_ + "round";
     if (!store.check({round_key})) return std::nullopt;
     const int latest = std::stoi(store.get(round_key));
@@ -642,7 +632,7 @@ std::optional<std::string> DynamicRendezvous::Impl::jobEndedWhileAway() {
     final_round_ = latest;
     return reason;
   } catch (const StoreError&) {
-    status_client_.reset();
+    away_client_.reset();
     throw;
   }
 }
@@ -664,86 +654,11 @@ void DynamicRendezvous::markDone() { impl_->markDone(); }
 void DynamicRendezvous::stopWatching() { impl_->stopWatching(); }
 void DynamicRendezvous::finish() { impl_->finish(); }
 void DynamicRendezvous::interrupt() { impl_->interrupt(); }
-// Through the status connection too: it gives up quickly when the store is gone, and a
-// hang verdict must not wait on the rendezvous client.
-std::vector<std::string> DynamicRendezvous::Impl::gatherHangSummaries(std::chrono::milliseconds wait) {
-  std::vector<std::string> answers;
-  if (!in_round_ || participants_ < 2) return answers;
-  std::lock_guard lock(status_mutex_);
-  hang_answered_round_ = round_;  // this node answers for itself
-  std::vector<std::string> keys;
-  for (int g = 0; g < participants_; ++g) {
-    if (g != group_rank_) keys.push_back(key(round_, "hang/" + std::to_string(g)));
-  }
-  try {
-    if (!status_client_) status_client_ = env_.connect(statusClientOptions());
-    auto& store = *status_client_;
-    store.set(key(round_, "hang/request"), node_name_);
-    const auto deadline = clock_.now() + wait;
-    std::vector<bool> got(keys.size(), false);
-    for (;;) {
-      for (size_t i = 0; i < keys.size(); ++i) {
-        if (!got[i] && store.check({keys[i]})) {
-          std::string answer = store.get(keys[i]);
-          got[i] = true;
-          if (answer.size() > kMaxHangSummaryBytes) {
-            log_->warn(
-                "hang summary {} of round {} holds {} bytes, more than a node's summary can (at most {}); "
-                "ignored",
-                keys[i], round_, answer.size(), kMaxHangSummaryBytes);
-            continue;
-          }
-          answers.push_back(std::move(answer));
-        }
-      }
-      if (std::count(got.begin(), got.end(), true) == static_cast<std::ptrdiff_t>(keys.size()) ||
-          clock_.now() >= deadline) {
-        break;
-      }
-      clock_.sleepFor(std::min<Clock::Duration>(milliseconds(100), deadline - clock_.now()));
-    }
-  } catch (const StoreError& e) {
-    status_client_.reset();
-    log_->warn("hang summaries of round {}: {}; judging with {} of {} other nodes", round_, e.what(), answers.size(),
-               keys.size());
-  }
-  return answers;
-}
-
-bool DynamicRendezvous::Impl::hangSummaryRequested() {
-  if (!in_round_ || participants_ < 2 || hang_answered_round_ == round_) return false;
-  std::lock_guard lock(status_mutex_);
-  try {
-    if (!status_client_) status_client_ = env_.connect(statusClientOptions());
-    return status_client_->check({key(round_, "hang/request")});
-  } catch (const StoreError& e) {
-    status_client_.reset();
-    log_->debug("cannot check for a hang summary request: {}", e.what());
-    return false;
-  }
-}
-
-void DynamicRendezvous::Impl::publishHangSummary(const std::string& summary) {
-  if (!in_round_) return;
-  std::lock_guard lock(status_mutex_);
-  hang_answered_round_ = round_;
-  try {
-    if (!status_client_) status_client_ = env_.connect(statusClientOptions());
-    status_client_->set(key(round_, "hang/" + std::to_string(group_rank_)), summary);
-  } catch (const StoreError& e) {
-    status_client_.reset();
-    log_->warn("cannot publish this node's hang summary: {}", e.what());
-  }
-}
-
-void DynamicRendezvous::publishStatus(const AgentRecord& record) { impl_->publishStatus(record); }
-std::vector<std::string> DynamicRendezvous::gatherHangSummaries(std::chrono::milliseconds wait) {
-  return impl_->gatherHangSummaries(wait);
-}
-bool DynamicRendezvous::hangSummaryRequested() { return impl_->hangSummaryRequested(); }
-void DynamicRendezvous::publishHangSummary(const std::string& summary) { impl_->publishHangSummary(summary); }
 void DynamicRendezvous::sitOut() { impl_->sitOut(); }
 std::optional<std::string> DynamicRendezvous::jobEndedWhileAway() { return impl_->jobEndedWhileAway(); }
+std::optional<RoundPlace> DynamicRendezvous::currentRound() const { return impl_->currentRound(); }
+JobSite DynamicRendezvous::site() const { return impl_->site(); }
+void DynamicRendezvous::onKeepAlive(std::function<void()> tick) { impl_->onKeepAlive(std::move(tick)); }
 const std::string& DynamicRendezvous::nodeName() const { return impl_->node_name_; }
 std::string DynamicRendezvous::storeAddress() const {
   return impl_->store_host_ + ":" + std::to_string(impl_->store_port_);

@@ -7,6 +7,9 @@
 // It also hosts the stores: the rendezvous store (on the host agent: --standalone, static
 // node 0, or the c10d endpoint's host) and, on the group-rank-0 node of each round, a
 // fresh workers' store (MASTER_ADDR/MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE=True).
+//
+// It keeps to rounds. What the agents post beside them (records for `ddprun status`, hang
+// summaries) is rendezvous/job_board.h's, on a connection of its own.
 #pragma once
 
 #include <chrono>
@@ -16,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/job_status.h"
 #include "rendezvous/rendezvous_config.h"
 #include "rendezvous/round_end.h"
+#include "rendezvous/tcp_store_client.h"
 
 namespace ddprun::rendezvous {
 
@@ -44,6 +47,26 @@ class JobEndedError : public RendezvousError {
 
  private:
   std::string reason_;
+};
+
+// Where this node stands in the round it takes part in.
+struct RoundPlace {
+  int round = 0;
+  int group_rank = 0;    // GROUP_RANK: 0 .. participants - 1
+  int participants = 0;  // nodes in the round
+};
+
+// What a part beside the rounds needs to reach the job's store and name this node there.
+struct JobSite {
+  RendezvousEnv* env = nullptr;  // connects to the store; its clock keeps the time
+  // The job's store (address, token), with timeouts that give up within a couple of
+  // keep-alive intervals: what is posted beside the rounds must never hold up the job.
+  StoreClientOptions store;
+  std::string prefix;   // the job's keys: rdzv/<run_id>/
+  std::string node;     // this node's name (host:pid)
+  std::string address;  // the address it advertises to the rendezvous
+  std::chrono::milliseconds keep_alive_interval{0};
+  int keep_alive_max_attempt = 0;
 };
 
 class DynamicRendezvous {
@@ -79,14 +102,6 @@ class DynamicRendezvous {
   // From another thread: makes a blocked nextRound() fail at once (ddprun was signalled).
   void interrupt();
 
-  // Publishes this node's record for `ddprun status` (node, address, heartbeat and the
-  // keep-alive fields are filled in here) and keeps it: the watcher refreshes its
-  // heartbeat every keep-alive interval while a round runs; call it again to refresh it
-  // at other times. Uses its own connection (connect timeout: one keep-alive interval),
-  // so it may be called while nextRound() blocks on another thread. Blocks for one or two
-  // store round trips; a store error is logged, not thrown (status is best effort). Call
-  // from one thread only.
-  void publishStatus(const AgentRecord& record);
   // Leaves the current round without ending it and stays out of the next ones (cooldown
   // of a flapping node): the next nextRound() starts from the job's latest round, and
   // throws JobEndedError if the job ended meanwhile. Stops the watcher. Throws
@@ -94,20 +109,21 @@ class DynamicRendezvous {
   // prolongs the absence (it is counted once).
   void sitOut();
   // While sitting out: the reason the job ended ("done", "final:...", "abort:..."), or
-  // nothing while it goes on. A few store round trips; throws StoreError.
+  // nothing while it goes on. A few store round trips on a connection of its own that
+  // gives up within a keep-alive interval or two; throws StoreError.
   std::optional<std::string> jobEndedWhileAway();
 
-  // Hang verdicts across nodes, within the current round (PROTOCOL.md: `hang/`). The node
-  // that judges a hang asks every other node for a summary of where its ranks stand and
-  // waits up to `wait` for them; returns the answers that came (the other nodes' `hang/<g>`
-  // values). Blocks up to `wait` plus a store round trip; a store error ends the wait with
-  // what came. Never throws. Call from the agent's thread (as publishStatus).
-  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait);
-  // Whether another node asked for summaries in the current round and this node has not
-  // answered yet. One store round trip; false on a store error. Never throws.
-  bool hangSummaryRequested();
-  // This node's answer (agent/hang_verdict.h's encoded positions, one a line). Never throws.
-  void publishHangSummary(const std::string& summary);
+  // For the parts beside the rounds (rendezvous/job_board.h: status records, hang
+  // summaries), which reach the job's store on a connection of their own.
+  // The round this node takes part in; nothing before its first round and while it sits
+  // out. Call from the thread that calls nextRound().
+  std::optional<RoundPlace> currentRound() const;
+  // The job's store and this node, as such a part needs them.
+  JobSite site() const;
+  // Runs `tick` on the watcher's thread at each of this node's keep-alives while a round
+  // runs (the first as the watch starts); an empty function removes it. Returns once no
+  // earlier tick runs any more, so that whatever `tick` uses may then go away.
+  void onKeepAlive(std::function<void()> tick);
 
   // This node's name in end reasons and logs: host:pid.
   const std::string& nodeName() const;

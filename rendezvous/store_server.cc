@@ -26,8 +26,8 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/port_holder.h"
+#include "common/sha256.h"
 #include "rendezvous/descriptor_limit.h"
-#include "rendezvous/sha256.h"
 #include "rendezvous/store_state.h"
 #include "rendezvous/token_auth.h"
 

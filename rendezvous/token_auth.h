@@ -3,7 +3,8 @@
 // answers with its own nonce and proof = HMAC(token, "ddprun-server" | cn | sn); the
 // client checks that proof (so a fake server cannot pose as the job's) and sends
 // AUTH_PROOF = HMAC(token, "ddprun-client" | sn | cn); the server answers 1 (accepted)
-// or closes. The token itself never crosses the wire.
+// or closes. The token itself never crosses the wire. The proofs are common/
+// challenge_response.h's, under the labels "ddprun-server" and "ddprun-client".
 #pragma once
 
 #include <string>

@@ -1,12 +1,12 @@
 // FaultInjectingStore and FaultPlan: which calls a rule picks (operation, key glob, count),
 // what failing, dropping and delaying do to the caller and to the store, a plan shared by
 // several connections, and failAll() as the loss of the store's host.
-#include "rendezvous/fault_injecting_store.h"
+#include "tests/support/fault_injecting_store.h"
 
 #include <catch2/catch.hpp>
 #include <future>
 
-#include "rendezvous/in_memory_store.h"
+#include "tests/support/in_memory_store.h"
 #include "tests/support/manual_clock.h"
 
 using namespace ddprun::rendezvous;

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/fault_injecting_store.h"
-#include "rendezvous/in_memory_store.h"
 #include "rendezvous/rendezvous_env.h"
+#include "tests/support/fault_injecting_store.h"
+#include "tests/support/in_memory_store.h"
 #include "tests/support/manual_clock.h"
 
 namespace ddprun::rendezvous::testing {

@@ -1,7 +1,7 @@
 // InMemoryStore: StoreState's semantics behind a mutex, blocking calls that a change wakes
 // at once and that time out on the store's clock (a manual one here: no test sleeps),
 // and clients with their own timeouts and interrupt().
-#include "rendezvous/in_memory_store.h"
+#include "tests/support/in_memory_store.h"
 
 #include <catch2/catch.hpp>
 #include <future>

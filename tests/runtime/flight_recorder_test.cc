@@ -18,7 +18,7 @@
 #include "common/error.h"
 #include "tests/runtime/support/thread_ranks.h"
 #include "tests/support/scoped_env.h"
-#include "worker_runtime/collectives/algorithms.h"
+#include "worker_runtime/backend/host_collectives.h"
 
 namespace {
 

@@ -115,7 +115,7 @@ WorkPtr HostBackend::enqueue(std::function<void(CollectiveContext&)> collective,
 
 CollectiveContext HostBackend::context(Clock::time_point start) {
   Links& links = shm_links_ ? static_cast<Links&>(*shm_links_) : static_cast<Links&>(mesh_);
-  return CollectiveContext{links, start + timeout_, scratch_, shm_.get(), options_.collectives};
+  return CollectiveContext{{links, start + timeout_, scratch_, options_.collectives}, shm_.get()};
 }
 
 std::exception_ptr HostBackend::execute(const std::function<void(CollectiveContext&)>& collective,

@@ -17,7 +17,7 @@
 
 #include "common/flight_ring.h"
 #include "rendezvous/store.h"
-#include "worker_runtime/collectives/algorithms.h"
+#include "worker_runtime/backend/host_collectives.h"
 #include "worker_runtime/collectives/shm_collectives.h"
 #include "worker_runtime/flight_recorder.h"
 #include "worker_runtime/transport/p2p_engine.h"

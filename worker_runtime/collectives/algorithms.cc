@@ -6,21 +6,20 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
-#include "worker_runtime/collectives/shm_collectives.h"
 
 namespace ddprun::runtime {
 namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
-uint8_t* scratchOf(CollectiveContext& ctx, size_t bytes) {
+uint8_t* scratchOf(AlgorithmContext& ctx, size_t bytes) {
   if (ctx.scratch.size() < bytes) ctx.scratch.resize(bytes);
   return ctx.scratch.data();
 }
 
 // Receives `bytes` from `src` into `tmp` while sending `send_bytes` of `send` to `dst`;
 // each completed span of received elements is reduced into `acc` as it arrives.
-void sendRecvReduce(CollectiveContext& ctx, int dst, const void* send, size_t send_bytes, int src, uint8_t* tmp,
+void sendRecvReduce(AlgorithmContext& ctx, int dst, const void* send, size_t send_bytes, int src, uint8_t* tmp,
                     uint8_t* acc, size_t count, DType dtype, ReduceOp op, const char* what) {
   const size_t esize = dtypeSize(dtype);
   size_t reduced = 0;
@@ -42,7 +41,7 @@ void sendRecvReduce(CollectiveContext& ctx, int dst, const void* send, size_t se
   ctx.links.exchange(transfers, ctx.deadline, what);
 }
 
-void sendRecv(CollectiveContext& ctx, int dst, const void* send, size_t send_bytes, int src, void* recv,
+void sendRecv(AlgorithmContext& ctx, int dst, const void* send, size_t send_bytes, int src, void* recv,
               size_t recv_bytes, const char* what) {
   Transfer transfers[2];
   transfers[0] = Transfer{dst, true, const_cast<void*>(send), send_bytes, {}, 0, 0};
@@ -50,12 +49,12 @@ void sendRecv(CollectiveContext& ctx, int dst, const void* send, size_t send_byt
   ctx.links.exchange(transfers, ctx.deadline, what);
 }
 
-void sendTo(CollectiveContext& ctx, int dst, const void* data, size_t bytes, const char* what) {
+void sendTo(AlgorithmContext& ctx, int dst, const void* data, size_t bytes, const char* what) {
   Transfer t{dst, true, const_cast<void*>(data), bytes, {}, 0, 0};
   ctx.links.exchange({&t, 1}, ctx.deadline, what);
 }
 
-void recvFrom(CollectiveContext& ctx, int src, void* data, size_t bytes, const char* what) {
+void recvFrom(AlgorithmContext& ctx, int src, void* data, size_t bytes, const char* what) {
   Transfer t{src, false, data, bytes, {}, 0, 0};
   ctx.links.exchange({&t, 1}, ctx.deadline, what);
 }
@@ -69,7 +68,7 @@ size_t segmentBegin(size_t count, int segments, int i) {
 }
 
 // After size-1 steps, this rank holds the full reduction of segment rank() of `acc`.
-void ringReduceScatter(CollectiveContext& ctx, uint8_t* acc, const size_t* begins, DType dtype, ReduceOp op,
+void ringReduceScatter(AlgorithmContext& ctx, uint8_t* acc, const size_t* begins, DType dtype, ReduceOp op,
                        const char* what) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   const size_t esize = dtypeSize(dtype);
@@ -85,7 +84,7 @@ void ringReduceScatter(CollectiveContext& ctx, uint8_t* acc, const size_t* begin
   }
 }
 
-void ringAllGatherSegments(CollectiveContext& ctx, uint8_t* buf, const size_t* begins, size_t esize, const char* what) {
+void ringAllGatherSegments(AlgorithmContext& ctx, uint8_t* buf, const size_t* begins, size_t esize, const char* what) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   for (int s = 0; s < p - 1; ++s) {
     const int send_seg = mod(r - s, p), recv_seg = mod(r - s - 1, p);
@@ -94,7 +93,7 @@ void ringAllGatherSegments(CollectiveContext& ctx, uint8_t* buf, const size_t* b
   }
 }
 
-void ringAllReduce(CollectiveContext& ctx, uint8_t* buf, size_t count, DType dtype, ReduceOp op) {
+void ringAllReduce(AlgorithmContext& ctx, uint8_t* buf, size_t count, DType dtype, ReduceOp op) {
   const int p = ctx.links.size();
   std::vector<size_t> begins(p + 1);
   for (int i = 0; i <= p; ++i) begins[i] = segmentBegin(count, p, i);
@@ -103,7 +102,7 @@ void ringAllReduce(CollectiveContext& ctx, uint8_t* buf, size_t count, DType dty
 }
 
 // Recursive doubling; ranks beyond the largest power of two fold into a partner first.
-void doublingAllReduce(CollectiveContext& ctx, uint8_t* buf, size_t count, DType dtype, ReduceOp op) {
+void doublingAllReduce(AlgorithmContext& ctx, uint8_t* buf, size_t count, DType dtype, ReduceOp op) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   const size_t bytes = count * dtypeSize(dtype);
   uint8_t* tmp = scratchOf(ctx, bytes);
@@ -140,12 +139,8 @@ void doublingAllReduce(CollectiveContext& ctx, uint8_t* buf, size_t count, DType
 
 }  // namespace
 
-void allReduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceOp op) {
+void allReduce(AlgorithmContext ctx, void* buf, size_t count, DType dtype, ReduceOp op) {
   const int p = ctx.links.size();
-  if (ctx.shm && p > 1) {
-    ctx.shm->allReduce(buf, count, dtype, op, ctx.deadline);
-    return;
-  }
   if (p > 1 && count > 0) {
     auto* data = static_cast<uint8_t*>(buf);
     if (count * dtypeSize(dtype) <= ctx.options.small_all_reduce_bytes || count < static_cast<size_t>(p)) {
@@ -157,12 +152,8 @@ void allReduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, Redu
   if (op == ReduceOp::kAvg) divideBy(buf, count, dtype, p);
 }
 
-void broadcast(CollectiveContext ctx, void* buf, size_t bytes, int root) {
+void broadcast(AlgorithmContext ctx, void* buf, size_t bytes, int root) {
   const int p = ctx.links.size();
-  if (ctx.shm && p > 1 && bytes > 0) {
-    ctx.shm->broadcast(buf, bytes, root, ctx.deadline);
-    return;
-  }
   const int v = mod(ctx.links.rank() - root, p);
   int mask = 1;
   while (mask < p) {
@@ -180,7 +171,7 @@ void broadcast(CollectiveContext ctx, void* buf, size_t bytes, int root) {
   if (!sends.empty()) ctx.links.exchange(sends, ctx.deadline, "broadcast");
 }
 
-void reduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceOp op, int root) {
+void reduce(AlgorithmContext ctx, void* buf, size_t count, DType dtype, ReduceOp op, int root) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   const size_t bytes = count * dtypeSize(dtype);
   const int v = mod(r - root, p);
@@ -203,25 +194,12 @@ void reduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceO
   if (r == root && op == ReduceOp::kAvg) divideBy(buf, count, dtype, p);
 }
 
-// The blocks of a flat buffer of `p` blocks of `bytes` each.
-template <typename T>  // void or const void
-std::vector<T*> blocksOf(T* flat, int p, size_t bytes) {
-  using Byte = std::conditional_t<std::is_const_v<T>, const uint8_t, uint8_t>;
-  std::vector<T*> blocks(p);
-  for (int q = 0; q < p; ++q) blocks[q] = static_cast<Byte*>(flat) + q * bytes;
-  return blocks;
-}
-
-void allGather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank) {
+void allGather(AlgorithmContext ctx, const void* in, void* out, size_t bytes_per_rank) {
   allGatherInto(ctx, in, blocksOf<void>(out, ctx.links.size(), bytes_per_rank).data(), bytes_per_rank);
 }
 
-void allGatherInto(CollectiveContext ctx, const void* in, void* const* outs, size_t bytes_per_rank) {
+void allGatherInto(AlgorithmContext ctx, const void* in, void* const* outs, size_t bytes_per_rank) {
   const int p = ctx.links.size(), r = ctx.links.rank();
-  if (ctx.shm && p > 1 && bytes_per_rank > 0) {
-    ctx.shm->allGather(in, outs, bytes_per_rank, ctx.deadline);
-    return;
-  }
   if (bytes_per_rank > 0 && in != outs[r]) std::memcpy(outs[r], in, bytes_per_rank);
   // This rank starts by sending its own block; after p-1 steps it has every block.
   for (int s = 0; s < p - 1; ++s) {
@@ -231,7 +209,7 @@ void allGatherInto(CollectiveContext ctx, const void* in, void* const* outs, siz
   }
 }
 
-void gather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank, int root) {
+void gather(AlgorithmContext ctx, const void* in, void* out, size_t bytes_per_rank, int root) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   if (r != root) {
     sendTo(ctx, root, in, bytes_per_rank, "gather");
@@ -247,7 +225,7 @@ void gather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_r
   ctx.links.exchange(transfers, ctx.deadline, "gather");
 }
 
-void scatter(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank, int root) {
+void scatter(AlgorithmContext ctx, const void* in, void* out, size_t bytes_per_rank, int root) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   if (r != root) {
     recvFrom(ctx, root, out, bytes_per_rank, "scatter");
@@ -264,19 +242,15 @@ void scatter(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_
   ctx.links.exchange(transfers, ctx.deadline, "scatter");
 }
 
-void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op) {
+void reduceScatter(AlgorithmContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op) {
   reduceScatterFrom(ctx, blocksOf<const void>(in, ctx.links.size(), count_per_rank * dtypeSize(dtype)).data(), out,
                     count_per_rank, dtype, op);
 }
 
-void reduceScatterFrom(CollectiveContext ctx, const void* const* ins, void* out, size_t count_per_rank, DType dtype,
+void reduceScatterFrom(AlgorithmContext ctx, const void* const* ins, void* out, size_t count_per_rank, DType dtype,
                        ReduceOp op) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   const size_t block = count_per_rank * dtypeSize(dtype);
-  if (ctx.shm && p > 1 && block > 0) {
-    ctx.shm->reduceScatter(ins, out, count_per_rank, dtype, op, ctx.deadline);
-    return;
-  }
   // The ring reduces in place: it works on a copy so the caller's input stays intact.
   std::vector<uint8_t> acc(block * p);
   for (int q = 0; q < p && block > 0; ++q) std::memcpy(acc.data() + q * block, ins[q], block);
@@ -287,7 +261,7 @@ void reduceScatterFrom(CollectiveContext ctx, const void* const* ins, void* out,
   if (op == ReduceOp::kAvg) divideBy(out, count_per_rank, dtype, p);
 }
 
-void allToAll(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank) {
+void allToAll(AlgorithmContext ctx, const void* in, void* out, size_t bytes_per_rank) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   auto* i = static_cast<const uint8_t*>(in);
   auto* o = static_cast<uint8_t*>(out);
@@ -302,7 +276,7 @@ void allToAll(CollectiveContext ctx, const void* in, void* out, size_t bytes_per
   ctx.links.exchange(transfers, ctx.deadline, "all_to_all");
 }
 
-void allToAllV(CollectiveContext ctx, std::span<const std::span<const uint8_t>> in,
+void allToAllV(AlgorithmContext ctx, std::span<const std::span<const uint8_t>> in,
                std::span<const std::span<uint8_t>> out) {
   const int p = ctx.links.size(), r = ctx.links.rank();
   if (in.size() != static_cast<size_t>(p) || out.size() != static_cast<size_t>(p)) {
@@ -323,12 +297,8 @@ void allToAllV(CollectiveContext ctx, std::span<const std::span<const uint8_t>> 
   ctx.links.exchange(transfers, ctx.deadline, "all_to_all");
 }
 
-void barrier(CollectiveContext ctx) {
+void barrier(AlgorithmContext ctx) {
   const int p = ctx.links.size(), r = ctx.links.rank();
-  if (ctx.shm && p > 1) {
-    ctx.shm->barrier(ctx.deadline);
-    return;
-  }
   uint8_t token = 1, got = 0;
   for (int k = 1; k < p; k <<= 1) {
     sendRecv(ctx, mod(r + k, p), &token, 1, mod(r - k, p), &got, 1, "barrier");

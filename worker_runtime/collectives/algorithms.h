@@ -1,5 +1,7 @@
 // The collective algorithms of the host backend, over any Links (the TCP mesh or the
-// shared-memory rings). Every rank of the group must call the same collective with matching
+// shared-memory rings), which they never tell apart: which links they run on, and whether a
+// collective runs an algorithm at all, is the backend's choice (backend/host_collectives.h).
+// Every rank of the group must call the same collective with matching
 // arguments, in the same order; each call blocks until this rank's part is done or
 // `deadline` passes. Buffers are raw bytes; element type and operator come from dtype.h.
 // Thread-safety: the functions keep no state; a Links object is driven by one thread at a
@@ -15,14 +17,13 @@
 
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "worker_runtime/collectives/dtype.h"
 #include "worker_runtime/transport/links.h"
 
 namespace ddprun::runtime {
-
-class ShmCollectives;
 
 // Every rank of a group must use the same values (they choose the algorithm each rank runs).
 struct CollectiveOptions {
@@ -34,42 +35,50 @@ struct CollectiveOptions {
   size_t reduce_step_bytes = 256 * 1024;
 };
 
-struct CollectiveContext {
+// What an algorithm runs with. Which links these are (and whether a collective runs an
+// algorithm at all) is the backend's choice (backend/host_collectives.h).
+struct AlgorithmContext {
   Links& links;
   Clock::time_point deadline;
   std::vector<uint8_t>& scratch;  // reused between calls; grows as needed
-  // Set when every rank is on this host: all_reduce, broadcast, all_gather, reduce_scatter
-  // and the barrier go through it.
-  ShmCollectives* shm = nullptr;
   CollectiveOptions options = {};
 };
 
-void allReduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceOp op);
-void broadcast(CollectiveContext ctx, void* buf, size_t bytes, int root);
+// The blocks of a flat buffer of `p` blocks of `bytes` each (T: void or const void).
+template <typename T>
+std::vector<T*> blocksOf(T* flat, int p, size_t bytes) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const uint8_t, uint8_t>;
+  std::vector<T*> blocks(p);
+  for (int q = 0; q < p; ++q) blocks[q] = static_cast<Byte*>(flat) + q * bytes;
+  return blocks;
+}
+
+void allReduce(AlgorithmContext ctx, void* buf, size_t count, DType dtype, ReduceOp op);
+void broadcast(AlgorithmContext ctx, void* buf, size_t bytes, int root);
 // The result lands in `buf` on `root`; other ranks' buffers are left unchanged.
-void reduce(CollectiveContext ctx, void* buf, size_t count, DType dtype, ReduceOp op, int root);
+void reduce(AlgorithmContext ctx, void* buf, size_t count, DType dtype, ReduceOp op, int root);
 // `out` holds size() blocks of `bytes_per_rank`, in rank order.
-void allGather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank);
+void allGather(AlgorithmContext ctx, const void* in, void* out, size_t bytes_per_rank);
 // The same into blocks anywhere: outs[q] (size() of them) gets rank q's block. (Not an
 // overload: any T** would silently convert to the flat form's void*.)
-void allGatherInto(CollectiveContext ctx, const void* in, void* const* outs, size_t bytes_per_rank);
+void allGatherInto(AlgorithmContext ctx, const void* in, void* const* outs, size_t bytes_per_rank);
 // `out` is used on root only (size() blocks).
-void gather(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank, int root);
+void gather(AlgorithmContext ctx, const void* in, void* out, size_t bytes_per_rank, int root);
 // `in` is used on root only (size() blocks).
-void scatter(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank, int root);
+void scatter(AlgorithmContext ctx, const void* in, void* out, size_t bytes_per_rank, int root);
 // `in` holds size() blocks of `count_per_rank` elements; block r, reduced, lands in `out`.
-void reduceScatter(CollectiveContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op);
+void reduceScatter(AlgorithmContext ctx, const void* in, void* out, size_t count_per_rank, DType dtype, ReduceOp op);
 // The same from blocks anywhere: ins[q] (size() of them) is block q.
-void reduceScatterFrom(CollectiveContext ctx, const void* const* ins, void* out, size_t count_per_rank, DType dtype,
+void reduceScatterFrom(AlgorithmContext ctx, const void* const* ins, void* out, size_t count_per_rank, DType dtype,
                        ReduceOp op);
 // Block j of `in` goes to rank j; block j of `out` comes from rank j.
-void allToAll(CollectiveContext ctx, const void* in, void* out, size_t bytes_per_rank);
+void allToAll(AlgorithmContext ctx, const void* in, void* out, size_t bytes_per_rank);
 // Uneven all_to_all: in[j] goes to rank j, out[j] comes from rank j; both hold size()
 // blocks. out[j] must be exactly as long as rank j's in[rank()]: the transports cannot
 // tell a mismatch (the streams fall out of step). in[rank()] is copied to out[rank()]; a
 // different length there throws DdprunError, as does a list that is not size() long.
-void allToAllV(CollectiveContext ctx, std::span<const std::span<const uint8_t>> in,
+void allToAllV(AlgorithmContext ctx, std::span<const std::span<const uint8_t>> in,
                std::span<const std::span<uint8_t>> out);
-void barrier(CollectiveContext ctx);
+void barrier(AlgorithmContext ctx);
 
 }  // namespace ddprun::runtime

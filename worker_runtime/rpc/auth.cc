@@ -11,10 +11,10 @@
 #include <span>
 #include <utility>
 
+#include "common/challenge_response.h"
 #include "common/env_names.h"
 #include "common/env_reader.h"
 #include "common/socket_io.h"
-#include "rendezvous/sha256.h"
 #include "worker_runtime/rpc/rpc.h"
 
 namespace ddprun::rpc::auth {
@@ -22,11 +22,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string mac(const std::string& secret, const char* label, int caller, int callee, const std::string& first,
-                const std::string& second) {
-  const std::string message = fmt::format("{}|{}|{}|", label, caller, callee) + first + second;
-  const auto d = rendezvous::hmacSha256(secret, message);
-  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+// The labels bind each proof to the pair of ranks: "ddprun-rpc-server|caller|callee|".
+ChallengeResponse rpcChallenge(int caller, int callee) {
+  return ChallengeResponse{fmt::format("ddprun-rpc-server|{}|{}|", caller, callee),
+                           fmt::format("ddprun-rpc-client|{}|{}|", caller, callee)};
 }
 
 // A socket_io failure in the handshake's words. A peer that closes mid-handshake is taken
@@ -62,12 +61,7 @@ std::string trimmed(std::string s) {
 
 }  // namespace
 
-std::string randomNonce() {
-  std::random_device device;  // /dev/urandom on Linux
-  std::string nonce(kNonceBytes, '\0');
-  for (auto& c : nonce) c = static_cast<char>(device() & 0xff);
-  return nonce;
-}
+std::string randomNonce() { return ddprun::randomNonce(kNonceBytes); }
 
 std::string randomSecret() {
   std::random_device device;
@@ -78,15 +72,15 @@ std::string randomSecret() {
 
 std::string serverProof(const std::string& secret, int caller, int callee, const std::string& client_nonce,
                         const std::string& server_nonce) {
-  return mac(secret, "ddprun-rpc-server", caller, callee, client_nonce, server_nonce);
+  return rpcChallenge(caller, callee).serverProof(secret, client_nonce, server_nonce);
 }
 
 std::string clientProof(const std::string& secret, int caller, int callee, const std::string& client_nonce,
                         const std::string& server_nonce) {
-  return mac(secret, "ddprun-rpc-client", caller, callee, server_nonce, client_nonce);
+  return rpcChallenge(caller, callee).clientProof(secret, client_nonce, server_nonce);
 }
 
-bool proofsEqual(const std::string& a, const std::string& b) { return rendezvous::constantTimeEqual(a, b); }
+bool proofsEqual(const std::string& a, const std::string& b) { return proofMatches(a, b); }
 
 std::optional<std::string> secretFromEnvironment() {
   if (const auto file = env::optionalString(env::kRpcSecretFile)) {

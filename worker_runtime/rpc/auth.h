@@ -6,7 +6,8 @@
 // checks (a stranger cannot pose as a worker); the caller sends
 // HMAC-SHA256(secret, "ddprun-rpc-client" | caller | callee | sn | cn) and the callee
 // answers one byte, 1, or closes. The secret never crosses the wire; nothing but these
-// fixed-size frames is read from a connection until it is authenticated.
+// fixed-size frames is read from a connection until it is authenticated. The proofs are
+// common/challenge_response.h's, the store token's too, under labels of their own.
 //
 // The secret: DDPRUN_RPC_SECRET_FILE, a file (mode 0600) that ddprun writes for its
 // workers each round (derived from the rendezvous token when there is one, random per

@@ -213,7 +213,7 @@ TEST_CASE("the report shows a stopped rank's Python stack and a saved exception 
   CHECK_THAT(report, !Catch::Contains("  stderr    :"));
 }
 
-TEST_CASE("a worker that died of a GPU fault has its GPU line after the time; others have none", "[report]") {
+TEST_CASE("a worker that died of a GPU fault has its GPU line after the time, and others have none", "[report]") {
   const auto now = Clock::now();
   std::vector<WorkerFailure> failures{failure(1, now, 0, 6), failure(0, now + std::chrono::seconds(1))};
   failures[0].gpu_fault = "uncorrectable ECC error on GPU 1 (GPU-aa, PCI 00000000:20:00.0) of host nodeA: boom";

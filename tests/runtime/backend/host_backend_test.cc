@@ -11,7 +11,7 @@
 #include "tests/runtime/support/reference_values.h"
 #include "tests/runtime/support/thread_ranks.h"
 #include "tests/runtime/support/transport_setups.h"
-#include "worker_runtime/collectives/algorithms.h"
+#include "worker_runtime/backend/host_collectives.h"
 
 namespace {
 

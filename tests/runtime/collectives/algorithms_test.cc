@@ -13,6 +13,7 @@
 #include "tests/runtime/support/reference_values.h"
 #include "tests/runtime/support/thread_ranks.h"
 #include "tests/runtime/support/transport_setups.h"
+#include "worker_runtime/backend/host_collectives.h"
 #include "worker_runtime/collectives/algorithms.h"
 
 namespace {
@@ -103,8 +104,8 @@ TEST_CASE("all_reduce takes recursive doubling up to small_all_reduce_bytes and 
         CountingLinks counting(ctx.links);
         CollectiveOptions chosen;
         chosen.small_all_reduce_bytes = c.threshold;
-        allReduce(CollectiveContext{counting, ctx.deadline, ctx.scratch, nullptr, chosen}, buf.data(), c.count,
-                  DType::kFloat32, ReduceOp::kSum);
+        allReduce(AlgorithmContext{counting, ctx.deadline, ctx.scratch, chosen}, buf.data(), c.count, DType::kFloat32,
+                  ReduceOp::kSum);
         rounds = counting.exchanges;
       });
       checkReduced("all_reduce", buf.data(), c.count, ReduceOp::kSum, DType::kFloat32, b.size(), salt);

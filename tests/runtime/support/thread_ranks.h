@@ -20,7 +20,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "rendezvous/in_memory_store.h"
+#include "tests/support/in_memory_store.h"
 #include "worker_runtime/backend/host_backend.h"
 
 namespace ddprun::testing {

@@ -9,7 +9,7 @@
 
 #include "common/unique_fd.h"
 #include "tests/runtime/support/thread_ranks.h"
-#include "worker_runtime/collectives/algorithms.h"
+#include "worker_runtime/backend/host_collectives.h"
 
 namespace {
 

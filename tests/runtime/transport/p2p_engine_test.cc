@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
-#include "rendezvous/in_memory_store.h"
 #include "tests/runtime/support/reference_values.h"
 #include "tests/runtime/support/thread_ranks.h"
+#include "tests/support/in_memory_store.h"
 #include "worker_runtime/transport/p2p_engine.h"
 
 namespace {

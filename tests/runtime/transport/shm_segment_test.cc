@@ -20,7 +20,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/unique_fd.h"
-#include "rendezvous/in_memory_store.h"
+#include "tests/support/in_memory_store.h"
 #include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"
 

@@ -9,9 +9,9 @@
 #include <catch2/catch.hpp>
 
 #include "common/socket_io.h"
-#include "rendezvous/in_memory_store.h"
 #include "tests/runtime/support/links_checks.h"
 #include "tests/runtime/support/thread_ranks.h"
+#include "tests/support/in_memory_store.h"
 #include "worker_runtime/transport/tcp_mesh.h"
 
 namespace {

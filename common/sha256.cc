@@ -1,9 +1,9 @@
-#include "rendezvous/sha256.h"
+#include "common/sha256.h"
 
 #include <cstring>
 #include <string>
 
-namespace ddprun::rendezvous {
+namespace ddprun {
 namespace {
 
 constexpr uint32_t kRound[64] = {
@@ -108,4 +108,4 @@ bool constantTimeEqual(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-}  // namespace ddprun::rendezvous
+}  // namespace ddprun

@@ -1,4 +1,4 @@
-#include "rendezvous/in_memory_store.h"
+#include "tests/support/in_memory_store.h"
 
 #include <fmt/format.h>
 

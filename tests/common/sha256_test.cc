@@ -1,12 +1,12 @@
 // SHA-256 and HMAC-SHA256 against the published vectors (FIPS 180-2, RFC 4231), plus
 // messages whose lengths sit on the padding boundaries, where hand-written SHA-256
 // implementations usually break.
-#include "rendezvous/sha256.h"
+#include "common/sha256.h"
 
 #include <catch2/catch.hpp>
 #include <string>
 
-using namespace ddprun::rendezvous;
+using namespace ddprun;
 
 namespace {
 

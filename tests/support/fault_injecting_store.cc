@@ -1,4 +1,4 @@
-#include "rendezvous/fault_injecting_store.h"
+#include "tests/support/fault_injecting_store.h"
 
 #include <fnmatch.h>
 

@@ -1,0 +1,57 @@
+// What the agents of a job post beside the rounds, on the job's store: each agent's record
+// for `ddprun status` (rendezvous/job_status.h), kept fresh, and the exchange of hang
+// summaries within a round. The keys are in rendezvous/PROTOCOL.md ("Job status", and
+// `hang/` among a round's keys).
+//
+// It uses a connection of its own, which gives up within a couple of keep-alive intervals:
+// what is posted here is best effort and never holds up the rounds (DynamicRendezvous),
+// whose waits run on other connections, nor waits behind them. No call throws; a store
+// error is logged and the connection opened afresh at the next call.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/job_status.h"
+
+namespace ddprun::rendezvous {
+
+class JobBoard {
+ public:
+  // Posts for `rendezvous`'s node, on its job's store (connecting at the first call), and
+  // refreshes the heartbeat of the record last published at each of its keep-alives.
+  // `rendezvous` must outlive the board.
+  explicit JobBoard(DynamicRendezvous& rendezvous);
+  ~JobBoard();
+  JobBoard(const JobBoard&) = delete;
+  JobBoard& operator=(const JobBoard&) = delete;
+
+  // Publishes this node's record for `ddprun status` (node, address, heartbeat and the
+  // keep-alive fields are filled in here) and keeps it: the rendezvous' watcher refreshes
+  // its heartbeat every keep-alive interval while a round runs; call it again to refresh it
+  // at other times. May be called while nextRound() blocks on another thread. Blocks for
+  // one or two store round trips.
+  void publishStatus(const AgentRecord& record);
+
+  // Hang verdicts across nodes, within the current round. The node that judges a hang
+  // asks every other node for a summary of where its ranks stand and waits up to `wait`
+  // for them; returns the answers that came (the other nodes' `hang/<g>` values). Blocks up
+  // to `wait` plus a store round trip; a store error ends the wait with what came.
+  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait);
+  // Whether another node asked for summaries in the current round and this node has not
+  // answered yet. One store round trip; false on a store error.
+  bool hangSummaryRequested();
+  // This node's answer (agent/hang/hang_verdict.h's encoded positions, one a line).
+  void publishHangSummary(const std::string& summary);
+  // Call all four from one thread. The hang calls read the rendezvous' current round: not
+  // while nextRound() runs on another thread.
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::rendezvous
