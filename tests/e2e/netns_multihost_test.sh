@@ -6,6 +6,8 @@
 #   grow:  a late node makes the job re-form larger
 #   cut:   a node whose link is cut is evicted within the keep-alive budget
 #   host:  the rendezvous host's death stops the others, non-zero, naming it, in time
+#   many:  four 2-node jobs at once, every node in two of them: each rank claims its own
+#          job's store and checks its all_reduces; every job passes and no worker outlives it
 #   hang:  (run only when named) rank 1 on node 1 never calls all_reduce #5: node 0's
 #          --hang_timeout verdict, with node 1's ranks read through the store, names it;
 #          the job restarts and finishes, and no flight recorder ring is left on /dev/shm
@@ -18,7 +20,7 @@ if [[ "${1:-}" == "-h" || $# -lt 1 ]]; then
 fi
 bin=$1
 shift
-scenarios=(kill grow cut host)
+scenarios=(kill grow cut host many)
 [[ $# -gt 0 ]] && scenarios=("$@")
 ddprun="$bin/ddprun"
 
@@ -142,6 +144,41 @@ for scenario in "${scenarios[@]}"; do
         expect_exit "$k" 3 15 "the host's death stops the job" || ok=false
         grep -q "$(addr 0):29400" "$work/err.$k" || { echo "FAIL [host]: message does not name the host"; ok=false; }
       done
+      ;;
+    many)
+      # Job j runs on nodes j and j+1 (mod 4), its store on node j: each node hosts one job's
+      # store and takes part in two jobs. Workers: the test worker's isolation mode.
+      for j in 0 1 2 3; do
+        for k in $j $(((j + 1) % 4)); do
+          (
+            rc=0
+            ip netns exec "$tag-n$k" "$ddprun" --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d \
+              --rdzv_endpoint="$(addr "$j"):29400" --local_addr="$(addr "$k")" --rdzv_id="many-$j" \
+              --rdzv_conf="$fast" --no_python "$bin/ddprun_test_worker" isolation "job$j" "$work/pids.$j" 20 \
+              >"$work/out.$j.$k" 2>"$work/err.$j.$k" || rc=$?
+            echo "$rc" >"$work/rc.$j.$k"
+          ) &
+        done
+      done
+      for j in 0 1 2 3; do
+        for k in $j $(((j + 1) % 4)); do
+          deadline=$((SECONDS + 90))
+          until [[ -s "$work/rc.$j.$k" ]] || ((SECONDS >= deadline)); do sleep 0.05; done
+          got=$(cat "$work/rc.$j.$k" 2>/dev/null || echo timeout)
+          isolated=$(grep -c "^isolated rank=" "$work/out.$j.$k" || true)
+          if [[ "$got" != 0 || "$isolated" != 2 ]]; then
+            echo "FAIL [many]: job $j on node $k exited '$got' with $isolated ranks done"
+            tail -5 "$work/err.$j.$k"
+            ok=false
+          fi
+        done
+        for pid in $(cat "$work/pids.$j" 2>/dev/null); do
+          ! kill -0 "$pid" 2>/dev/null || { echo "FAIL [many]: worker $pid of job $j outlived it"; ok=false; }
+        done
+        count=$(wc -l <"$work/pids.$j" 2>/dev/null || echo 0)
+        [[ "$count" == 4 ]] || { echo "FAIL [many]: job $j started $count workers, not 4"; ok=false; }
+      done
+      rm -f "$work"/pids.*
       ;;
     hang)
       # C++ workers on the runtime's host backend (test worker's collectives mode, TCP between
