@@ -319,3 +319,43 @@ TEST_CASE("agents with the same token form a job and a wrong token cannot join",
   CHECK_THAT(intruder.err, Catch::Contains("token"));
   CHECK(workerLines(intruder.out).empty());
 }
+
+// torchrun counts restarts per agent, so a node that rejoins with a fresh agent brings a fresh
+// budget (pytorch/pytorch #108158, #147064). ddprun keeps one count for the job in the store.
+TEST_CASE(
+    "the restart budget (--max_restarts) bounds the whole job across nodes and a node that rejoins with a fresh agent",
+    "[e2e][multinode]") {
+  const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=30";
+  // FLAP=early: fail while fewer than 2 restarts were used; FLAP=always: fail every attempt.
+  const std::string script =
+      "echo W restart=$TORCHELASTIC_RESTART_COUNT; "
+      "if [ \"$FLAP\" = always ] || { [ \"$FLAP\" = early ] && [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; }; "
+      "then sleep 0.3; exit 3; fi; exec sleep 60";
+  auto args = [&](int port) {
+    auto a = agentArgs(2, 2, 1, port, "budget", conf);
+    a.push_back("--max_restarts=2");
+    return withWorker(a, script);
+  };
+  std::vector<std::unique_ptr<TestProcess>> agents;
+  const int port = startHost(agents, args(0));
+  TestProcess first(args(port), {{"FLAP", "early"}});
+  // Two failures of the first agent's worker use both restarts; at restart 2 it waits.
+  REQUIRE(first.waitForOutput("W restart=2", 60s));
+  ::kill(first.pid(), SIGKILL);
+  REQUIRE(first.wait(10s));
+  // A fresh agent on the same node: under a per-agent count it would have two restarts to spend.
+  TestProcess rejoined(args(port), {{"FLAP", "always"}});
+  REQUIRE(rejoined.wait(60s));
+  REQUIRE(agents[0]->wait(60s));
+  INFO("host:\n" << agents[0]->out() << agents[0]->err() << "\nrejoined:\n" << rejoined.out() << rejoined.err());
+  CHECK(rejoined.exitCode() == 1);
+  CHECK(agents[0]->exitCode() == 1);
+  // The rejoined node's only attempt ran at the job's count, and its failure was final.
+  CHECK(countOf(rejoined.out(), "W restart=") == 1);
+  CHECK(countOf(rejoined.out(), "W restart=2") == 1);
+  // The host ran restarts 0, 1, 2 and the re-formed attempt at 2 (re-forming uses none): never 3.
+  CHECK(countOf(agents[0]->out(), "W restart=0") == 1);
+  CHECK(countOf(agents[0]->out(), "W restart=1") == 1);
+  CHECK(countOf(agents[0]->out(), "W restart=2") == 2);
+  CHECK(countOf(agents[0]->out() + rejoined.out(), "W restart=3") == 0);
+}
