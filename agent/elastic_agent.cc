@@ -60,6 +60,7 @@
 #include "common/logging.h"
 #include "common/text_escape.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/etcd/etcd_env.h"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -1554,7 +1555,7 @@ int ElasticAgent::Impl::run() {
   armStopSignals();
   armUserSignals();
 
-  rendezvous_ = std::make_unique<rendezvous::DynamicRendezvous>(config_.rendezvous, config_.nproc_per_node);
+  rendezvous_ = rendezvous::openRendezvous(config_.rendezvous, config_.nproc_per_node);  // c10d, static or etcd
   const std::string& node = rendezvous_->nodeName();
   base_env_ = currentEnvironment();
   startFileTimers();
