@@ -158,7 +158,8 @@ int EtcdHttp::exchange(const Endpoint& member, const std::string& path, const st
 
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  // Replies are small (a round's keys); a watch segment lasts seconds. Bounded all the same.
+  parser.body_limit(std::uint64_t{64} << 20);
   auto on_read = [&](beast::error_code e, size_t) { ec = e; };
   if (secure) {
     http::async_read_header(*secure, buffer, parser, on_read);

@@ -19,7 +19,9 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 // Markers of applied ADDs live this long: far longer than any retry of the same call.
-constexpr int64_t kMarkerLeaseSeconds = 600;
+constexpr int64_t kMarkerLeaseSeconds = 120;
+// A marker's key is its key, this and a nonce: no store key holds a NUL byte.
+const std::string kMarkerInfix("\0op/", 4);
 
 std::string nonce() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -162,7 +164,8 @@ bool EtcdStore::waitDeleted(const std::string& key, int64_t since_revision, Dead
 std::string EtcdStore::update(const std::string& key,
                               const std::function<std::string(const std::optional<std::string>&)>& next) {
   const std::string k = full(key);
-  const std::string marker = root_ + ".ops/" + nonce();
+  // Beside the key, so the run's prefix covers it: removed with the run's keys at its end.
+  const std::string marker = k + kMarkerInfix + nonce();
   const int64_t lease = markerLease();
   const Deadline deadline = deadlineFrom(timeout_);
   for (;;) {
@@ -233,11 +236,8 @@ void EtcdStore::wait(const std::vector<std::string>& keys, milliseconds timeout)
   for (const auto& k : keys) waitFor(k, deadline);
 }
 
-int64_t EtcdStore::numKeys() {
-  json request = rangeRequest(root_, prefixRangeEnd(root_));
-  request["count_only"] = true;
-  return int64Field(http_.call("/v3/kv/range", request, deadlineFrom(timeout_)), "count");
-}
+// Markers are not keys of the store: counted by listing.
+int64_t EtcdStore::numKeys() { return static_cast<int64_t>(listKeys().size()); }
 
 bool EtcdStore::deleteKey(const std::string& key) {
   const json reply = http_.call("/v3/kv/deleterange", deleteRequest(full(key)), deadlineFrom(timeout_));
@@ -277,7 +277,7 @@ std::vector<std::string> EtcdStore::listKeys() {
       http_.call("/v3/kv/range", rangeRequest(root_, prefixRangeEnd(root_), true), deadlineFrom(timeout_));
   std::vector<std::string> keys;
   for (const auto& kv : keyValues(reply.value("kvs", json::array()))) {
-    if (kv.key.rfind(root_ + ".ops/", 0) == 0) continue;
+    if (kv.key.find(kMarkerInfix) != std::string::npos) continue;
     keys.push_back(kv.key.substr(root_.size()));
   }
   return keys;

@@ -6,7 +6,7 @@
 // watch runs in segments of attempt_timeout, each resumed from the revision it read, so a
 // member that froze is noticed and left within a segment.
 //
-// An ADD's transaction also writes a marker under <key_prefix>/.ops/ (on a short lease):
+// An ADD's transaction also writes a marker beside its key (on a short lease):
 // when a member failed after applying it but before answering, the retry on another member
 // finds the marker and returns the sum instead of adding twice.
 //
