@@ -176,17 +176,19 @@ int EtcdHttp::exchange(const Endpoint& member, const std::string& path, const st
   while (!parser.is_done()) {
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof chunk;
+    // read_some: a watch's messages are small and must be seen as they come, not once a
+    // chunk's worth has arrived.
     if (secure) {
-      http::async_read(*secure, buffer, parser, on_read);
+      http::async_read_some(*secure, buffer, parser, on_read);
     } else {
-      http::async_read(plain, buffer, parser, on_read);
+      http::async_read_some(plain, buffer, parser, on_read);
     }
     runOne(ioc);
     if (ec == http::error::need_buffer) ec = {};
-    if (ec == beast::error::timeout && std::chrono::steady_clock::now() >= until) return status;
-    check("reading the reply of");
     const size_t n = sizeof chunk - parser.get().body().size;
     if (n > 0 && !on_data(chunk, n)) return status;
+    if (ec == beast::error::timeout && std::chrono::steady_clock::now() >= until) return status;
+    check("reading the reply of");
   }
   return status;
 }
@@ -223,8 +225,9 @@ out:
   for (size_t i = 0; i < n; ++i) {
     if (!last_error[i].empty()) detail += (detail.empty() ? "" : "; ") + last_error[i];
   }
-  throw StoreTimeout(fmt::format("no etcd member of {} served {} in time ({})", membersText(), what,
-                                 detail.empty() ? "no time to try" : detail));
+  if (detail.empty()) detail = "no time to try";
+  throw EtcdUnavailable(fmt::format("no etcd member of {} served {} in time ({})", membersText(), what, detail),
+                        detail);
 }
 
 nlohmann::json EtcdHttp::call(const std::string& path, const nlohmann::json& body, Deadline deadline) {

@@ -46,6 +46,16 @@ class EtcdRequestError : public StoreError {
   int http_status_;
 };
 
+// No member served a request in time; detail() holds each member's last error.
+class EtcdUnavailable : public StoreTimeout {
+ public:
+  EtcdUnavailable(const std::string& what, std::string detail) : StoreTimeout(what), detail_(std::move(detail)) {}
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::string detail_;
+};
+
 class EtcdHttp {
  public:
   // Throws UsageError for unreadable TLS files (naming them).
@@ -53,7 +63,7 @@ class EtcdHttp {
   ~EtcdHttp();
 
   // POSTs `body` to `path` ("/v3/kv/range") and returns the JSON reply, trying the members
-  // in turn until `deadline`. Throws StoreTimeout naming each member's last error when none
+  // in turn until `deadline`. Throws EtcdUnavailable naming each member's last error when none
   // served in time, EtcdRequestError for a refused request, StoreError once interrupted.
   nlohmann::json call(const std::string& path, const nlohmann::json& body, Deadline deadline);
 

@@ -61,9 +61,9 @@ void EtcdStore::probe(milliseconds timeout) {
   json reply;
   try {
     reply = http_.call("/v3/maintenance/status", json::object(), deadlineFrom(timeout));
-  } catch (const StoreTimeout& e) {
-    throw StoreError(fmt::format("cannot reach etcd at {} within {} s: {}", http_.membersText(),
-                                 (timeout.count() + 999) / 1000, e.what()));
+  } catch (const EtcdUnavailable& e) {
+    throw StoreError(fmt::format("cannot reach etcd at {} within {} s ({})", http_.membersText(),
+                                 (timeout.count() + 999) / 1000, e.detail()));
   }
   if (!reply.is_object() || !reply.contains("version")) {
     throw StoreError(fmt::format("{} answered /v3/maintenance/status without a version: not etcd's v3 gateway",

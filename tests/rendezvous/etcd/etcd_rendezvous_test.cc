@@ -172,17 +172,19 @@ TEST_CASE("etcd: agents form a job over TLS with client certificates", "[etcd]")
   finishJob(job, agents);
   CHECK(cluster.keys(job.prefix + "/rdzv/").empty());
 
-  // Without the client certificate the cluster refuses: one line, exit 1.
+  // Without the client certificate the cluster refuses: one line, exit 3.
   Job plain = job;
   plain.extra_conf = "protocol=https,cacert=" + cluster.tlsFile("ca.pem");
   auto refused = agent(plain, 1, 1);
   REQUIRE(refused->wait(60s));
   INFO(refused->err());
-  CHECK(refused->exitCode() == 1);
+  CHECK(refused->exitCode() == 3);
   CHECK(refused->err().find("etcd") != std::string::npos);
 }
 
-TEST_CASE("etcd: an unreachable cluster or a wrong key prefix is one line and exit 1, soon", "[etcd]") {
+// Exit codes as for every rendezvous and usage error (agent/elastic_agent.h): 3, and 2 for a
+// bad --rdzv_conf, found before anything starts.
+TEST_CASE("etcd: an unreachable cluster or a wrong key prefix is one line and a failed exit, soon", "[etcd]") {
   // Two loopback ports with nobody listening.
   const std::string nowhere =
       "127.0.0.1:" + std::to_string(freePort()) + ",127.0.0.1:" + std::to_string(freePort());
@@ -191,7 +193,7 @@ TEST_CASE("etcd: an unreachable cluster or a wrong key prefix is one line and ex
                           {}, 60s);
   INFO(r.err);
   REQUIRE(r.finished);
-  CHECK(r.exit_code == 1);
+  CHECK(r.exit_code == 3);
   CHECK(r.err.find("cannot reach etcd at " + nowhere) != std::string::npos);
   CHECK(countOf(r.err, "\n") == 1);
 
@@ -200,7 +202,7 @@ TEST_CASE("etcd: an unreachable cluster or a wrong key prefix is one line and ex
                           {}, 60s);
   INFO(p.err);
   REQUIRE(p.finished);
-  CHECK(p.exit_code == 1);
+  CHECK(p.exit_code == 2);
   CHECK(p.err.find("key_prefix=ddprun") != std::string::npos);
   CHECK(countOf(p.err, "\n") == 1);
 }
