@@ -116,7 +116,8 @@ class DynamicRendezvous::Impl {
     return end && end->endsJob();
   }
   RendezvousError error(int round, const std::string& what) const {
-    return RendezvousError(fmt::format("round {} of job '{}' (store {}): {}", round, config_.run_id, storeText(), what));
+    return RendezvousError(
+        fmt::format("round {} of job '{}' (store {}): {}", round, config_.run_id, storeText(), what));
   }
 
  public:

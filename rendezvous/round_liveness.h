@@ -17,8 +17,8 @@ struct RoundLivenessSpec {
   std::string successor_key;   // empty: a round of one node
   std::string successor_name;  // for the log line
   std::string end_key;
-  std::string evict_reason;    // RoundEnd::evict(successor).format()
-  std::chrono::milliseconds ttl{15000};                  // how long a silent node stays in
+  std::string evict_reason;                             // RoundEnd::evict(successor).format()
+  std::chrono::milliseconds ttl{15000};                 // how long a silent node stays in
   std::chrono::milliseconds keep_alive_interval{5000};  // how often this node says it is alive
 };
 

@@ -26,7 +26,8 @@ bool isEtcdBackend(const std::string& backend) { return backend == "etcd-v2" || 
 EtcdSettings parseEtcdSettings(const RendezvousConfig& config, const RendezvousSettings& settings) {
   EtcdSettings s;
   if (config.endpoint.empty()) {
-    throw UsageError("--rdzv_backend=" + config.backend + " needs --rdzv_endpoint host:port[,host:port...] (etcd's members)");
+    throw UsageError("--rdzv_backend=" + config.backend +
+                     " needs --rdzv_endpoint host:port[,host:port...] (etcd's members)");
   }
   s.connection.endpoints = parseEndpoints(config.endpoint);
   const std::string protocol = conf(config, "protocol");

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,7 +14,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <fmt/format.h>
 
 #include "common/error.h"
 
@@ -123,10 +123,11 @@ int EtcdHttp::exchange(const Endpoint& member, const std::string& path, const st
   plain.expires_at(header_deadline);
   tcp::resolver resolver(ioc);
   tcp::resolver::results_type addresses;
-  resolver.async_resolve(member.host, std::to_string(member.port), [&](beast::error_code e, tcp::resolver::results_type r) {
-    ec = e;
-    addresses = std::move(r);
-  });
+  resolver.async_resolve(member.host, std::to_string(member.port),
+                         [&](beast::error_code e, tcp::resolver::results_type r) {
+                           ec = e;
+                           addresses = std::move(r);
+                         });
   runOne(ioc);
   check("resolving");
   plain.async_connect(addresses, [&](beast::error_code e, const tcp::endpoint&) { ec = e; });

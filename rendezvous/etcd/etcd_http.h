@@ -30,9 +30,9 @@ using Deadline = std::chrono::steady_clock::time_point;
 
 struct EtcdConnectionOptions {
   std::vector<Endpoint> endpoints;
-  bool tls = false;        // https for every member (a member's own scheme wins)
-  std::string cacert;      // PEM file; empty: the system's CAs
-  std::string cert, key;   // client certificate and key (PEM), both or neither
+  bool tls = false;                                 // https for every member (a member's own scheme wins)
+  std::string cacert;                               // PEM file; empty: the system's CAs
+  std::string cert, key;                            // client certificate and key (PEM), both or neither
   std::chrono::milliseconds attempt_timeout{5000};  // one request to one member
 };
 

@@ -53,8 +53,8 @@ void EtcdRoundLease::watchSuccessor() {
     try {
       // The successor writes its key when it starts watching the round, right after it
       // formed; one that has not within a TTL is as gone as one whose lease lapsed.
-      const KeyValue kv = store_->waitFor(spec_.successor_key, std::chrono::steady_clock::now() + spec_.ttl +
-                                                                   spec_.keep_alive_interval);
+      const KeyValue kv = store_->waitFor(spec_.successor_key,
+                                          std::chrono::steady_clock::now() + spec_.ttl + spec_.keep_alive_interval);
       gone = store_->waitDeleted(spec_.successor_key, kv.mod_revision, Deadline::max());
     } catch (const StoreTimeout&) {
       gone = true;

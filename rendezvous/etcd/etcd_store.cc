@@ -32,7 +32,8 @@ json compareAbsent(const std::string& key) {
   return {{"key", base64Encode(key)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
 }
 json compareModRevision(const std::string& key, int64_t revision) {
-  return {{"key", base64Encode(key)}, {"target", "MOD"}, {"result", "EQUAL"}, {"mod_revision", std::to_string(revision)}};
+  return {
+      {"key", base64Encode(key)}, {"target", "MOD"}, {"result", "EQUAL"}, {"mod_revision", std::to_string(revision)}};
 }
 json compareValue(const std::string& key, const std::string& value) {
   return {{"key", base64Encode(key)}, {"target", "VALUE"}, {"result", "EQUAL"}, {"value", base64Encode(value)}};
@@ -173,7 +174,8 @@ std::string EtcdStore::update(const std::string& key,
     const std::string value = next(current ? std::optional<std::string>(current->value) : std::nullopt);
     const json txn = {
         {"compare", json::array({current ? compareModRevision(k, current->mod_revision) : compareAbsent(k)})},
-        {"success", json::array({{{"request_put", putRequest(k, value)}}, {{"request_put", putRequest(marker, value, lease)}}})},
+        {"success",
+         json::array({{{"request_put", putRequest(k, value)}}, {{"request_put", putRequest(marker, value, lease)}}})},
     };
     const json reply = http_.call("/v3/kv/txn", txn, deadline);
     if (reply.value("succeeded", false)) return value;
@@ -218,7 +220,8 @@ std::string EtcdStore::compareSet(const std::string& key, const std::string& exp
   if (reply.value("succeeded", false)) return desired;
   const json& responses = reply.value("responses", json::array());
   std::vector<KeyValue> kvs;
-  if (!responses.empty()) kvs = keyValues(responses[0].value("response_range", json::object()).value("kvs", json::array()));
+  if (!responses.empty())
+    kvs = keyValues(responses[0].value("response_range", json::object()).value("kvs", json::array()));
   // torch's rules: a missing key with a non-empty `expected` replies `expected`.
   if (kvs.empty()) return expected;
   return kvs.front().value;
@@ -298,17 +301,18 @@ int64_t EtcdStore::keepAlive(int64_t lease) {
   int64_t ttl = -1;
   std::string error;
   const Deadline deadline = deadlineFrom(timeout_);
-  http_.stream("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, deadline, deadline, [&](const std::string& line) {
-    const json j = json::parse(line, nullptr, false);
-    if (j.is_discarded()) {
-      error = "a malformed keep-alive answer";
-    } else if (j.contains("error")) {
-      error = j["error"].is_object() ? j["error"].value("message", j["error"].dump()) : j["error"].dump();
-    } else {
-      ttl = int64Field(j.value("result", json::object()), "TTL");
-    }
-    return false;
-  });
+  http_.stream("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, deadline, deadline,
+               [&](const std::string& line) {
+                 const json j = json::parse(line, nullptr, false);
+                 if (j.is_discarded()) {
+                   error = "a malformed keep-alive answer";
+                 } else if (j.contains("error")) {
+                   error = j["error"].is_object() ? j["error"].value("message", j["error"].dump()) : j["error"].dump();
+                 } else {
+                   ttl = int64Field(j.value("result", json::object()), "TTL");
+                 }
+                 return false;
+               });
   if (!error.empty()) throw StoreError("lease keep-alive: " + error);
   if (ttl < 0) throw StoreError("lease keep-alive: no answer");
   return ttl;
@@ -331,8 +335,9 @@ std::string EtcdStore::localAddress() const {
   if (fd.get() >= 0 && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0 &&
       ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0) {
     char text[INET6_ADDRSTRLEN] = {};
-    const void* addr = local.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                                                    : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+    const void* addr = local.ss_family == AF_INET6
+                           ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                           : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
     if (::inet_ntop(local.ss_family, addr, text, sizeof text)) local_address_ = text;
   }
   ::freeaddrinfo(res);

@@ -69,9 +69,7 @@ class EtcdStore final : public StoreClient {
   const std::string& keyPrefix() const { return root_; }
 
  private:
-  Deadline deadlineFrom(std::chrono::milliseconds timeout) const {
-    return std::chrono::steady_clock::now() + timeout;
-  }
+  Deadline deadlineFrom(std::chrono::milliseconds timeout) const { return std::chrono::steady_clock::now() + timeout; }
   std::string full(const std::string& key) const { return root_ + key; }
   // A read-modify-write of one key (ADD, APPEND) as a transaction on its mod_revision,
   // retried on contention; `next` maps the current value (nothing: absent) to the new one.

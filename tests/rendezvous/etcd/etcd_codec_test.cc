@@ -79,7 +79,8 @@ TEST_CASE("watch messages: created, events (DELETE named, PUT left out), cancel 
   CHECK(m.events[0].kv.value == "1");
   CHECK(m.events[1].deleted);
   CHECK(m.events[1].kv.key == "b");
-  const auto c = parseWatchMessage(R"({"result":{"canceled":true,"compact_revision":"9","cancel_reason":"compacted"}})");
+  const auto c =
+      parseWatchMessage(R"({"result":{"canceled":true,"compact_revision":"9","cancel_reason":"compacted"}})");
   CHECK(c.canceled);
   CHECK(c.compact_revision == 9);
   CHECK(c.error == "compacted");

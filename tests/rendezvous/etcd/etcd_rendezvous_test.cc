@@ -20,7 +20,8 @@ namespace {
 std::string workerScript(const std::string& go) {
   return "echo W rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK groups=$GROUP_WORLD_SIZE "
          "restart=$TORCHELASTIC_RESTART_COUNT master=$MASTER_ADDR:$MASTER_PORT; i=0; "
-         "while [ ! -e " + go + " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done";
+         "while [ ! -e " +
+         go + " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done";
 }
 
 struct Job {
@@ -54,10 +55,10 @@ void finishJob(const Job& job, std::vector<std::unique_ptr<TestProcess>>& agents
   }
 }
 
-#define REQUIRE_ETCD(cluster)                                      \
-  if (!(cluster).available()) {                                    \
-    WARN("etcd is not installed (scripts/setup); test skipped");   \
-    return;                                                        \
+#define REQUIRE_ETCD(cluster)                                    \
+  if (!(cluster).available()) {                                  \
+    WARN("etcd is not installed (scripts/setup); test skipped"); \
+    return;                                                      \
   }
 
 }  // namespace
@@ -187,8 +188,7 @@ TEST_CASE("etcd: agents form a job over TLS with client certificates", "[etcd]")
 // bad --rdzv_conf, found before anything starts.
 TEST_CASE("etcd: an unreachable cluster or a wrong key prefix is one line and a failed exit, soon", "[etcd]") {
   // Two loopback ports with nobody listening.
-  const std::string nowhere =
-      "127.0.0.1:" + std::to_string(freePort()) + ",127.0.0.1:" + std::to_string(freePort());
+  const std::string nowhere = "127.0.0.1:" + std::to_string(freePort()) + ",127.0.0.1:" + std::to_string(freePort());
   const RunResult r = run({ddprunPath(), "--nnodes=1", "--rdzv_backend=etcd-v2", "--rdzv_endpoint=" + nowhere,
                            "--rdzv_id=x", "--no_python", "true"},
                           {}, 60s);
