@@ -93,6 +93,33 @@ TEST_CASE("etcd: two agents form a job, a third scales it up, killing one scales
   CHECK(cluster.keys(job.prefix + "/rdzv/").empty());
 }
 
+TEST_CASE("etcd: losing the node of group rank 0 (the workers' store) re-forms the job on the others", "[etcd]") {
+  EtcdCluster cluster;
+  REQUIRE_ETCD(cluster);
+  TempDir dir;
+  const Job job = newJob(cluster, dir, "first");
+  std::vector<std::unique_ptr<TestProcess>> agents;
+  for (int i = 0; i < 3; ++i) agents.push_back(agent(job, 2, 3));
+  for (auto& a : agents) REQUIRE(a->waitForOutput("groups=3 restart=0", 60s));
+  // Under c10d the store's host is the node whose loss ends the job; here no node is.
+  size_t first = agents.size();
+  for (size_t i = 0; i < agents.size(); ++i) {
+    if (agents[i]->out().find("group=0 groups=3") != std::string::npos) first = i;
+  }
+  REQUIRE(first < agents.size());
+  ::kill(-agents[first]->pid(), SIGKILL);
+  ::kill(agents[first]->pid(), SIGKILL);
+  REQUIRE(agents[first]->wait(30s));
+  agents.erase(agents.begin() + static_cast<std::ptrdiff_t>(first));
+  for (auto& a : agents) {
+    INFO(a->err());
+    REQUIRE(a->waitForOutput("groups=2 restart=0", 60s));
+    CHECK(a->err().find("evict") != std::string::npos);
+  }
+  finishJob(job, agents);
+  CHECK(cluster.keys(job.prefix + "/rdzv/").empty());
+}
+
 TEST_CASE("etcd: the leader killed mid-round costs the job nothing", "[etcd]") {
   EtcdCluster cluster;
   REQUIRE_ETCD(cluster);
