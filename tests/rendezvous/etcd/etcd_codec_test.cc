@@ -34,7 +34,7 @@ TEST_CASE("a prefix's range end covers exactly the keys under it", "[unit]") {
   CHECK(prefixRangeEnd(std::string("\xff\xff", 2)) == std::string(1, '\0'));
 }
 
-TEST_CASE("etcd endpoints: host:port lists, schemes, IPv6 and default port; bad members named", "[unit]") {
+TEST_CASE("etcd endpoints: host:port lists, schemes, IPv6 and default port, bad members named", "[unit]") {
   const auto e = parseEndpoints("10.0.0.1:2379,https://etcd-b:12379,[::1]:4001,etcd-d");
   REQUIRE(e.size() == 4);
   CHECK(e[0].text() == "10.0.0.1:2379");

@@ -63,8 +63,7 @@ void finishJob(const Job& job, std::vector<std::unique_ptr<TestProcess>>& agents
 
 }  // namespace
 
-TEST_CASE("etcd: two agents form a job, a third scales it up, killing one scales it down, the keys go at the end",
-          "[etcd]") {
+TEST_CASE("two agents form a job, a third scales it up, killing one scales it down, the keys go at the end", "[etcd]") {
   EtcdCluster cluster;
   REQUIRE_ETCD(cluster);
   TempDir dir;
@@ -93,7 +92,7 @@ TEST_CASE("etcd: two agents form a job, a third scales it up, killing one scales
   CHECK(cluster.keys(job.prefix + "/rdzv/").empty());
 }
 
-TEST_CASE("etcd: losing the node of group rank 0 (the workers' store) re-forms the job on the others", "[etcd]") {
+TEST_CASE("losing the node of group rank 0 (the workers' store) re-forms the job on the others", "[etcd]") {
   EtcdCluster cluster;
   REQUIRE_ETCD(cluster);
   TempDir dir;
@@ -120,7 +119,7 @@ TEST_CASE("etcd: losing the node of group rank 0 (the workers' store) re-forms t
   CHECK(cluster.keys(job.prefix + "/rdzv/").empty());
 }
 
-TEST_CASE("etcd: the leader killed mid-round costs the job nothing", "[etcd]") {
+TEST_CASE("the leader killed mid-round costs the job nothing", "[etcd]") {
   EtcdCluster cluster;
   REQUIRE_ETCD(cluster);
   TempDir dir;
@@ -142,7 +141,7 @@ TEST_CASE("etcd: the leader killed mid-round costs the job nothing", "[etcd]") {
   CHECK(cluster.keys(job.prefix + "/rdzv/").empty());
 }
 
-TEST_CASE("etcd: the leader killed between rounds, the next round forms on the two members left", "[etcd]") {
+TEST_CASE("the leader killed between rounds, the next round forms on the two members left", "[etcd]") {
   EtcdCluster cluster;
   REQUIRE_ETCD(cluster);
   TempDir dir;
@@ -162,7 +161,7 @@ TEST_CASE("etcd: the leader killed between rounds, the next round forms on the t
   finishJob(job, agents);
 }
 
-TEST_CASE("etcd: a member frozen (SIGSTOP) mid-round costs the job nothing", "[etcd]") {
+TEST_CASE("a member frozen (SIGSTOP) mid-round costs the job nothing", "[etcd]") {
   EtcdCluster cluster;
   REQUIRE_ETCD(cluster);
   TempDir dir;
@@ -184,7 +183,7 @@ TEST_CASE("etcd: a member frozen (SIGSTOP) mid-round costs the job nothing", "[e
   }
 }
 
-TEST_CASE("etcd: agents form a job over TLS with client certificates", "[etcd]") {
+TEST_CASE("agents form a job over TLS with client certificates", "[etcd]") {
   EtcdCluster cluster(true);
   REQUIRE_ETCD(cluster);
   TempDir dir;
@@ -213,7 +212,7 @@ TEST_CASE("etcd: agents form a job over TLS with client certificates", "[etcd]")
 
 // Exit codes as for every rendezvous and usage error (agent/elastic_agent.h): 3, and 2 for a
 // bad --rdzv_conf, found before anything starts.
-TEST_CASE("etcd: an unreachable cluster or a wrong key prefix is one line and a failed exit, soon", "[etcd]") {
+TEST_CASE("an unreachable cluster or a wrong key prefix is one line and a failed exit, soon", "[etcd]") {
   // Two loopback ports with nobody listening.
   const std::string nowhere = "127.0.0.1:" + std::to_string(freePort()) + ",127.0.0.1:" + std::to_string(freePort());
   const RunResult r = run({ddprunPath(), "--nnodes=1", "--rdzv_backend=etcd-v2", "--rdzv_endpoint=" + nowhere,

@@ -22,7 +22,7 @@ std::unique_ptr<EtcdStore> storeOn(const std::string& endpoints, const std::stri
 
 }  // namespace
 
-TEST_CASE("etcd store: set, get, add, compare-and-set, check, list and delete with torch's rules", "[etcd]") {
+TEST_CASE("store: set, get, add, compare-and-set, check, list and delete with torch's rules", "[etcd]") {
   EtcdCluster cluster;
   if (!cluster.available()) {
     WARN("etcd is not installed (scripts/setup); test skipped");
@@ -52,7 +52,7 @@ TEST_CASE("etcd store: set, get, add, compare-and-set, check, list and delete wi
   CHECK(cluster.keys("/store-test/").empty());
 }
 
-TEST_CASE("etcd store: a wait is woken by a watch, and times out when nothing comes", "[etcd]") {
+TEST_CASE("store: a wait is woken by a watch, and times out when nothing comes", "[etcd]") {
   EtcdCluster cluster;
   if (!cluster.available()) {
     WARN("etcd is not installed (scripts/setup); test skipped");
@@ -70,7 +70,7 @@ TEST_CASE("etcd store: a wait is woken by a watch, and times out when nothing co
   CHECK_THROWS_AS(store->wait({"never"}, std::chrono::milliseconds(1500)), StoreTimeout);
 }
 
-TEST_CASE("etcd store: a key on a lease that is not kept alive is deleted, and a watch sees it", "[etcd]") {
+TEST_CASE("store: a key on a lease that is not kept alive is deleted, and a watch sees it", "[etcd]") {
   EtcdCluster cluster;
   if (!cluster.available()) {
     WARN("etcd is not installed (scripts/setup); test skipped");
@@ -97,7 +97,7 @@ TEST_CASE("etcd store: a key on a lease that is not kept alive is deleted, and a
   CHECK_FALSE(store->read("lapsing"));
 }
 
-TEST_CASE("etcd store: with a member killed, calls go to the others", "[etcd]") {
+TEST_CASE("store: with a member killed, calls go to the others", "[etcd]") {
   EtcdCluster cluster;
   if (!cluster.available()) {
     WARN("etcd is not installed (scripts/setup); test skipped");
