@@ -128,6 +128,18 @@ TEST_CASE("the leader killed mid-round costs the job nothing", "[etcd]") {
   agents.push_back(agent(job, 2, 2));
   agents.push_back(agent(job, 2, 2));
   for (auto& a : agents) REQUIRE(a->waitForOutput("W rank=", 60s));
+  // `ddprun status` reads the job's records from etcd.
+  RunResult table;
+  CHECK(eventually(
+      [&] {
+        table = run({ddprunPath(), "status", "--rdzv_backend=etcd-v2", "--rdzv_endpoint=" + job.endpoints,
+                     "--rdzv_id=" + job.id, "--rdzv_conf=key_prefix=" + job.prefix},
+                    {}, 30s);
+        return table.exit_code == 0 && countOf(table.out, "  running ") == 2;  // rows, not the header
+      },
+      20s));
+  INFO(table.out << table.err);
+  CHECK(table.out.find("nodes 2  world size 2") != std::string::npos);
   const int leader = cluster.leader();
   REQUIRE(leader >= 1);
   cluster.kill(leader);
