@@ -1,6 +1,7 @@
 #include "tests/rendezvous/etcd/etcd_cluster.h"
 
 #include <csignal>
+#include <cstdio>
 #include <stdexcept>
 
 namespace ddprun::testing {
@@ -23,7 +24,17 @@ EtcdCluster::EtcdCluster(bool tls) : cluster_(dir_.path() + "/c"), tls_(tls) {
 }
 
 EtcdCluster::~EtcdCluster() {
-  if (available_) run({sourceDir() + "/scripts/etcd-cluster", "stop", cluster_}, {}, 30s);
+  if (!available_) return;
+  std::vector<int> pids;
+  for (int member = 1; member <= 3; ++member) pids.push_back(pid(member));
+  run({sourceDir() + "/scripts/etcd-cluster", "stop", cluster_}, {}, 30s);
+  // The script stops every member; should one be left, it is ours to kill, not to leave.
+  for (int p : pids) {
+    if (p > 1 && processAlive(p)) {
+      std::fprintf(stderr, "etcd member %d outlived etcd-cluster stop; killing it\n", p);
+      ::kill(p, SIGKILL);
+    }
+  }
 }
 
 std::string EtcdCluster::script(const std::vector<std::string>& args) const {
