@@ -87,7 +87,7 @@ TEST_CASE("watch messages: created, events (DELETE named, PUT left out), cancel 
   CHECK(parseWatchMessage(R"({"error":{"grpc_code":14,"message":"no leader"}})").error == "no leader");
 }
 
-TEST_CASE("--rdzv_conf for etcd: protocol, key_prefix and TLS files checked, culprit named", "[unit]") {
+TEST_CASE("etcd settings: protocol, key_prefix and TLS files checked, culprit named", "[unit]") {
   RendezvousConfig config;
   config.backend = "etcd-v2";
   config.endpoint = "127.0.0.1:2379,127.0.0.1:2380";
