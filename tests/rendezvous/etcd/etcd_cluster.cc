@@ -62,6 +62,11 @@ void EtcdCluster::kill(int member) { script({"kill", cluster_, std::to_string(me
 
 void EtcdCluster::restart(int member) { script({"restart", cluster_, std::to_string(member)}); }
 
+bool EtcdCluster::makeLeader(int member) {
+  script({"make-leader", cluster_, std::to_string(member)});
+  return leader() == member;
+}
+
 std::string EtcdCluster::keys(const std::string& prefix) const {
   std::vector<std::string> argv = {"/usr/bin/etcdctl", "--endpoints=" + endpoints_};
   if (tls_) {

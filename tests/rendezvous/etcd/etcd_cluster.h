@@ -26,6 +26,8 @@ class EtcdCluster {
   int pid(int member) const;
   void kill(int member);
   void restart(int member);
+  // Hands the leadership to `member` (etcdctl move-leader); true once it leads.
+  bool makeLeader(int member);
   // Keys under `prefix` (etcdctl get --prefix --keys-only), one a line.
   std::string keys(const std::string& prefix) const;
   std::string tlsFile(const std::string& name) const { return dir_.path() + "/c/tls/" + name; }
