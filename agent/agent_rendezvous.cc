@@ -1,6 +1,7 @@
 #include "agent/agent_rendezvous.h"
 
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/etcd/etcd_env.h"
 #include "rendezvous/job_board.h"
 
 namespace ddprun::agent {
@@ -9,7 +10,7 @@ namespace {
 class DynamicAgentRendezvous final : public AgentRendezvous {
  public:
   DynamicAgentRendezvous(const rendezvous::RendezvousConfig& config, int nproc_per_node)
-      : rdzv_(config, nproc_per_node), board_(rdzv_) {}
+      : owned_(rendezvous::openRendezvous(config, nproc_per_node)), rdzv_(*owned_), board_(rdzv_) {}
 
   rendezvous::RendezvousResult nextRound() override { return rdzv_.nextRound(); }
   void watch(std::function<void(rendezvous::RoundEvent)> on_event) override { rdzv_.watch(std::move(on_event)); }
@@ -32,7 +33,8 @@ class DynamicAgentRendezvous final : public AgentRendezvous {
   void publishHangSummary(const std::string& summary) override { board_.publishHangSummary(summary); }
 
  private:
-  rendezvous::DynamicRendezvous rdzv_;
+  std::unique_ptr<rendezvous::DynamicRendezvous> owned_;  // c10d, static or etcd (openRendezvous)
+  rendezvous::DynamicRendezvous& rdzv_;
   rendezvous::JobBoard board_;  // declared after rdzv_: destroyed before it
 };
 

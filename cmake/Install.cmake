@@ -27,8 +27,9 @@ install(TARGETS ${runtime_targets} EXPORT ddprunTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
 # Headers keep their paths from the project root ("worker_runtime/distributed.h"), which
 # include each other that way.
+# rendezvous/etcd is the agent's (ddprun_rendezvous_etcd, not installed): its headers stay out.
 install(DIRECTORY common rendezvous worker_runtime DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun
-  COMPONENT dev FILES_MATCHING PATTERN "*.h")
+  COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "etcd" EXCLUDE)
 install(EXPORT ddprunTargets NAMESPACE ddprun:: FILE ddprunTargets.cmake DESTINATION ${DDPRUN_CMAKE_DIR}
   COMPONENT dev)
 

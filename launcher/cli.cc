@@ -21,6 +21,7 @@
 #include "launcher/signal_list.h"
 #include "launcher/slurm_env.h"
 #include "launcher/version.h"
+#include "rendezvous/etcd/etcd_env.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -252,8 +253,9 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
   if (!f.master_port.empty()) {
     rdzv.master_port = parseInt("--master_port", f.master_port, 0, 65535, "a port number 0-65535");
   }
-  if (f.rdzv_backend != "static" && f.rdzv_backend != "c10d") {
-    throw UsageError("invalid --rdzv_backend value '" + f.rdzv_backend + "': expected static or c10d");
+  const bool etcd = rendezvous::etcd::isEtcdBackend(f.rdzv_backend);
+  if (f.rdzv_backend != "static" && f.rdzv_backend != "c10d" && !etcd) {
+    throw UsageError("invalid --rdzv_backend value '" + f.rdzv_backend + "': expected static, c10d or etcd-v2");
   }
   rdzv.backend = f.rdzv_backend;
   rdzv.conf = parseRdzvConf(f.rdzv_conf);
@@ -261,8 +263,10 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
   for (const auto& key : rendezvous::parseRendezvousSettings(rdzv.conf).unknown_keys) {
     logger("launcher")->warn("--rdzv_conf key '{}' is not used by ddprun", key);
   }
-  if (!f.rdzv_endpoint.empty()) checkEndpoint(f.rdzv_endpoint);
+  if (!f.rdzv_endpoint.empty() && !etcd) checkEndpoint(f.rdzv_endpoint);
   rdzv.endpoint = f.rdzv_endpoint;
+  // etcd's member list and TLS keys, checked now (the files are read when the agent starts).
+  if (etcd && !f.standalone) rendezvous::etcd::parseEtcdSettings(rdzv, rendezvous::parseRendezvousSettings(rdzv.conf));
   if (f.rdzv_id.empty()) throw UsageError("--rdzv_id must not be empty");
   rdzv.run_id = f.rdzv_id;
   rdzv.local_addr = f.local_addr;
@@ -437,7 +441,7 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
             "several; 0: node 0 takes one from the kernel and prints it).");
   addFlag(app, "", "--standalone", f.standalone,
           "Single-node job with a local rendezvous on a free port; no --rdzv_* flags needed.");
-  addOption(app, "", "--rdzv_backend", f.rdzv_backend, "Rendezvous backend: static or c10d.");
+  addOption(app, "", "--rdzv_backend", f.rdzv_backend, "Rendezvous backend: static, c10d or etcd-v2 (alias etcd).");
   addOption(app, "", "--rdzv_endpoint", f.rdzv_endpoint, "Rendezvous backend endpoint, usually in form <host>:<port>.");
   addOption(app, "", "--rdzv_id", f.rdzv_id, "User-defined group id (the job id).");
   addOption(app, "", "--rdzv_conf", f.rdzv_conf,

@@ -15,6 +15,7 @@
 #include "common/json_writer.h"
 #include "launcher/subcommand_args.h"
 #include "launcher/worker_stacks.h"
+#include "rendezvous/etcd/etcd_env.h"
 #include "rendezvous/local_addresses.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/token_auth.h"
@@ -208,18 +209,68 @@ JobLocation locateJobFromLogDir(const std::string& dir) {
   throw UsageError("status: " + newest.string() + " has no agent_start event");
 }
 
+namespace {
+
+int printStatus(const JobStatus& status, bool json, const std::string& log_dir) {
+  std::string text = json ? formatStatusJson(status) : formatStatusTable(status);
+  if (!json && !log_dir.empty()) {
+    if (auto verdict = lastHangVerdict(newestEventsFile(log_dir))) text += "last hang verdict: " + *verdict + "\n";
+  }
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
+
+// The job's records on etcd (rendezvous/etcd/etcd_env.h), with --rdzv_conf's etcd keys.
+JobStatus etcdJobStatus(const std::string& endpoint, const std::string& run_id, const std::string& conf) {
+  rendezvous::RendezvousConfig config;
+  config.backend = "etcd-v2";
+  config.endpoint = endpoint;
+  config.run_id = run_id;
+  size_t start = 0;
+  while (start < conf.size()) {
+    const size_t comma = conf.find(',', start);
+    const std::string item = conf.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError("status: --rdzv_conf item '" + item + "' is not key=value");
+    config.conf[item.substr(0, eq)] = item.substr(eq + 1);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  rendezvous::StoreClientOptions options;
+  options.connect_timeout = kConnectTimeout;
+  options.timeout = kOperationTimeout;
+  JobStatus status;
+  try {
+    rendezvous::etcd::EtcdEnv env(config);
+    auto store = env.connect(options);
+    status = rendezvous::readJobStatus(*store, run_id);
+  } catch (const rendezvous::StoreError& e) {
+    throw RendezvousError("status of job '" + run_id + "': " + e.what());
+  }
+  status.store = "etcd " + endpoint;
+  return status;
+}
+
+}  // namespace
+
 int runStatusCommand(int argc, const char* const* argv) {
   CLI::App app{"ddprun status: nodes, ranks, round, restarts and heartbeats of a running job.", "ddprun status"};
   std::string endpoint;
   std::string run_id;
   std::string log_dir;
   std::string conf;
+  std::string backend = "c10d";
   bool json = false;
   bool stacks = false;
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "The job's rendezvous store, host:port.");
   app.add_option("--rdzv_id,--rdzv-id", run_id, "The job id.");
   app.add_option("--log_dir,--log-dir", log_dir, "Find the store and job id in the events file an agent wrote here.");
-  app.add_option("--rdzv_conf,--rdzv-conf", conf, "token_file=PATH when the store needs a token (or DDPRUN_TOKEN).");
+  app.add_option("--rdzv_conf,--rdzv-conf", conf,
+                 "token_file=PATH when the store needs a token (or DDPRUN_TOKEN); etcd: protocol, cacert, cert, key, "
+                 "key_prefix.");
+  app.add_option("--rdzv_backend,--rdzv-backend", backend,
+                 "c10d (or static): the agents' store; etcd-v2: --rdzv_endpoint lists etcd's members.");
   app.add_flag("--json", json, "One JSON object instead of the table.");
   app.add_flag("--stacks", stacks,
                "Instead: every thread's native stack of this host's running workers (with --log_dir), without "
@@ -239,6 +290,13 @@ int runStatusCommand(int argc, const char* const* argv) {
   if (endpoint.empty() || run_id.empty()) {
     throw UsageError("status: needs --rdzv_endpoint host:port and --rdzv_id ID, or --log_dir DIR");
   }
+  // An agent's events file names etcd's members as "etcd a:2379,b:2379".
+  if (endpoint.rfind("etcd ", 0) == 0) {
+    endpoint = endpoint.substr(5);
+    backend = "etcd-v2";
+  }
+  if (rendezvous::etcd::isEtcdBackend(backend))
+    return printStatus(etcdJobStatus(endpoint, run_id, conf), json, log_dir);
   std::string token_file;
   if (!conf.empty()) {
     if (conf.rfind("token_file=", 0) != 0 || conf.find(',') != std::string::npos) {
@@ -259,12 +317,7 @@ int runStatusCommand(int argc, const char* const* argv) {
     throw RendezvousError("status of job '" + run_id + "': " + e.what());
   }
   status.store = endpoint;
-  std::string text = json ? formatStatusJson(status) : formatStatusTable(status);
-  if (!json && !log_dir.empty()) {
-    if (auto verdict = lastHangVerdict(newestEventsFile(log_dir))) text += "last hang verdict: " + *verdict + "\n";
-  }
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  return 0;
+  return printStatus(status, json, log_dir);
 }
 
 }  // namespace ddprun::launcher

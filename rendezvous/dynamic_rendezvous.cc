@@ -77,6 +77,7 @@ class DynamicRendezvous::Impl {
   JobSite site() const;
   void onKeepAlive(std::function<void()> tick);
 
+  std::unique_ptr<RendezvousEnv> owned_env_;  // etcd's env; the TCP one is never destroyed
   std::string node_name_;
   std::string store_host_;
   int store_port_ = 0;
@@ -113,8 +114,16 @@ class DynamicRendezvous::Impl {
   }
   RendezvousError error(int round, const std::string& what) const {
     return RendezvousError(
-        fmt::format("round {} of job '{}' (store {}:{}): {}", round, config_.run_id, store_host_, store_port_, what));
+        fmt::format("round {} of job '{}' (store {}): {}", round, config_.run_id, storeText(), what));
   }
+
+ public:
+  // "host:port" of the TCP store; "etcd a:2379,b:2379" for etcd's members.
+  std::string storeText() const {
+    return store_port_ == 0 && outlives_job_ ? store_host_ : store_host_ + ":" + std::to_string(store_port_);
+  }
+
+ private:
   StoreClientOptions clientOptions(milliseconds connect_timeout) const {
     StoreClientOptions o;
     o.host = store_host_;
@@ -143,6 +152,9 @@ class DynamicRendezvous::Impl {
   std::string token_;
   std::string prefix_;
   std::string advertise_address_;
+  // The store is not an agent's and outlives the job (etcd): the last node out removes
+  // the job's keys (PROTOCOL.md: "etcd").
+  bool outlives_job_ = false;
   std::shared_ptr<spdlog::logger> log_;
   std::unique_ptr<StoreClient> client_;
   std::unique_ptr<HostedStore> worker_store_;
@@ -191,6 +203,10 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
     store_port_ = 0;
     should_host = host_explicit = true;
     bind_host = store_host_;
+  } else if (config_.backend == "etcd-v2" || config_.backend == "etcd") {
+    // etcd's members are the store: no agent hosts it (rendezvous/etcd/etcd_env.h).
+    store_host_ = "etcd " + config_.endpoint;
+    outlives_job_ = true;
   } else if (config_.backend == "static") {
     store_host_ = config_.master_addr;
     store_port_ = config_.master_port ? *config_.master_port : (config_.max_nodes == 1 ? 0 : kStaticDefaultPort);
@@ -484,7 +500,22 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
     int64_t last_seen = -1;
     int misses = 0;
     try {
-      store.add(my_beat, 1);
+      // etcd: keep-alives on a lease (round_liveness.h); TCP: the counters below.
+      std::unique_ptr<RoundLiveness> lease;
+      if (outlives_job_) {
+        RoundLivenessSpec spec;
+        spec.own_key = key(round, "alive/" + std::to_string(me));
+        if (n > 1) {
+          spec.successor_key = key(round, "alive/" + std::to_string(successor));
+          spec.successor_name = decode(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
+          spec.evict_reason = RoundEnd::evict(spec.successor_name).format();
+        }
+        spec.end_key = end;
+        spec.keep_alive_interval = settings_.keep_alive_interval;
+        spec.ttl = settings_.keep_alive_interval * settings_.keep_alive_max_attempt;
+        lease = env_.liveness(spec);
+      }
+      if (!lease) store.add(my_beat, 1);
       tickKeepAlive();
       for (;;) {
         try {
@@ -498,6 +529,10 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
           return;
         } catch (const StoreTimeout&) {
           if (stop_watching_) return;
+        }
+        if (lease) {
+          tickKeepAlive();
+          continue;
         }
         store.add(my_beat, 1);
         tickKeepAlive();
@@ -544,6 +579,7 @@ void DynamicRendezvous::Impl::finish() {
   stopWatching();
   const auto deadline = clock_.now() + settings_.close_timeout;
   const bool job_ended = in_round_ || final_round_ >= 0;
+  bool last_out = false;
   try {
     if (sat_out_) {
       client_->add(prefix_ + "away", -1);
@@ -555,19 +591,24 @@ void DynamicRendezvous::Impl::finish() {
       if (host_server_) client_->wait({key(final_round_, "all_exited")}, remaining(deadline));
     } else if (in_round_) {
       const int64_t n = participants_;
-      if (client_->add(key(round_, "exited"), 1) >= n) client_->set(key(round_, "all_exited"), "1");
+      if (client_->add(key(round_, "exited"), 1) >= n) {
+        client_->set(key(round_, "all_exited"), "1");
+        last_out = true;
+      }
       // The host serves the store: it leaves last, so no peer loses the store while it
       // still reads how the job ended.
       if (host_server_) client_->wait({key(round_, "all_exited")}, remaining(deadline));
     }
     // Nodes sitting out a cooldown look for the job's end once per keep-alive interval;
     // the host gives them two to learn it (a node killed while away costs no more).
-    if (host_server_ && job_ended) {
+    if ((host_server_ || (outlives_job_ && last_out)) && job_ended) {
       const auto away_deadline = std::min(deadline, clock_.now() + 2 * settings_.keep_alive_interval);
       while (client_->add(prefix_ + "away", 0) > 0 && clock_.now() < away_deadline) {
         clock_.sleepFor(milliseconds(20));
       }
     }
+    // etcd: nobody's exit takes the store with it; the last node out removes the job's keys.
+    if (outlives_job_ && last_out) client_->deletePrefix(prefix_);
   } catch (const StoreError& e) {
     log_->debug("exit barrier of round {}: {}", final_round_ >= 0 ? final_round_ : round_, e.what());
   }
@@ -646,6 +687,10 @@ DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node
     : DynamicRendezvous(std::move(config), nproc_per_node, RendezvousEnv::real()) {}
 DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env)
     : impl_(std::make_unique<Impl>(std::move(config), nproc_per_node, env)) {}
+DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node, std::unique_ptr<RendezvousEnv> env)
+    : DynamicRendezvous(std::move(config), nproc_per_node, *env) {
+  impl_->owned_env_ = std::move(env);
+}
 DynamicRendezvous::~DynamicRendezvous() = default;
 RendezvousResult DynamicRendezvous::nextRound() { return impl_->nextRound(); }
 void DynamicRendezvous::watch(std::function<void(RoundEvent)> on_event) { impl_->watch(std::move(on_event)); }
@@ -660,9 +705,7 @@ std::optional<RoundPlace> DynamicRendezvous::currentRound() const { return impl_
 JobSite DynamicRendezvous::site() const { return impl_->site(); }
 void DynamicRendezvous::onKeepAlive(std::function<void()> tick) { impl_->onKeepAlive(std::move(tick)); }
 const std::string& DynamicRendezvous::nodeName() const { return impl_->node_name_; }
-std::string DynamicRendezvous::storeAddress() const {
-  return impl_->store_host_ + ":" + std::to_string(impl_->store_port_);
-}
+std::string DynamicRendezvous::storeAddress() const { return impl_->storeText(); }
 bool DynamicRendezvous::hostsStore() const { return impl_->host_server_ != nullptr; }
 
 }  // namespace ddprun::rendezvous

@@ -77,6 +77,8 @@ class DynamicRendezvous {
   DynamicRendezvous(RendezvousConfig config, int nproc_per_node);
   // The same in `env` (its stores, clock and node name), which must outlive this.
   DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env);
+  // The same in an env of its own (etcd's: rendezvous/etcd/etcd_env.h, openRendezvous).
+  DynamicRendezvous(RendezvousConfig config, int nproc_per_node, std::unique_ptr<RendezvousEnv> env);
   ~DynamicRendezvous();
   DynamicRendezvous(const DynamicRendezvous&) = delete;
   DynamicRendezvous& operator=(const DynamicRendezvous&) = delete;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "rendezvous/round_liveness.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
@@ -39,6 +40,11 @@ class RendezvousEnv {
   virtual Clock& clock() = 0;
   // This node's name in end reasons, node entries and logs (host:pid): unique in a job.
   virtual std::string nodeName() = 0;
+
+  // The store's own keep-alives for a running round (etcd: leases; round_liveness.h), or
+  // nullptr: the rendezvous then keeps its keep-alive counters in the store (TCP). Throws
+  // StoreError.
+  virtual std::unique_ptr<RoundLiveness> liveness(const RoundLivenessSpec&) { return nullptr; }
 
   // TCP (TcpStoreClient, StoreServer), Clock::real() and this host's name with this
   // process's id. Never destroyed; thread-safe.

@@ -18,6 +18,13 @@ class StoreClient : public Store {
   // This end's local address: the interface that reaches the store, which is where the
   // store's other clients can reach this host. Thread-safe.
   virtual std::string localAddress() const = 0;
+  // Deletes every key that starts with `prefix` (a job's keys at its end, on a store that
+  // outlives the job: etcd). One key at a time here; a store may do it in one step.
+  virtual void deletePrefix(const std::string& prefix) {
+    for (const auto& k : listKeys()) {
+      if (k.rfind(prefix, 0) == 0) deleteKey(k);
+    }
+  }
 };
 
 }  // namespace ddprun::rendezvous

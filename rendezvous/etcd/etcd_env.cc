@@ -1,0 +1,92 @@
+#include "rendezvous/etcd/etcd_env.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "rendezvous/etcd/etcd_round_lease.h"
+
+namespace ddprun::rendezvous::etcd {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The longest an agent waits for some member to answer when it starts: an unreachable
+// cluster is one clear error soon, not a join_timeout later.
+constexpr milliseconds kReachTimeout{10000};
+
+std::string conf(const RendezvousConfig& config, const char* key) {
+  const auto it = config.conf.find(key);
+  return it == config.conf.end() ? std::string() : it->second;
+}
+
+}  // namespace
+
+bool isEtcdBackend(const std::string& backend) { return backend == "etcd-v2" || backend == "etcd"; }
+
+EtcdSettings parseEtcdSettings(const RendezvousConfig& config, const RendezvousSettings& settings) {
+  EtcdSettings s;
+  if (config.endpoint.empty()) {
+    throw UsageError("--rdzv_backend=" + config.backend +
+                     " needs --rdzv_endpoint host:port[,host:port...] (etcd's members)");
+  }
+  s.connection.endpoints = parseEndpoints(config.endpoint);
+  const std::string protocol = conf(config, "protocol");
+  if (protocol == "https") {
+    s.connection.tls = true;
+  } else if (!protocol.empty() && protocol != "http") {
+    throw UsageError("--rdzv_conf protocol=" + protocol + ": expected http or https");
+  }
+  s.connection.cacert = conf(config, "cacert");
+  s.connection.cert = conf(config, "cert");
+  s.connection.key = conf(config, "key");
+  if (config.conf.count("key_prefix")) {
+    s.key_prefix = conf(config, "key_prefix");
+    if (s.key_prefix.empty() || s.key_prefix.front() != '/') {
+      throw UsageError("--rdzv_conf key_prefix=" + s.key_prefix + ": expected an etcd key prefix starting with '/'");
+    }
+    while (s.key_prefix.size() > 1 && s.key_prefix.back() == '/') s.key_prefix.pop_back();
+  }
+  // One request to one member: a member that stays silent this long is left for the next.
+  s.connection.attempt_timeout =
+      std::clamp(std::min(settings.read_timeout, settings.keep_alive_interval), milliseconds(1000), milliseconds(5000));
+  return s;
+}
+
+EtcdEnv::EtcdEnv(const RendezvousConfig& config) {
+  const RendezvousSettings settings = parseRendezvousSettings(config.conf);
+  settings_ = parseEtcdSettings(config, settings);
+  read_timeout_ = settings.read_timeout;
+  EtcdHttp check(settings_.connection);  // unreadable TLS files fail here, before any round
+}
+
+std::unique_ptr<StoreClient> EtcdEnv::connect(const StoreClientOptions& options) {
+  auto store = std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix, options.timeout);
+  store->probe(std::min(options.connect_timeout, kReachTimeout));
+  return store;
+}
+
+std::unique_ptr<HostedStore> EtcdEnv::host(const StoreServerOptions& options) {
+  return RendezvousEnv::real().host(options);
+}
+
+Clock& EtcdEnv::clock() { return RendezvousEnv::real().clock(); }
+
+std::string EtcdEnv::nodeName() { return RendezvousEnv::real().nodeName(); }
+
+std::unique_ptr<RoundLiveness> EtcdEnv::liveness(const RoundLivenessSpec& spec) {
+  auto store = std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix, read_timeout_);
+  return std::make_unique<EtcdRoundLease>(std::move(store), spec);
+}
+
+}  // namespace ddprun::rendezvous::etcd
+
+namespace ddprun::rendezvous {
+
+std::unique_ptr<DynamicRendezvous> openRendezvous(const RendezvousConfig& config, int nproc_per_node) {
+  if (etcd::isEtcdBackend(config.backend)) {
+    return std::make_unique<DynamicRendezvous>(config, nproc_per_node, std::make_unique<etcd::EtcdEnv>(config));
+  }
+  return std::make_unique<DynamicRendezvous>(config, nproc_per_node);
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,74 @@
+#include "rendezvous/etcd/etcd_round_lease.h"
+
+#include "common/logging.h"
+
+namespace ddprun::rendezvous::etcd {
+
+using std::chrono::milliseconds;
+
+EtcdRoundLease::EtcdRoundLease(std::unique_ptr<EtcdStore> store, RoundLivenessSpec spec)
+    : store_(std::move(store)), spec_(std::move(spec)) {
+  // etcd counts TTLs in whole seconds (and raises ones under its minimum).
+  const int64_t ttl_seconds = std::max<int64_t>(1, (spec_.ttl.count() + 999) / 1000);
+  lease_ = store_->grantLease(ttl_seconds);
+  store_->setWithLease(spec_.own_key, "1", lease_);
+  keep_alive_ = std::thread([this] { keepAliveLoop(); });
+  if (!spec_.successor_key.empty()) successor_ = std::thread([this] { watchSuccessor(); });
+}
+
+EtcdRoundLease::~EtcdRoundLease() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  store_->interrupt();
+  if (keep_alive_.joinable()) keep_alive_.join();
+  if (successor_.joinable()) successor_.join();
+}
+
+void EtcdRoundLease::keepAliveLoop() {
+  auto log = logger("rendezvous");
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (wake_.wait_for(lock, spec_.keep_alive_interval, [this] { return stop_; })) return;
+    lock.unlock();
+    try {
+      if (store_->keepAlive(lease_) == 0) {
+        log->error("this node's etcd lease expired; the other nodes will re-form the job without it");
+        return;
+      }
+    } catch (const StoreError& e) {
+      std::lock_guard relock(mutex_);
+      if (!stop_) log->warn("etcd lease keep-alive failed ({}); retrying", e.what());
+    }
+    lock.lock();
+  }
+}
+
+void EtcdRoundLease::watchSuccessor() {
+  auto log = logger("rendezvous");
+  try {
+    bool gone = false;
+    try {
+      // The successor writes its key when it starts watching the round, right after it
+      // formed; one that has not within a TTL is as gone as one whose lease lapsed.
+      const KeyValue kv = store_->waitFor(spec_.successor_key,
+                                          std::chrono::steady_clock::now() + spec_.ttl + spec_.keep_alive_interval);
+      gone = store_->waitDeleted(spec_.successor_key, kv.mod_revision, Deadline::max());
+    } catch (const StoreTimeout&) {
+      gone = true;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (stop_ || !gone) return;
+    }
+    log->warn("node {}'s etcd lease lapsed; evicting it", spec_.successor_name);
+    store_->compareSet(spec_.end_key, "", spec_.evict_reason);
+  } catch (const StoreError& e) {
+    std::lock_guard lock(mutex_);
+    if (!stop_) log->warn("cannot watch node {}'s etcd lease: {}", spec_.successor_name, e.what());
+  }
+}
+
+}  // namespace ddprun::rendezvous::etcd
