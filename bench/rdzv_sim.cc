@@ -36,6 +36,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -247,16 +249,36 @@ class ClientProcess {
     }
   }
 
-  static void* runAgent(void* arg) {
+  // One thread per agent for the whole run, parked between phases: creating 16,384 threads is
+  // the simulation's cost, not the job's, and stays out of every phase's time.
+  static void* agentThread(void* arg) {
     auto* job = static_cast<std::pair<ClientProcess*, Agent*>*>(arg);
-    Agent& a = *job->second;
-    try {
-      job->first->phaseOf(a, job->first->phase_);
-    } catch (const std::exception& e) {
-      a.error = e.what();
+    ClientProcess& self = *job->first;
+    int seen = 0;
+    for (;;) {
+      char phase = 0;
+      {
+        std::unique_lock lock(self.mutex_);
+        self.phase_started_.wait(lock, [&] { return self.generation_ != seen; });
+        seen = self.generation_;
+        phase = self.phase_;
+      }
+      if (phase == 'q') return nullptr;
+      runAgent(self, *job->second, phase);
+      std::lock_guard lock(self.mutex_);
+      if (--self.running_ == 0) self.phase_done_.notify_one();
+    }
+  }
+
+  static void runAgent(ClientProcess& self, Agent& a, char phase) {
+    if (!a.gone) {
+      try {
+        self.phaseOf(a, phase);
+      } catch (const std::exception& e) {
+        a.error = e.what();
+      }
     }
     a.end_ns = nowNs();
-    return nullptr;
   }
 
   void run(char phase) {
@@ -270,33 +292,46 @@ class ClientProcess {
       }
     }
     if (phase == 'c') {
-      for (auto& a : agents_) {
-        std::pair<ClientProcess*, Agent*> job{this, &a};
-        runAgent(&job);
-      }
+      for (auto& a : agents_) runAgent(*this, a, phase);
+      startThreads();
       return;
     }
+    std::unique_lock lock(mutex_);
+    running_ = static_cast<int>(threads_.size());
+    ++generation_;
+    phase_started_.notify_all();
+    phase_done_.wait(lock, [&] { return running_ == 0; });
+  }
+
+  void startThreads() {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
-    std::vector<std::pair<ClientProcess*, Agent*>> jobs;
-    jobs.reserve(agents_.size());
-    std::vector<pthread_t> threads;
-    threads.reserve(agents_.size());
+    jobs_.reserve(agents_.size());
     for (auto& a : agents_) {
-      if (a.gone) continue;
-      jobs.emplace_back(this, &a);
+      jobs_.emplace_back(this, &a);
       pthread_t t;
-      if (pthread_create(&t, &attr, runAgent, &jobs.back()) != 0) {
-        a.error = "pthread_create failed";
-        continue;
+      if (pthread_create(&t, &attr, agentThread, &jobs_.back()) != 0) {
+        pthread_attr_destroy(&attr);
+        throw std::runtime_error("pthread_create: cannot start a thread per agent");
       }
-      threads.push_back(t);
+      threads_.push_back(t);
     }
-    for (auto t : threads) pthread_join(t, nullptr);
     pthread_attr_destroy(&attr);
   }
 
+ public:
+  ~ClientProcess() {
+    {
+      std::lock_guard lock(mutex_);
+      phase_ = 'q';
+      ++generation_;
+      phase_started_.notify_all();
+    }
+    for (auto t : threads_) pthread_join(t, nullptr);
+  }
+
+ private:
   void report(int fd) {
     PhaseHeader h;
     std::vector<AgentRow> rows;
@@ -329,6 +364,12 @@ class ClientProcess {
   const Options& o_;
   int port_;
   std::vector<Agent> agents_;
+  std::vector<std::pair<ClientProcess*, Agent*>> jobs_;
+  std::vector<pthread_t> threads_;
+  std::mutex mutex_;
+  std::condition_variable phase_started_, phase_done_;
+  int generation_ = 0;
+  int running_ = 0;
   char phase_ = 0;
 };
 
