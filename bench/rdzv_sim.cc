@@ -382,6 +382,7 @@ struct Child {
 
 struct PhaseResult {
   double seconds = 0;
+  double server_cpu = 0;  // CPU seconds of the store's process during the phase
   int agents = 0;
   int errors = 0;
   double ops_mean = 0, bytes_mean = 0;
@@ -390,8 +391,17 @@ struct PhaseResult {
   std::string first_error;
 };
 
+// CPU seconds this process (the store's) has used: user + system, all threads.
+double processCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 PhaseResult runPhase(std::vector<Child>& children, char phase) {
   PhaseResult r;
+  const double cpu_start = processCpuSeconds();
   const int64_t start = nowNs();
   for (auto& c : children) writeAll(c.commands, &phase, 1);
   int64_t end = start, ops = 0, bytes = 0;
@@ -413,6 +423,7 @@ PhaseResult runPhase(std::vector<Child>& children, char phase) {
     r.bytes_max = std::max(r.bytes_max, h.bytes_max);
   }
   r.seconds = static_cast<double>(end - start) / 1e9;
+  r.server_cpu = processCpuSeconds() - cpu_start;
   r.ops_mean = r.agents ? static_cast<double>(ops) / r.agents : 0;
   r.bytes_mean = r.agents ? static_cast<double>(bytes) / r.agents : 0;
   return r;
@@ -434,8 +445,9 @@ int wrongSeats(const PhaseResult& p, int round, int nodes) {
 }
 
 void printRow(const char* name, const PhaseResult& p, int wrong) {
-  std::printf("%-8s %7d %9.3f %9.1f %8lld %11.1f %10lld %6d\n", name, p.agents, p.seconds, p.ops_mean,
-              static_cast<long long>(p.ops_max), p.bytes_mean, static_cast<long long>(p.bytes_max), wrong);
+  std::printf("%-8s %7d %9.3f %9.1f %8lld %11.1f %10lld %6d %8.3f\n", name, p.agents, p.seconds, p.ops_mean,
+              static_cast<long long>(p.ops_max), p.bytes_mean, static_cast<long long>(p.bytes_max), wrong,
+              p.server_cpu);
   if (!p.first_error.empty()) std::fprintf(stderr, "rdzv_sim: %s: %s\n", name, p.first_error.c_str());
 }
 
@@ -529,10 +541,12 @@ int run(const Options& o) {
     const int port = server.port();
     for (auto& c : children) writeAll(c.commands, &port, sizeof port);
 
-    std::printf("# rdzv_sim: %d agents (%d ranks each) in %d client processes, one store server; %u cores\n", n,
-                kNprocPerNode, o.procs, std::thread::hardware_concurrency());
-    std::printf("%-8s %7s %9s %9s %8s %11s %10s %6s\n", "phase", "agents", "seconds", "ops/agent", "ops_max",
-                "bytes/agent", "bytes_max", "wrong");
+    std::string load;
+    std::getline(std::ifstream("/proc/loadavg"), load);
+    std::printf("# rdzv_sim: %d agents (%d ranks each) in %d client processes, one store server; %u cores, load %s\n",
+                n, kNprocPerNode, o.procs, std::thread::hardware_concurrency(), load.c_str());
+    std::printf("%-8s %7s %9s %9s %8s %11s %10s %6s %8s\n", "phase", "agents", "seconds", "ops/agent", "ops_max",
+                "bytes/agent", "bytes_max", "wrong", "srv_cpu");
     int wrong = 0;
     const PhaseResult connect = runPhase(children, 'c');
     printRow("connect", connect, connect.errors);
@@ -552,15 +566,17 @@ int run(const Options& o) {
     const PhaseResult status = runPhase(children, 's');
     printRow("status", status, status.errors);
     wrong += status.errors;
+    const double read_cpu = processCpuSeconds();
     const int64_t read_start = nowNs();
     const int64_t read_bytes_before = reader_env.traffic.bytes;
     const int64_t read_ops_before = reader_env.traffic.ops;
     const JobStatus job = readJobStatus(*reader, "sim");
     const double read_seconds = static_cast<double>(nowNs() - read_start) / 1e9;
     const int status_wrong = static_cast<int>(job.agents.size()) == n && job.nodes_in_round == n ? 0 : 1;
-    std::printf("%-8s %7d %9.3f %9lld %8s %11lld %10s %6d\n", "status_r", 1, read_seconds,
+    std::printf("%-8s %7d %9.3f %9lld %8s %11lld %10s %6d %8.3f\n", "status_r", 1, read_seconds,
                 static_cast<long long>(reader_env.traffic.ops - read_ops_before), "-",
-                static_cast<long long>(reader_env.traffic.bytes - read_bytes_before), "-", status_wrong);
+                static_cast<long long>(reader_env.traffic.bytes - read_bytes_before), "-", status_wrong,
+                processCpuSeconds() - read_cpu);
     wrong += status_wrong;
 
     const PhaseResult hang = runPhase(children, 'h');
@@ -601,7 +617,8 @@ int run(const Options& o) {
 
     std::printf(
         "# ops/agent, bytes/agent: store operations and payload bytes (keys, values) per agent in the phase; "
-        "status_r: `ddprun status` reading all %d records (one reader); reform includes last_call_timeout %d s\n",
+        "status_r: `ddprun status` reading all %d records (one reader, in the store's process); srv_cpu: CPU seconds "
+        "of the store's process; reform includes last_call_timeout %d s\n",
         n, o.last_call_s);
     std::printf(
         "rdzv_sim participants=%d seconds=%.3f ops_per_agent=%.1f status_seconds=%.3f status_read_seconds=%.3f "
