@@ -37,13 +37,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
-#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -81,9 +81,7 @@ struct Options {
   int last_call_s = 2;
 };
 
-void usage(FILE* to) {
-  std::fprintf(to, "usage: rdzv_sim [participants=4096] [--procs P] [--last-call SECONDS]\n");
-}
+void usage(FILE* to) { std::fprintf(to, "usage: rdzv_sim [participants=4096] [--procs P] [--last-call SECONDS]\n"); }
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -195,9 +193,7 @@ class ClientProcess {
         a.env = std::make_unique<CountingEnv>("sim-node-" + std::to_string(a.index));
         a.rendezvous = std::make_unique<DynamicRendezvous>(config(), kNprocPerNode, *a.env);
         break;
-      case 'r':
-        a.result = a.rendezvous->nextRound();
-        break;
+      case 'r': a.result = a.rendezvous->nextRound(); break;
       case 's': {
         a.board = std::make_unique<JobBoard>(*a.rendezvous);
         AgentRecord r;
@@ -244,8 +240,7 @@ class ClientProcess {
         a.rendezvous->markDone();
         a.rendezvous->finish();
         break;
-      default:
-        throw std::runtime_error(std::string("unknown phase '") + phase + "'");
+      default: throw std::runtime_error(std::string("unknown phase '") + phase + "'");
     }
   }
 
@@ -435,8 +430,8 @@ int wrongSeats(const PhaseResult& p, int round, int nodes) {
   int wrong = 0;
   for (const auto& r : p.rows) {
     if (r.round == -1 && r.group_rank == -1) continue;  // the node that left
-    if (r.round != round || r.world_size != nodes * kNprocPerNode || r.group_world_size != nodes ||
-        r.group_rank < 0 || r.group_rank >= nodes || r.rank_base != r.group_rank * kNprocPerNode ||
+    if (r.round != round || r.world_size != nodes * kNprocPerNode || r.group_world_size != nodes || r.group_rank < 0 ||
+        r.group_rank >= nodes || r.rank_base != r.group_rank * kNprocPerNode ||
         group_seen[static_cast<size_t>(r.group_rank)]++ != 0) {
       ++wrong;
     }

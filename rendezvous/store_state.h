@@ -88,7 +88,7 @@ class StoreState {
     auto a = awaited_.find(w.connection);
     return a != awaited_.end() && a->second.wait == w.wait;
   }
-  std::unordered_map<std::string, WaitList> waiting_;  // key -> waiters
+  std::unordered_map<std::string, WaitList> waiting_;   // key -> waiters
   std::unordered_map<ConnectionId, Awaiting> awaited_;  // waiter -> its wait
   uint64_t next_wait_ = 0;
   std::unordered_map<std::string, std::vector<ConnectionId>> watchers_;

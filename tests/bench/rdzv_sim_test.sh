@@ -18,10 +18,10 @@ num='[0-9]+(\.[0-9]+)?'
 re="^rdzv_sim participants=512 seconds=$num ops_per_agent=$num status_seconds=$num status_read_seconds=$num"
 re+=" hang_seconds=$num reform_seconds=$num reform_ops_per_agent=$num exit_seconds=$num exit_ops_per_agent=$num wrong=0$"
 [[ "$last" =~ $re ]] || fail "malformed last line: $last"
-# Columns: phase agents seconds ops/agent ops_max bytes/agent bytes_max wrong
+# Columns: phase agents seconds ops/agent ops_max bytes/agent bytes_max wrong srv_cpu
 row() { echo "$out" | awk -v s="$1" '$1 == s'; }
 for phase in round status hang reform exit; do
-  read -r _ agents _ _ ops_max _ _ wrong <<<"$(row "$phase")"
+  read -r _ agents _ _ ops_max _ _ wrong _ <<<"$(row "$phase")"
   [[ -n "$agents" ]] || fail "no $phase row"
   ((wrong == 0)) || fail "$phase: $wrong wrong"
   # O(1) per agent: no agent makes more than a handful of store operations in a phase, except

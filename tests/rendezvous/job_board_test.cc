@@ -124,8 +124,9 @@ TEST_CASE("job board: a hang verdict waits a bounded time for nodes that do not 
   CHECK(gathered.get().empty());
 }
 
-TEST_CASE("job board: a hang summary past a megabyte is cut at a line, and the judge reads only the nodes that answered",
-          "[rdzv]") {
+TEST_CASE(
+    "job board: a hang summary past a megabyte is cut at a line, and the judge reads only the nodes that answered",
+    "[rdzv]") {
   Job job(3, 3);
   Node& a = job.add("a:1");
   Node& b = job.add("b:2");
