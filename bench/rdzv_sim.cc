@@ -16,11 +16,12 @@
 //            ranks; the judge must receive N-1 answers
 //   reform   one node leaves (it ends round 0 as evicted); the other N-1 form round 1,
 //            which closes after --rdzv_conf last_call_timeout (the wait for stragglers)
+//   events   a round's events (rendezvous_round, 8 worker_start, round_end) appended to
+//            each agent's own events file, as the agent writes them: bytes per agent
 //   exit     the exit barrier of round 1: every agent marks its workers done and checks
 //            out (markDone, finish); timed until the store's host sees `all_exited`
 // For each phase: seconds, and store operations and payload bytes per agent (mean, max),
-// counted by bench/counting_env.h. Events are local files (agent/ops/events.h): no store
-// traffic, nothing per job.
+// counted by bench/counting_env.h.
 //
 // Usage: rdzv_sim [participants=4096] [--procs P] [--last-call S]
 // Last line: rdzv_sim participants=N seconds=S ops_per_agent=O reform_seconds=... wrong=W
@@ -40,6 +41,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -49,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/ops/event_log.h"
 #include "bench/counting_env.h"
 #include "common/env_reader.h"
 #include "common/error.h"
@@ -79,6 +82,7 @@ struct Options {
   int participants = 4096;
   int procs = 0;  // 0: one per kAgentsPerProcess agents, at least 2
   int last_call_s = 2;
+  std::string events_dir;  // a temporary directory for the agents' events files
 };
 
 void usage(FILE* to) { std::fprintf(to, "usage: rdzv_sim [participants=4096] [--procs P] [--last-call SECONDS]\n"); }
@@ -147,11 +151,13 @@ struct Agent {
   std::unique_ptr<CountingEnv> env;
   std::unique_ptr<DynamicRendezvous> rendezvous;
   std::unique_ptr<JobBoard> board;
+  std::unique_ptr<ddprun::agent::EventLog> events;
   RendezvousResult result;
   bool gone = false;  // the node that left before the re-form
   int answers = -1;
   std::string error;
   int64_t ops_before = 0, bytes_before = 0, end_ns = 0;
+  int64_t event_bytes = 0;  // what its events file holds after the events phase
 };
 
 // One client process: its agents, one phase per command byte from the parent.
@@ -225,6 +231,35 @@ class ClientProcess {
                      " seq=18231 op=allreduce state=completed bytes=4194304 age_ms=61234 pg=0 stream=7\n";
         }
         a.board->publishHangSummary(summary);
+        break;
+      }
+      case 'e': {
+        // A round's events, as the agent writes them (agent/job_reporter.cc): no store traffic,
+        // one local file per agent (its run directory's events.jsonl).
+        a.events = std::make_unique<ddprun::agent::EventLog>(
+            std::vector<std::string>{o_.events_dir + "/" + std::to_string(a.index) + ".jsonl"}, "sim");
+        a.events->setNode(a.env->nodeName());
+        const auto& r = a.result;
+        a.events->emit("rendezvous_round", ddprun::JsonObject()
+                                               .add("round", r.round)
+                                               .add("group_rank", r.group_rank)
+                                               .add("nodes", r.group_world_size)
+                                               .add("world_size", r.world_size)
+                                               .add("first_rank", r.rank_base)
+                                               .add("last_rank", r.rank_base + kNprocPerNode - 1)
+                                               .add("restart_count", r.restart_count)
+                                               .add("master", r.master_addr + ":" + std::to_string(r.master_port)));
+        for (int w = 0; w < kNprocPerNode; ++w) {
+          a.events->emit("worker_start", ddprun::JsonObject()
+                                             .add("rank", r.rank_base + w)
+                                             .add("local_rank", w)
+                                             .add("pid", 100000 + w)
+                                             .add("attempt", 0));
+        }
+        a.events->emit("round_end",
+                       ddprun::JsonObject().add("round", r.round).add("reason", "done").add("cause", "done"));
+        a.event_bytes =
+            static_cast<int64_t>(std::filesystem::file_size(o_.events_dir + "/" + std::to_string(a.index) + ".jsonl"));
         break;
       }
       case 'f':
@@ -338,7 +373,7 @@ class ClientProcess {
       }
       h.end_ns = std::max(h.end_ns, a.end_ns);
       const int64_t ops = a.env ? a.env->traffic.ops - a.ops_before : 0;
-      const int64_t bytes = a.env ? a.env->traffic.bytes - a.bytes_before : 0;
+      const int64_t bytes = phase_ == 'e' ? a.event_bytes : a.env ? a.env->traffic.bytes - a.bytes_before : 0;
       h.ops_sum += ops;
       h.bytes_sum += bytes;
       h.ops_max = std::max(h.ops_max, ops);
@@ -468,8 +503,19 @@ void stopChildren(std::vector<Child>& children, bool kill_them) {
   }
 }
 
-int run(const Options& o) {
+int run(Options o) {
   const int n = o.participants;
+  char events_template[] = "/tmp/rdzv_sim_events.XXXXXX";
+  if (!mkdtemp(events_template)) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
+  o.events_dir = events_template;
+  // Removed however the run ends (the client processes have exited by then).
+  struct RemoveDir {
+    std::string path;
+    ~RemoveDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } remove_events_dir{o.events_dir};
   // The store's process holds one descriptor per agent. As root, raise the hard limit if it
   // is too low (the server raises its soft limit to the hard one).
   rlimit files{};
@@ -589,6 +635,10 @@ int run(const Options& o) {
     printRow("hang", hang, hang_wrong);
     wrong += hang_wrong;
 
+    const PhaseResult events = runPhase(children, 'e');
+    printRow("events", events, events.errors);
+    wrong += events.errors;
+
     const PhaseResult reform = runPhase(children, 'f');
     const int reform_wrong = wrongSeats(reform, 1, n - 1) + reform.errors;
     printRow("reform", reform, reform_wrong);
@@ -613,14 +663,17 @@ int run(const Options& o) {
     std::printf(
         "# ops/agent, bytes/agent: store operations and payload bytes (keys, values) per agent in the phase; "
         "status_r: `ddprun status` reading all %d records (one reader, in the store's process); srv_cpu: CPU seconds "
-        "of the store's process; reform includes last_call_timeout %d s\n",
+        "of the store's process; events: a round's 10 events appended to each agent's own file (bytes/agent: the "
+        "file's size, "
+        "no store traffic); reform includes last_call_timeout %d s\n",
         n, o.last_call_s);
     std::printf(
         "rdzv_sim participants=%d seconds=%.3f ops_per_agent=%.1f status_seconds=%.3f status_read_seconds=%.3f "
-        "hang_seconds=%.3f reform_seconds=%.3f reform_ops_per_agent=%.1f exit_seconds=%.3f exit_ops_per_agent=%.1f "
-        "wrong=%d\n",
-        n, round.seconds, round.ops_mean, status.seconds, read_seconds, hang.seconds, reform.seconds, reform.ops_mean,
-        exit_phase.seconds, exit_phase.ops_mean, wrong);
+        "hang_seconds=%.3f events_seconds=%.3f events_bytes_per_agent=%.0f reform_seconds=%.3f "
+        "reform_ops_per_agent=%.1f "
+        "exit_seconds=%.3f exit_ops_per_agent=%.1f wrong=%d\n",
+        n, round.seconds, round.ops_mean, status.seconds, read_seconds, hang.seconds, events.seconds, events.bytes_mean,
+        reform.seconds, reform.ops_mean, exit_phase.seconds, exit_phase.ops_mean, wrong);
     return wrong == 0 ? 0 : 1;
   } catch (...) {
     stopChildren(children, true);
