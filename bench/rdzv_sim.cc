@@ -1,10 +1,9 @@
 // rdzv_sim: the rendezvous and the agents' exchanges at scale, over real loopback sockets.
 // N simulated agents, each with its own DynamicRendezvous and JobBoard exactly as an agent
 // uses them, run against one store server hosted in this process (as the host agent hosts
-// it). The agents live in P client processes (fork), a thread each while a phase runs, so
-// that neither the store's process nor any client process holds more than about N/P + N
-// descriptors: one process holding both ends of every connection runs out of descriptors
-// long before 16,384 agents.
+// it). The agents live in P client processes (fork; one parked thread per agent), so that
+// the store's process holds N descriptors and each client process about N/P: one process
+// holding both ends of every connection runs out of descriptors long before 16,384 agents.
 //
 // Phases, one after the other, every agent of every process released at once:
 //   round    one c10d round with --nnodes=N-1:N: all N join; checks that every RANK 0..N-1
@@ -14,17 +13,18 @@
 //   hang     group rank 0 judges a hang: it asks for summaries, every other agent notices
 //            the request at the agent's cadence (every 2 s) and answers with a summary of 8
 //            ranks; the judge must receive N-1 answers
-//   reform   one node leaves (it ends round 0 as evicted); the other N-1 form round 1,
-//            which closes after --rdzv_conf last_call_timeout (the wait for stragglers)
 //   events   a round's events (rendezvous_round, 8 worker_start, round_end) appended to
 //            each agent's own events file, as the agent writes them: bytes per agent
+//   reform   one node leaves (it ends round 0 as evicted); the other N-1 form round 1,
+//            which closes after --rdzv_conf last_call_timeout (the wait for stragglers)
 //   exit     the exit barrier of round 1: every agent marks its workers done and checks
 //            out (markDone, finish); timed until the store's host sees `all_exited`
 // For each phase: seconds, and store operations and payload bytes per agent (mean, max),
 // counted by bench/counting_env.h.
 //
 // Usage: rdzv_sim [participants=4096] [--procs P] [--last-call S]
-// Last line: rdzv_sim participants=N seconds=S ops_per_agent=O reform_seconds=... wrong=W
+// Last line: rdzv_sim participants=N seconds=S ops_per_agent=O status_seconds=... wrong=W
+// (seconds: the round's)
 // Exit status 0 when every check held, 1 otherwise, 2 for bad arguments.
 #include <fcntl.h>
 #include <pthread.h>
@@ -194,6 +194,8 @@ class ClientProcess {
 
   void phaseOf(Agent& a, char phase) {
     const int n = o_.participants;
+    if (phase != 'c' && !a.rendezvous) throw std::runtime_error("not connected to the store");
+    if (phase == 'h' && !a.board) throw std::runtime_error("no job board (its status phase failed)");
     switch (phase) {
       case 'c':  // connect: setup, not timed as a phase of the job
         a.env = std::make_unique<CountingEnv>("sim-node-" + std::to_string(a.index));
