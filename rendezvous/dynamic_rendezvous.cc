@@ -278,7 +278,9 @@ int DynamicRendezvous::Impl::restartCountFor(int round) {
   }
   const auto previous = RoundEnd::parse(previous_end);
   int count = previous_count + (previous && previous->usesRestart() ? 1 : 0);
-  client_->compareSet(key(round, "restarts"), "", std::to_string(count));
+  // Every participant writes the same value: a SET, which has no reply, rather than a
+  // COMPARE_SET (one wake-up fewer per node at the round's close, where all of them wake at once).
+  client_->set(key(round, "restarts"), std::to_string(count));
   return count;
 }
 

@@ -1,6 +1,7 @@
 #include "rendezvous/job_board.h"
 
 #include <algorithm>
+#include <charconv>
 #include <mutex>
 #include <optional>
 
@@ -15,6 +16,33 @@ using std::chrono::milliseconds;
 // The most one node's hang summary may hold (agent/hang/hang_verdict.h: a few thousand positions
 // of about a hundred bytes).
 constexpr size_t kMaxHangSummaryBytes = 1 << 20;
+// What the judging node keeps of all answers together: 256 nodes at the most a summary holds,
+// 16,384 nodes at 16 KiB each.
+constexpr size_t kMaxHangSummariesBytes = size_t{256} << 20;
+// Summaries read in one MULTI_GET: at kMaxHangSummaryBytes each they stay within the board's
+// reply limit (kMaxQuickReplyBytes, 16 MiB, in dynamic_rendezvous.cc).
+constexpr size_t kHangSummariesPerRead = 15;
+
+std::vector<std::string> splitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;  // an unfinished line: not yet a whole answer
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+// A line of `hang/answered`: a group rank of the round, in decimal.
+std::optional<int> groupRankOf(const std::string& line, int participants) {
+  int g = 0;
+  const char* end = line.data() + line.size();
+  const auto [ptr, ec] = std::from_chars(line.data(), end, g);
+  if (ec != std::errc() || ptr != end || line.empty() || g < 0 || g >= participants) return std::nullopt;
+  return g;
+}
 
 }  // namespace
 
@@ -92,45 +120,60 @@ void JobBoard::Impl::refreshHeartbeat() {
   }
 }
 
+// The answering nodes name themselves in `hang/answered` (APPEND "g\n"), so that each poll
+// costs the judge two round trips for the list and one MULTI_GET per kHangSummariesPerRead new
+// answers, however many nodes the round has: reading every `hang/<g>` once per poll made a
+// verdict O(nodes) round trips every 100 ms (seconds at 16,384 nodes, past its 5 s wait).
 std::vector<std::string> JobBoard::Impl::gatherHangSummaries(milliseconds wait) {
   std::vector<std::string> answers;
   const auto place = rendezvous_.currentRound();
   if (!place || place->participants < 2) return answers;
   std::lock_guard lock(mutex_);
   hang_answered_round_ = place->round;  // this node answers for itself
-  std::vector<std::string> keys;
-  for (int g = 0; g < place->participants; ++g) {
-    if (g != place->group_rank) keys.push_back(roundKey(place->round, "hang/" + std::to_string(g)));
-  }
+  const size_t others = static_cast<size_t>(place->participants - 1);
+  const std::string answered_key = roundKey(place->round, "hang/answered");
+  std::vector<bool> got(static_cast<size_t>(place->participants), false);
+  got[static_cast<size_t>(place->group_rank)] = true;
+  size_t received = 0;
+  size_t total_bytes = 0;
   try {
     store().set(roundKey(place->round, "hang/request"), site_.node);
     const auto deadline = clock_.now() + wait;
-    std::vector<bool> got(keys.size(), false);
     for (;;) {
-      for (size_t i = 0; i < keys.size(); ++i) {
-        if (!got[i] && store().check({keys[i]})) {
-          std::string answer = store().get(keys[i]);
-          got[i] = true;
-          if (answer.size() > kMaxHangSummaryBytes) {
-            log_->warn(
-                "hang summary {} of round {} holds {} bytes, more than a node's summary can (at most {}); "
-                "ignored",
-                keys[i], place->round, answer.size(), kMaxHangSummaryBytes);
-            continue;
-          }
-          answers.push_back(std::move(answer));
+      std::vector<std::string> fresh;
+      if (store().check({answered_key})) {
+        for (const std::string& line : splitLines(store().get(answered_key))) {
+          const auto g = groupRankOf(line, place->participants);
+          if (!g || got[static_cast<size_t>(*g)]) continue;
+          got[static_cast<size_t>(*g)] = true;
+          fresh.push_back(roundKey(place->round, "hang/" + line));
         }
       }
-      if (std::count(got.begin(), got.end(), true) == static_cast<std::ptrdiff_t>(keys.size()) ||
-          clock_.now() >= deadline) {
-        break;
+      for (size_t first = 0; first < fresh.size(); first += kHangSummariesPerRead) {
+        const size_t last = std::min(fresh.size(), first + kHangSummariesPerRead);
+        const std::vector<std::string> keys(fresh.begin() + static_cast<std::ptrdiff_t>(first),
+                                            fresh.begin() + static_cast<std::ptrdiff_t>(last));
+        std::vector<std::string> values = store().multiGet(keys);
+        for (size_t i = 0; i < values.size(); ++i) {
+          ++received;
+          if (values[i].size() > kMaxHangSummaryBytes || total_bytes + values[i].size() > kMaxHangSummariesBytes) {
+            log_->warn(
+                "hang summary {} of round {} holds {} bytes, more than a node's summary ({}) or all of them "
+                "together ({}) can; ignored",
+                keys[i], place->round, values[i].size(), kMaxHangSummaryBytes, kMaxHangSummariesBytes);
+            continue;
+          }
+          total_bytes += values[i].size();
+          answers.push_back(std::move(values[i]));
+        }
       }
+      if (received == others || clock_.now() >= deadline) break;
       clock_.sleepFor(std::min<Clock::Duration>(milliseconds(100), deadline - clock_.now()));
     }
   } catch (const StoreError& e) {
     client_.reset();
     log_->warn("hang summaries of round {}: {}; judging with {} of {} other nodes", place->round, e.what(),
-               answers.size(), keys.size());
+               answers.size(), others);
   }
   return answers;
 }
@@ -154,7 +197,16 @@ void JobBoard::Impl::publishHangSummary(const std::string& summary) {
   std::lock_guard lock(mutex_);
   hang_answered_round_ = place->round;
   try {
-    store().set(roundKey(place->round, "hang/" + std::to_string(place->group_rank)), summary);
+    // At most kMaxHangSummaryBytes, cut at a line: the judge reads answers in batches that
+    // must fit one reply.
+    std::string bounded = summary;
+    if (bounded.size() > kMaxHangSummaryBytes) {
+      const size_t cut = bounded.rfind('\n', kMaxHangSummaryBytes - 1);
+      bounded.resize(cut == std::string::npos ? 0 : cut + 1);
+      log_->warn("this node's hang summary holds {} bytes; sending its first {}", summary.size(), bounded.size());
+    }
+    store().set(roundKey(place->round, "hang/" + std::to_string(place->group_rank)), bounded);
+    store().append(roundKey(place->round, "hang/answered"), std::to_string(place->group_rank) + "\n");
   } catch (const StoreError& e) {
     client_.reset();
     log_->warn("cannot publish this node's hang summary: {}", e.what());

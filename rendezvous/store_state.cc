@@ -16,12 +16,12 @@ bool StoreState::exists(const std::string& key) const {
 void StoreState::keyBecameReady(const std::string& key, StoreEffects& effects) {
   auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
-  for (ConnectionId waiter : it->second) {
-    auto left = awaited_.find(waiter);
-    if (left == awaited_.end()) continue;
-    if (--left->second == 0) {
+  for (const Waiter& w : it->second.waiters) {
+    auto left = awaited_.find(w.connection);
+    if (left == awaited_.end() || left->second.wait != w.wait) continue;
+    if (--left->second.missing == 0) {
       awaited_.erase(left);
-      effects.woken.push_back(waiter);
+      effects.woken.push_back(w.connection);
     }
   }
   waiting_.erase(it);
@@ -108,25 +108,37 @@ bool StoreState::check(const std::vector<std::string>& keys) const {
 }
 
 bool StoreState::wait(ConnectionId connection, const std::vector<std::string>& keys) {
-  size_t missing = 0;
+  cancelWait(connection);  // a new wait replaces one the connection still had
+  const uint64_t wait = ++next_wait_;
+  Awaiting awaiting{0, wait, {}};
   for (const auto& key : keys) {
     if (exists(key)) continue;
-    auto& waiters = waiting_[key];
-    if (std::find(waiters.begin(), waiters.end(), connection) == waiters.end()) {
-      waiters.push_back(connection);
-      ++missing;
-    }
+    auto& list = waiting_[key].waiters;
+    // A key named twice in one request: its entry is the list's last one.
+    if (!list.empty() && list.back().connection == connection && list.back().wait == wait) continue;
+    list.push_back({connection, wait});
+    awaiting.keys.push_back(key);
+    ++awaiting.missing;
   }
-  if (missing == 0) return true;
-  awaited_[connection] = missing;
+  if (awaiting.missing == 0) return true;
+  awaited_[connection] = std::move(awaiting);
   return false;
 }
 
 bool StoreState::cancelWait(ConnectionId connection) {
-  if (awaited_.erase(connection) == 0) return false;
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    std::erase(it->second, connection);
-    it = it->second.empty() ? waiting_.erase(it) : std::next(it);
+  auto a = awaited_.find(connection);
+  if (a == awaited_.end()) return false;
+  const std::vector<std::string> keys = std::move(a->second.keys);
+  awaited_.erase(a);
+  for (const auto& key : keys) {
+    auto it = waiting_.find(key);
+    if (it == waiting_.end()) continue;
+    WaitList& list = it->second;
+    // Swept once half the list is stale: amortised O(1) per withdrawn wait.
+    if (++list.stale * 2 < list.waiters.size()) continue;
+    std::erase_if(list.waiters, [this](const Waiter& w) { return !live(w); });
+    list.stale = 0;
+    if (list.waiters.empty()) waiting_.erase(it);
   }
   return true;
 }
@@ -159,13 +171,13 @@ void StoreState::queuePush(const std::string& key, std::string value, StoreEffec
 void StoreState::wakeOne(const std::string& key, StoreEffects& effects) {
   auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
-  auto& waiters = it->second;
+  auto& waiters = it->second.waiters;
   for (auto w = waiters.begin(); w != waiters.end(); ++w) {
-    auto left = awaited_.find(*w);
-    if (left == awaited_.end()) continue;
-    if (--left->second == 0) {
+    auto left = awaited_.find(w->connection);
+    if (left == awaited_.end() || left->second.wait != w->wait) continue;
+    if (--left->second.missing == 0) {
       awaited_.erase(left);
-      effects.woken.push_back(*w);
+      effects.woken.push_back(w->connection);
       waiters.erase(w);
       break;
     }
@@ -181,8 +193,10 @@ bool StoreState::barrier(ConnectionId connection, const std::string& key, int64_
     keyBecameReady(key, effects);
     return true;
   }
-  waiting_[key].push_back(connection);
-  awaited_[connection] = 1;
+  cancelWait(connection);
+  const uint64_t wait = ++next_wait_;
+  waiting_[key].waiters.push_back({connection, wait});
+  awaited_[connection] = Awaiting{1, wait, {key}};
   return false;
 }
 

@@ -67,8 +67,30 @@ class StoreState {
 
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
-  std::unordered_map<std::string, std::vector<ConnectionId>> waiting_;  // key -> waiters
-  std::unordered_map<ConnectionId, size_t> awaited_;                    // waiter -> keys missing
+  // A wait is one request of one connection, numbered so that a cancelled one's entries can
+  // stay in the keys' lists until enough of a list is stale to sweep it: withdrawing a wait
+  // costs O(its keys), not O(every waiter of the key) (16,384 agents' watchers withdraw their
+  // wait on a round's `end` at every keep-alive).
+  struct Waiter {
+    ConnectionId connection;
+    uint64_t wait;
+  };
+  struct WaitList {
+    std::vector<Waiter> waiters;
+    size_t stale = 0;  // entries of withdrawn waits
+  };
+  struct Awaiting {
+    size_t missing = 0;  // keys still to come
+    uint64_t wait = 0;
+    std::vector<std::string> keys;  // those it waits on
+  };
+  bool live(const Waiter& w) const {
+    auto a = awaited_.find(w.connection);
+    return a != awaited_.end() && a->second.wait == w.wait;
+  }
+  std::unordered_map<std::string, WaitList> waiting_;   // key -> waiters
+  std::unordered_map<ConnectionId, Awaiting> awaited_;  // waiter -> its wait
+  uint64_t next_wait_ = 0;
   std::unordered_map<std::string, std::vector<ConnectionId>> watchers_;
 };
 

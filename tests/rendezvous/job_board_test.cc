@@ -123,3 +123,28 @@ TEST_CASE("job board: a hang verdict waits a bounded time for nodes that do not 
   for (int i = 0; i < 10; ++i) job.advance(1, 100ms);
   CHECK(gathered.get().empty());
 }
+
+TEST_CASE(
+    "job board: a hang summary past a megabyte is cut at a line, and the judge reads only the nodes that answered",
+    "[rdzv]") {
+  Job job(3, 3);
+  Node& a = job.add("a:1");
+  Node& b = job.add("b:2");
+  Node& c = job.add("c:3");
+  form(job, {&a, &b, &c});
+  Call<std::vector<std::string>> gathered(
+      a.rdzv(), std::async(std::launch::async, [&] { return a.board().gatherHangSummaries(1s); }));
+  REQUIRE(job.clock.awaitSleepers(1));
+  const std::string line(999, 'x');
+  std::string huge;
+  while (huge.size() <= (1u << 20)) huge += line + "\n";  // 1,050 lines of 1,000 bytes
+  REQUIRE(b.board().hangSummaryRequested());
+  b.board().publishHangSummary(huge);
+  // b named itself in the round's list of answers; c never answers.
+  CHECK(job.get("r0/hang/answered") == "1\n");
+  for (int i = 0; i < 10; ++i) job.advance(1, 100ms);
+  const auto answers = gathered.get();
+  REQUIRE(answers.size() == 1);
+  CHECK(answers[0].size() == 1048 * 1000);  // the whole lines that fit in 1 MiB
+  CHECK(answers[0] == huge.substr(0, answers[0].size()));
+}

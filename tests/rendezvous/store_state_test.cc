@@ -123,6 +123,29 @@ TEST_CASE("store state: a cancelled wait is not woken later", "[store_state]") {
   CHECK(woke(effects, 4));
 }
 
+TEST_CASE("store state: waits withdrawn and made again, as keep-alives do, wake each connection once and only when due",
+          "[store_state]") {
+  StoreState state;
+  StoreEffects effects;
+  // Many connections wait on one key and withdraw, over and over (each agent's watcher on a
+  // round's end); connection 1 comes back waiting on two keys.
+  for (int turn = 0; turn < 5; ++turn) {
+    for (ConnectionId c = 1; c <= 100; ++c) REQUIRE_FALSE(state.wait(c, {"end"}));
+    for (ConnectionId c = 1; c <= 100; ++c) REQUIRE(state.cancelWait(c));
+  }
+  REQUIRE_FALSE(state.wait(1, {"end", "other"}));
+  for (ConnectionId c = 2; c <= 50; ++c) REQUIRE_FALSE(state.wait(c, {"end", "end"}));
+  CHECK(state.waitingConnections() == 50);
+  state.set("end", "done", effects);
+  CHECK_FALSE(woke(effects, 1));  // still missing "other"
+  CHECK(effects.woken.size() == 49);
+  for (ConnectionId c = 2; c <= 50; ++c) CHECK(std::count(effects.woken.begin(), effects.woken.end(), c) == 1);
+  effects = {};
+  state.set("other", "x", effects);
+  CHECK(effects.woken == std::vector<ConnectionId>{1});
+  CHECK(state.waitingConnections() == 0);
+}
+
 TEST_CASE("store state: queues pop in order and count as existing keys while not empty and wake one waiter",
           "[store_state]") {
   StoreState state;
