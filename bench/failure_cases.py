@@ -1,10 +1,10 @@
-"""One failing two-rank job, the same under every launcher (bench/failure_compare runs it).
-Rank 1 is the culprit in every case; rank 0 only waits in all_reduce #2.
+"""One failing job of three ranks or more, the same under every launcher (bench/failure_compare runs it).
+Rank 1 is the culprit in every case; the other ranks only wait in all_reduce #2.
   skip           rank 1 sleeps instead of calling all_reduce #2
-  mismatch_op    rank 1 calls broadcast where rank 0 calls all_reduce
-  mismatch_size  rank 1 passes 2048 elements where rank 0 passes 1024
+  mismatch_op    rank 1 calls broadcast where the others call all_reduce
+  mismatch_size  rank 1 passes 2048 elements where the others pass 1024
   cuda_error     rank 1 indexes a CUDA tensor out of bounds (a device-side assert); nccl only
-  sigkill        rank 1 is killed by SIGKILL while rank 0 is in all_reduce #2
+  sigkill        rank 1 is killed by SIGKILL while the others are in all_reduce #2
 Usage: failure_cases.py CASE [--backend nccl|gloo] [--timeout SECONDS]"""
 import argparse
 import os
