@@ -13,7 +13,7 @@ namespace {
 using std::chrono::milliseconds;
 
 // The most one node's hang summary may hold (agent/hang/hang_verdict.h: a few thousand positions
-// of about a hundred bytes).
+// of about a hundred bytes; agent/hang/torch_trace/dump_summary.h: torch's dumps, at most 512 KiB).
 constexpr size_t kMaxHangSummaryBytes = 1 << 20;
 
 }  // namespace
@@ -25,7 +25,7 @@ class JobBoard::Impl {
 
   void publishStatus(const AgentRecord& record);
   void refreshHeartbeat();
-  std::vector<std::string> gatherHangSummaries(milliseconds wait);
+  std::vector<std::string> gatherHangSummaries(milliseconds wait, const std::string& mine);
   bool hangSummaryRequested();
   void publishHangSummary(const std::string& summary);
   DynamicRendezvous& rendezvous() { return rendezvous_; }
@@ -92,7 +92,7 @@ void JobBoard::Impl::refreshHeartbeat() {
   }
 }
 
-std::vector<std::string> JobBoard::Impl::gatherHangSummaries(milliseconds wait) {
+std::vector<std::string> JobBoard::Impl::gatherHangSummaries(milliseconds wait, const std::string& mine) {
   std::vector<std::string> answers;
   const auto place = rendezvous_.currentRound();
   if (!place || place->participants < 2) return answers;
@@ -103,6 +103,8 @@ std::vector<std::string> JobBoard::Impl::gatherHangSummaries(milliseconds wait) 
     if (g != place->group_rank) keys.push_back(roundKey(place->round, "hang/" + std::to_string(g)));
   }
   try {
+    // Its own first: a node that asks in the same round reads it, as it reads any answer.
+    store().set(roundKey(place->round, "hang/" + std::to_string(place->group_rank)), mine);
     store().set(roundKey(place->round, "hang/request"), site_.node);
     const auto deadline = clock_.now() + wait;
     std::vector<bool> got(keys.size(), false);
@@ -171,7 +173,9 @@ JobBoard::~JobBoard() {
 }
 
 void JobBoard::publishStatus(const AgentRecord& record) { impl_->publishStatus(record); }
-std::vector<std::string> JobBoard::gatherHangSummaries(milliseconds wait) { return impl_->gatherHangSummaries(wait); }
+std::vector<std::string> JobBoard::gatherHangSummaries(milliseconds wait, const std::string& mine) {
+  return impl_->gatherHangSummaries(wait, mine);
+}
 bool JobBoard::hangSummaryRequested() { return impl_->hangSummaryRequested(); }
 void JobBoard::publishHangSummary(const std::string& summary) { impl_->publishHangSummary(summary); }
 
