@@ -193,9 +193,10 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
     for (const std::string& answer : otherNodes()) {
       RemoteDumps theirs = decodeDumpSummary(answer, current->world_size, local_ranks);
       if (theirs.rejected > 0) {
-        log_->warn("torch flight-recorder dumps: ignored {} line(s) of another node's summary that this job of {} "
-                   "ranks cannot hold",
-                   theirs.rejected, current->world_size);
+        log_->warn(
+            "torch flight-recorder dumps: ignored {} line(s) of another node's summary that this job of {} "
+            "ranks cannot hold",
+            theirs.rejected, current->world_size);
       }
       for (FlightDump& d : theirs.dumps) {
         if (remote.count(d.rank)) continue;  // two nodes claim one rank: the first answer holds

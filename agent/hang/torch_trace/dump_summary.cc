@@ -175,8 +175,8 @@ std::string entryLine(int rank, const FlightEntry& e) {
   return fmt::format("fr1 e {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n", rank, escape(e.pg_name),
                      escape(e.pg_desc), e.collective_seq_id, e.p2p_seq_id, e.is_p2p ? 1 : 0, escape(e.op), e.p2p_src,
                      e.p2p_dst, stateWord(e.state), e.time_created_ns, optionalNs(e.time_started_ns),
-                     optionalNs(e.time_completed_ns), e.timeout_ms, sizesText(e.input_sizes),
-                     listText(e.input_dtypes), sizesText(e.output_sizes), listText(e.output_dtypes), frame);
+                     optionalNs(e.time_completed_ns), e.timeout_ms, sizesText(e.input_sizes), listText(e.input_dtypes),
+                     sizesText(e.output_sizes), listText(e.output_dtypes), frame);
 }
 
 std::optional<FlightEntry> parseEntry(const std::vector<std::string_view>& t) {
@@ -190,12 +190,12 @@ std::optional<FlightEntry> parseEntry(const std::vector<std::string_view>& t) {
   auto file = unescape(t[20]), function = unescape(t[22]);
   int is_p2p = 0;
   FlightFrame frame;
-  if (!name || !desc || !op || !state || !in_sizes || !out_sizes || !in_dtypes || !out_dtypes || !file ||
-      !function || !parseNumber(t[5], e.collective_seq_id) || !parseNumber(t[6], e.p2p_seq_id) ||
-      !parseNumber(t[7], is_p2p) || (is_p2p != 0 && is_p2p != 1) || !parseNumber(t[9], e.p2p_src) ||
-      !parseNumber(t[10], e.p2p_dst) || !parseNumber(t[12], e.time_created_ns) ||
-      !parseOptionalNs(t[13], e.time_started_ns) || !parseOptionalNs(t[14], e.time_completed_ns) ||
-      !parseNumber(t[15], e.timeout_ms) || !parseNumber(t[21], frame.line)) {
+  if (!name || !desc || !op || !state || !in_sizes || !out_sizes || !in_dtypes || !out_dtypes || !file || !function ||
+      !parseNumber(t[5], e.collective_seq_id) || !parseNumber(t[6], e.p2p_seq_id) || !parseNumber(t[7], is_p2p) ||
+      (is_p2p != 0 && is_p2p != 1) || !parseNumber(t[9], e.p2p_src) || !parseNumber(t[10], e.p2p_dst) ||
+      !parseNumber(t[12], e.time_created_ns) || !parseOptionalNs(t[13], e.time_started_ns) ||
+      !parseOptionalNs(t[14], e.time_completed_ns) || !parseNumber(t[15], e.timeout_ms) ||
+      !parseNumber(t[21], frame.line)) {
     return std::nullopt;
   }
   e.pg_name = std::move(*name);
@@ -228,8 +228,8 @@ std::vector<std::string_view> tokens(std::string_view line) {
 
 // One rank's lines; its group lines only for the groups `sent` does not hold yet.
 std::string rankLines(const LocalDump& d, std::set<std::tuple<std::string, std::string, std::vector<int>>>& sent) {
-  std::string out = fmt::format("fr1 d {} {} {} {}\n", d.dump.rank, d.local_rank, d.dump.truncated ? 1 : 0,
-                                d.finished ? 1 : 0);
+  std::string out =
+      fmt::format("fr1 d {} {} {} {}\n", d.dump.rank, d.local_rank, d.dump.truncated ? 1 : 0, d.finished ? 1 : 0);
   for (const FlightGroupConfig& g : d.dump.groups) {
     if (!sent.emplace(g.name, g.desc, g.ranks).second) continue;
     out += fmt::format("fr1 g {} {} {} {}\n", d.dump.rank, escape(g.name), escape(g.desc),
@@ -337,8 +337,7 @@ RemoteDumps decodeDumpSummary(std::string_view summary, int world_size, const st
     }
     int rank = -1;
     const bool fits = parseNumber(t[2], rank) && rank >= 0 && rank < world_size &&
-                      std::find(local_ranks.begin(), local_ranks.end(), rank) == local_ranks.end() &&
-                      !bad.count(rank);
+                      std::find(local_ranks.begin(), local_ranks.end(), rank) == local_ranks.end() && !bad.count(rank);
     if (!fits) {
       ++out.rejected;
       continue;

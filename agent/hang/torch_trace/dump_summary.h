@@ -57,7 +57,7 @@ struct RemoteRank {
 };
 
 struct RemoteDumps {
-  std::vector<FlightDump> dumps;   // by rank, ascending
+  std::vector<FlightDump> dumps;  // by rank, ascending
   std::vector<int> finished_ranks;
   std::map<int, RemoteRank> ranks;  // of the dumps
   size_t rejected = 0;              // "fr1" lines dropped: malformed, or a rank this job cannot hold

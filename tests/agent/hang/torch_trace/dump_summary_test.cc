@@ -87,10 +87,9 @@ TEST_CASE("dump summary: a rank behind on another node is blamed with its call s
 
 TEST_CASE("dump summary: every scenario merged across nodes gives the verdict of the dumps read in one place",
           "[dump_summary]") {
-  const std::pair<const char*, int> scenarios[] = {{"behind", 2},         {"mismatch_op", 2}, {"mismatch_size", 3},
-                                                   {"mismatch_dtype", 2}, {"all_wait", 2},    {"p2p", 2},
-                                                   {"p2p_size", 2},       {"groups", 3},      {"truncated_ring", 2},
-                                                   {"done", 2}};
+  const std::pair<const char*, int> scenarios[] = {
+      {"behind", 2}, {"mismatch_op", 2}, {"mismatch_size", 3}, {"mismatch_dtype", 2}, {"all_wait", 2},
+      {"p2p", 2},    {"p2p_size", 2},    {"groups", 3},        {"truncated_ring", 2}, {"done", 2}};
   for (const auto& [scenario, ranks] : scenarios) {
     INFO(scenario);
     const auto all = scenarioDumps(scenario, ranks);
@@ -103,9 +102,10 @@ TEST_CASE("dump summary: every scenario merged across nodes gives the verdict of
   }
 }
 
-TEST_CASE("dump summary: a long job sends the entries around where the ranks part ways, and still blames the rank "
-          "behind",
-          "[dump_summary]") {
+TEST_CASE(
+    "dump summary: a long job sends the entries around where the ranks part ways, and still blames the rank "
+    "behind",
+    "[dump_summary]") {
   const FlightDump waiting = longDump(0, 2, 3000, true);
   const FlightDump behind = longDump(1, 2, 3000, false);
   const FlightDump compact = compactDump(behind, 8, 8);
@@ -192,13 +192,13 @@ TEST_CASE("dump summary: names with spaces, commas, '%', newlines and nothing at
 TEST_CASE("dump summary: forged or broken lines are dropped and counted, never blamed", "[dump_summary]") {
   const std::string good = encodeDumpSummary("b", {LocalDump{longDump(1, 2, 1, false), 0, false}});
   const std::string forged = good +
-                             "fr1 d 4242 0 0 0\n"              // no such rank in a job of 2
+                             "fr1 d 4242 0 0 0\n"  // no such rank in a job of 2
                              "fr1 e 4242 0 - 1 0 0 all_reduce -1 -1 started 1 - - 0 [] - [] - - 0 -\n"
-                             "fr1 d 0 0 0 0\n"                 // this node's own rank
-                             "fr1 e 1 0 - x 0 0 all_reduce -1 -1 started 1 - - 0 [] - [] - - 0 -\n"  // bad number
-                             "fr1 e 1 0 - 1 0 0 all_reduce -1 -1 sleeping 1 - - 0 [] - [] - - 0 -\n"  // bad state
+                             "fr1 d 0 0 0 0\n"  // this node's own rank
+                             "fr1 e 1 0 - x 0 0 all_reduce -1 -1 started 1 - - 0 [] - [] - - 0 -\n"    // bad number
+                             "fr1 e 1 0 - 1 0 0 all_reduce -1 -1 sleeping 1 - - 0 [] - [] - - 0 -\n"   // bad state
                              "fr1 e 1 0 - 1 0 0 all_reduce -1 -1 started 1 - - 0 [[1] - [] - - 0 -\n"  // bad sizes
-                             "fr1 g 1 0 - 0-9\n"               // ranks out of the job
+                             "fr1 g 1 0 - 0-9\n"  // ranks out of the job
                              "fr1 q 1\n"
                              "fr1 e 1 %zz\n";
   RemoteDumps remote = decodeDumpSummary(forged, 2, {0});
