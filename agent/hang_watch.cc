@@ -201,8 +201,12 @@ std::vector<RankPosition> HangWatch::localPositions() const {
 void HangWatch::answerHangRequest() {
   if (!rendezvous_->hangSummaryRequested()) return;
   // Its ranks' torch dumps go with the answer: they are written within a second or two of
-  // the collective's timeout (torch signals the dump through its store).
-  if (torch_dumps_) settleTorchDumps();
+  // the collective's timeout (torch signals the dump through its store); and their Python
+  // stacks, taken now unless a failure here had them taken already.
+  if (torch_dumps_) {
+    if (!python_stacks_taken_) takePythonStacks();
+    settleTorchDumps();
+  }
   rendezvous_->publishHangSummary(ownSummary());
   log_->info("another node judges a hang; published where this node's ranks stand");
 }
@@ -216,7 +220,8 @@ std::string HangWatch::ownSummary() {
     for (const Worker& w : group_.workers()) {
       if (w.place.rank != d.rank) continue;
       const bool finished = !w.running && w.exit_code == 0 && w.signal == 0;
-      dumps.push_back(LocalDump{std::move(d), w.place.local_rank, finished});
+      dumps.push_back(LocalDump{std::move(d), w.place.local_rank, finished,
+                                w.python_stack.empty() ? "" : formatTraceback(mainThreadFrames(w.python_stack))});
       break;
     }
   }

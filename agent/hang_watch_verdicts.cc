@@ -188,6 +188,7 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
   std::vector<FlightDump> dumps = torch_dumps_->dumps();
   // The other nodes' ranks, from their summaries.
   std::map<int, RemoteRank> remote;
+  std::map<int, std::string> remote_stacks;
   const auto& current = reporter_.round();
   if (current && static_cast<size_t>(current->world_size) > group_.workers().size()) {
     for (const std::string& answer : otherNodes()) {
@@ -201,6 +202,9 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
       for (FlightDump& d : theirs.dumps) {
         if (remote.count(d.rank)) continue;  // two nodes claim one rank: the first answer holds
         remote[d.rank] = theirs.ranks[d.rank];
+        if (auto stack = theirs.python_stacks.find(d.rank); stack != theirs.python_stacks.end()) {
+          remote_stacks[d.rank] = stack->second;
+        }
         dumps.push_back(std::move(d));
       }
       options.finished_ranks.insert(options.finished_ranks.end(), theirs.finished_ranks.begin(),
@@ -244,6 +248,14 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
     f.time = std::chrono::system_clock::now();
     f.hang_reason = sentences;
     f.elsewhere = standingOf(verdict, rank);
+    // Its traceback as its node took it before anyone was stopped (a worker's text: shown escaped).
+    if (auto stack = remote_stacks.find(rank); stack != remote_stacks.end()) {
+      for (std::string_view rest = stack->second; !rest.empty();) {
+        const size_t newline = rest.find('\n');
+        f.python_stack += printable(rest.substr(0, newline)) + "\n";
+        rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
+      }
+    }
     remote_culprits_.push_back(std::move(f));
   }
   return sentences;

@@ -95,6 +95,10 @@ void appendFailure(std::string& out, const WorkerFailure& f) {
     out += "  exit      : (a rank of another node; its agent stops it as the round ends)\n";
     out += fmt::format("  where     : {}\n", f.elsewhere);
     out += fmt::format("  verdict   : {}\n", continued(f.hang_reason, "              "));
+    if (!f.python_stack.empty()) {
+      out += "  python    : (its main thread, taken by its node's agent before anyone was stopped)\n";
+      out += indent(f.python_stack, "    ");
+    }
     return;
   }
   out += fmt::format("  pid       : {}\n", f.pid);

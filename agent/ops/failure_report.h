@@ -47,7 +47,7 @@ struct WorkerFailure {
   // empty: none seen.
   std::string gpu_fault;
   // A rank of another node that this node's hang verdict blames (its other fields but rank,
-  // local_rank, host and hang_reason are unset): where the verdict found it, e.g. "behind,
+  // local_rank, host, hang_reason and python_stack are unset): where the verdict found it, e.g. "behind,
   // last called all_reduce #1 (completed) at /job/train.py:12 in main". Empty: a local worker.
   std::string elsewhere;
 };

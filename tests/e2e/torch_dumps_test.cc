@@ -155,20 +155,21 @@ TEST_CASE("an abort that no dump or stack ties to a collective: the others get t
 namespace {
 
 // Like writeScript's job, for one worker per node: rank 1 (on the other node, with a dump prefix
-// of its own) waits for `marker`, which rank 0 touches once its dump is written.
+// of its own) waits for `marker`, which rank 0 touches once its dump is written, then writes its
+// own from a child process while it sleeps (line 17).
 std::string writeNodesScript(const TempDir& dir, const std::string& marker) {
   const std::string path = dir.file("nodes.py");
   std::ofstream(path) << "import os, subprocess, sys, time\n"
                          "prefix = os.environ['TORCH_FR_DUMP_TEMP_FILE']\n"
                          "rank = int(os.environ['RANK'])\n"
                          "def write():\n"
-                         "    subprocess.run([sys.executable, '"
+                         "    return subprocess.Popen([sys.executable, '"
                       << flightDumpsScript()
                       << "', os.path.dirname(prefix), 'behind', '--prefix',\n"
-                         "                    os.path.basename(prefix), '--rank', str(rank)], check=True)\n"
+                         "                             os.path.basename(prefix), '--rank', str(rank)])\n"
                          "if rank == 0:\n"
                          "    time.sleep(1)\n"
-                         "    write()\n"
+                         "    assert write().wait() == 0\n"
                          "    open('"
                       << marker
                       << "', 'w').close()\n"
@@ -179,7 +180,7 @@ std::string writeNodesScript(const TempDir& dir, const std::string& marker) {
                       << "') and time.time() < deadline:\n"
                          "    time.sleep(0.05)\n"
                          "time.sleep(0.3)\n"
-                         "write()\n"
+                         "writer = write()  # in the background: its stack is taken in the sleep below\n"
                          "time.sleep(60)\n";
   return path;
 }
@@ -224,6 +225,9 @@ TEST_CASE("two nodes: the node that sees the failure blames the rank behind on t
   CHECK_THAT(cause,
              Catch::Contains("where     : behind, last called all_reduce #1 (completed) at /job/train.py:12 in main"));
   CHECK_THAT(cause, Catch::Contains("verdict   : hang: rank 1 has not called all_reduce #2"));
+  // Its Python stack, taken by its own node before anyone was stopped: where it sleeps.
+  CHECK_THAT(cause, Catch::Contains("python    : (its main thread, taken by its node's agent"));
+  CHECK_THAT(cause, Catch::Contains("nodes.py\", line 17, in <module>\n      time.sleep(60)"));
   CHECK_THAT(cause, !Catch::Contains("rank      : 0 "));
 }
 

@@ -282,7 +282,32 @@ FlightDump compactDump(const FlightDump& dump, size_t before, size_t after) {
   return out;
 }
 
-std::string encodeDumpSummary(const std::string& node, const std::vector<LocalDump>& dumps, size_t max_bytes) {
+namespace {
+
+// The innermost kMaxStackLines lines of each sent rank's traceback, within `max_bytes`.
+std::string stackLines(const std::vector<LocalDump>& sorted, const std::string& sent, size_t max_bytes) {
+  std::string out;
+  for (const LocalDump& d : sorted) {
+    if (d.python_stack.empty() || sent.find(fmt::format("fr1 d {} ", d.dump.rank)) == std::string::npos) continue;
+    std::vector<std::string_view> lines;
+    for (std::string_view rest = d.python_stack; !rest.empty();) {
+      const size_t newline = rest.find('\n');
+      lines.push_back(rest.substr(0, newline));
+      rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
+    }
+    const size_t from = lines.size() > kMaxStackLines ? lines.size() - kMaxStackLines : 0;
+    std::string mine;
+    for (size_t i = from; i < lines.size(); ++i) mine += fmt::format("fr1 s {} {}\n", d.dump.rank, escape(lines[i]));
+    if (out.size() + mine.size() > max_bytes) continue;
+    out += mine;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string encodeDumpSummary(const std::string& node, const std::vector<LocalDump>& dumps, size_t max_bytes,
+                              size_t max_stack_bytes) {
   const std::string head = fmt::format("fr1 n {}\n", escape(node));
   std::vector<LocalDump> sorted = dumps;
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.dump.rank < b.dump.rank; });
@@ -305,7 +330,7 @@ std::string encodeDumpSummary(const std::string& node, const std::vector<LocalDu
       }
       out += lines;
     }
-    if (fits || last) return out;
+    if (fits || last) return out + stackLines(sorted, out, max_stack_bytes);
   }
   return out;
 }
@@ -371,6 +396,16 @@ RemoteDumps decodeDumpSummary(std::string_view summary, int world_size, const st
         continue;
       }
       it->second.groups.push_back(FlightGroupConfig{std::move(*name), std::move(*desc), std::move(*ranks)});
+    } else if (kind == 's') {
+      // One line of its traceback: the rest of the line after the rank, as one token.
+      auto text = t.size() == 4 ? unescape(t[3]) : std::nullopt;
+      std::string& stack = out.python_stacks[rank];
+      if (!text || static_cast<size_t>(std::count(stack.begin(), stack.end(), '\n')) >= kMaxStackLines) {
+        ++out.rejected;
+        if (stack.empty()) out.python_stacks.erase(rank);
+        continue;
+      }
+      stack += *text + "\n";
     } else if (kind == 'e') {
       auto e = parseEntry(t);
       if (!e) {
@@ -384,7 +419,10 @@ RemoteDumps decodeDumpSummary(std::string_view summary, int world_size, const st
     }
   }
   for (auto& [rank, d] : dumps) out.dumps.push_back(std::move(d));
-  for (int r : bad) out.ranks.erase(r);
+  for (int r : bad) {
+    out.ranks.erase(r);
+    out.python_stacks.erase(r);
+  }
   std::erase_if(out.finished_ranks, [&](int r) { return bad.count(r) > 0; });
   return out;
 }

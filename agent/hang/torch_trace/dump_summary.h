@@ -8,13 +8,16 @@
 //   fr1 e <rank> <group name> <desc> <collective seq> <p2p seq> <is p2p> <op> <p2p src> <p2p dst>
 //         <state> <created ns> <started ns|-> <completed ns|-> <timeout ms> <input sizes>
 //         <input dtypes> <output sizes> <output dtypes> <file> <line> <function>
+//   fr1 s <rank> <line>                                 a line of its Python traceback, taken
+//                                                       before anyone was stopped
 // Strings are escaped (%XX for spaces, '%', ',' and control bytes; "-" is the empty string),
 // sizes are "[[8],[4,4]]", dtypes "Float,Int" ("-": none). Per group a rank sends its entries
 // around its last completed collective (a few before, a few after: where the ranks part ways is
 // at most the first one not completed), and its newest entry; each entry with its call site
 // only (callSite). A dump cut so is marked truncated, as torch's own ring marks one that
-// overwrote its oldest entries. The whole summary stays within a byte budget: fewer entries
-// per group first, then fewer ranks. Agents of older versions skip these lines.
+// overwrote its oldest entries. The dumps stay within a byte budget: fewer entries per group
+// first, then fewer ranks; the tracebacks (their innermost lines) within one of their own.
+// Agents of older versions skip these lines.
 //
 // Pure functions over plain data; never throw beyond std::bad_alloc.
 #pragma once
@@ -29,15 +32,21 @@
 
 namespace ddprun::agent {
 
-// The most bytes of dump lines one node's summary holds (its ring positions stay under
-// job_board.cc's cap beside them).
-inline constexpr size_t kMaxDumpSummaryBytes = 512 * 1024;
+// The most bytes of dump lines one node's summary holds, and of traceback lines beside them
+// (its ring positions stay under job_board.cc's cap beside both).
+inline constexpr size_t kMaxDumpSummaryBytes = 448 * 1024;
+inline constexpr size_t kMaxStackSummaryBytes = 96 * 1024;
+// The most lines of one rank's traceback sent (its innermost).
+inline constexpr size_t kMaxStackLines = 16;
 
 // What a node knows of one of its ranks' dumps.
 struct LocalDump {
   FlightDump dump;
   int local_rank = 0;
   bool finished = false;  // the worker exited normally
+  // Its Python main thread's traceback (python_stacks.h's formatTraceback), taken before
+  // anyone was stopped; empty: none.
+  std::string python_stack;
 };
 
 // `dump` with, per group, only the entries from `before` ahead of its last completed
@@ -46,9 +55,10 @@ struct LocalDump {
 FlightDump compactDump(const FlightDump& dump, size_t before, size_t after);
 
 // The "fr1" lines for `dumps`, within `max_bytes` (at least the node line; ranks that do not
-// fit even at the fewest entries are left out, and the judging node names them).
+// fit even at the fewest entries are left out, and the judging node names them), then the
+// tracebacks of the ranks sent, at most kMaxStackLines each, within `max_stack_bytes`.
 std::string encodeDumpSummary(const std::string& node, const std::vector<LocalDump>& dumps,
-                              size_t max_bytes = kMaxDumpSummaryBytes);
+                              size_t max_bytes = kMaxDumpSummaryBytes, size_t max_stack_bytes = kMaxStackSummaryBytes);
 
 // A rank of another node, as its summary told.
 struct RemoteRank {
@@ -59,8 +69,9 @@ struct RemoteRank {
 struct RemoteDumps {
   std::vector<FlightDump> dumps;  // by rank, ascending
   std::vector<int> finished_ranks;
-  std::map<int, RemoteRank> ranks;  // of the dumps
-  size_t rejected = 0;              // "fr1" lines dropped: malformed, or a rank this job cannot hold
+  std::map<int, RemoteRank> ranks;           // of the dumps
+  std::map<int, std::string> python_stacks;  // of the ranks that sent one, a line each
+  size_t rejected = 0;                       // "fr1" lines dropped: malformed, or a rank this job cannot hold
 };
 
 // The dumps in another node's summary (its other lines are ignored). A rank outside

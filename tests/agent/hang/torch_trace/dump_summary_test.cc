@@ -4,6 +4,8 @@
 // nothing a forged summary can make it blame.
 #include "agent/hang/torch_trace/dump_summary.h"
 
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 #include "agent/hang/hang_verdict.h"
@@ -24,7 +26,7 @@ std::vector<FlightDump> scenarioDumps(const std::string& scenario, int ranks) {
 // Rank 0's dump read here, every other rank's through another node's summary.
 std::vector<FlightDump> merged(const std::vector<FlightDump>& all, RemoteDumps* out = nullptr) {
   std::vector<LocalDump> theirs;
-  for (size_t i = 1; i < all.size(); ++i) theirs.push_back(LocalDump{all[i], static_cast<int>(i - 1), false});
+  for (size_t i = 1; i < all.size(); ++i) theirs.push_back(LocalDump{all[i], static_cast<int>(i - 1), false, ""});
   const std::string summary = encodeDumpSummary("node-b:7", theirs);
   RemoteDumps remote = decodeDumpSummary(summary, static_cast<int>(all.size()), {0});
   std::vector<FlightDump> dumps{all[0]};
@@ -116,7 +118,7 @@ TEST_CASE(
   REQUIRE(compact.entries.back().frames.size() == 1);
   CHECK(compact.entries.back().frames[0].filename == "/job/train.py");  // the call site, torch's frames cut
 
-  const std::string summary = encodeDumpSummary("b", {LocalDump{behind, 0, false}});
+  const std::string summary = encodeDumpSummary("b", {LocalDump{behind, 0, false, ""}});
   CHECK(summary.size() < 4096);
   RemoteDumps remote = decodeDumpSummary(summary, 2, {0});
   CHECK(remote.rejected == 0);
@@ -134,7 +136,7 @@ TEST_CASE("dump summary: a node of many ranks stays within its byte budget, fewe
   std::vector<LocalDump> many;
   // 1024 ranks of 2048: at 8 entries before and after their last completed collective, about
   // 1.7 MB; at the fewest (it, and the one pending after it), within the budget.
-  for (int r = 0; r < 1024; ++r) many.push_back(LocalDump{longDump(r, 2048, 20, r % 2 == 0), r, false});
+  for (int r = 0; r < 1024; ++r) many.push_back(LocalDump{longDump(r, 2048, 20, r % 2 == 0), r, false, ""});
   const std::string summary = encodeDumpSummary("big", many);
   CHECK(summary.size() <= kMaxDumpSummaryBytes);
   RemoteDumps remote = decodeDumpSummary(summary, 2048, {});
@@ -163,7 +165,7 @@ TEST_CASE("dump summary: names with spaces, commas, '%', newlines and nothing at
     e.input_dtypes = {"Float", "-"};
     e.input_sizes = {{}, {3, 0}};
   }
-  RemoteDumps remote = decodeDumpSummary(encodeDumpSummary("node with space", {LocalDump{d, 2, true}}), 4, {0});
+  RemoteDumps remote = decodeDumpSummary(encodeDumpSummary("node with space", {LocalDump{d, 2, true, ""}}), 4, {0});
   CHECK(remote.rejected == 0);
   REQUIRE(remote.dumps.size() == 1);
   CHECK(remote.ranks.at(3).node == "node with space");
@@ -189,8 +191,33 @@ TEST_CASE("dump summary: names with spaces, commas, '%', newlines and nothing at
   }
 }
 
+TEST_CASE("dump summary: a rank's Python traceback goes with its dump, its innermost lines, within their budget",
+          "[dump_summary]") {
+  std::string stack;
+  for (int i = 0; i < 20; ++i) stack += "File \"/job/train.py\", line " + std::to_string(i) + ", in f\n";
+  stack += "File \"/job/train.py\", line 19, in <module>\n  time.sleep(60)\n";
+  RemoteDumps remote =
+      decodeDumpSummary(encodeDumpSummary("b", {LocalDump{longDump(1, 2, 1, false), 0, false, stack}}), 2, {0});
+  CHECK(remote.rejected == 0);
+  REQUIRE(remote.python_stacks.count(1) == 1);
+  const std::string& got = remote.python_stacks.at(1);
+  CHECK(std::count(got.begin(), got.end(), '\n') == static_cast<long>(kMaxStackLines));
+  CHECK_THAT(got, Catch::EndsWith("File \"/job/train.py\", line 19, in <module>\n  time.sleep(60)\n"));
+  CHECK_THAT(got, !Catch::Contains("line 3, in f"));  // the outermost lines go first
+
+  // Many ranks' stacks: those that fit their budget, whole; the dumps all go.
+  std::vector<LocalDump> many;
+  for (int r = 0; r < 64; ++r) many.push_back(LocalDump{longDump(r, 64, 1, false), r, false, stack});
+  RemoteDumps some = decodeDumpSummary(encodeDumpSummary("b", many, kMaxDumpSummaryBytes, 4096), 64, {});
+  CHECK(some.rejected == 0);
+  CHECK(some.dumps.size() == 64);
+  CHECK(!some.python_stacks.empty());
+  CHECK(some.python_stacks.size() < 64);
+  for (const auto& [rank, text] : some.python_stacks) CHECK(text == got);
+}
+
 TEST_CASE("dump summary: forged or broken lines are dropped and counted, never blamed", "[dump_summary]") {
-  const std::string good = encodeDumpSummary("b", {LocalDump{longDump(1, 2, 1, false), 0, false}});
+  const std::string good = encodeDumpSummary("b", {LocalDump{longDump(1, 2, 1, false), 0, false, ""}});
   const std::string forged = good +
                              "fr1 d 4242 0 0 0\n"  // no such rank in a job of 2
                              "fr1 e 4242 0 - 1 0 0 all_reduce -1 -1 started 1 - - 0 [] - [] - - 0 -\n"
@@ -200,9 +227,12 @@ TEST_CASE("dump summary: forged or broken lines are dropped and counted, never b
                              "fr1 e 1 0 - 1 0 0 all_reduce -1 -1 started 1 - - 0 [[1] - [] - - 0 -\n"  // bad sizes
                              "fr1 g 1 0 - 0-9\n"  // ranks out of the job
                              "fr1 q 1\n"
-                             "fr1 e 1 %zz\n";
+                             "fr1 e 1 %zz\n"
+                             "fr1 s 1 two tokens\n"
+                             "fr1 s 0 a-local-rank's\n";
   RemoteDumps remote = decodeDumpSummary(forged, 2, {0});
-  CHECK(remote.rejected == 9);
+  CHECK(remote.rejected == 11);
+  CHECK(remote.python_stacks.empty());
   REQUIRE(remote.dumps.size() == 1);
   CHECK(remote.dumps[0].rank == 1);
   CHECK(remote.dumps[0].entries.size() == 1);
