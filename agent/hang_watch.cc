@@ -336,7 +336,7 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
   if (const std::string trigger = collectiveFailureTrigger(failures, maybe); !trigger.empty()) {
     if (!python_stacks_taken_) takePythonStacks();
     // The local dumps before any other node is asked: they go with this node's summary.
-    if (torch_dumps_) settleTorchDumps();
+    if (torch_dumps_) dumps_waited_ = settleTorchDumps();
     std::string verdict = judgeHang(trigger);
     if (verdict.empty()) verdict = judgeTorchDumps(trigger);
     if (verdict.empty()) verdict = judgePythonHang(trigger);
@@ -370,6 +370,7 @@ void HangWatch::endAttempt() {
   torch_dumps_.reset();
   other_nodes_.reset();
   remote_culprits_.clear();
+  dumps_waited_.reset();
 }
 
 }  // namespace ddprun::agent

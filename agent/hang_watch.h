@@ -158,21 +158,22 @@ class HangWatch {
   std::shared_ptr<spdlog::logger> log_;
   AgentRendezvous* rendezvous_ = nullptr;
   LogLayout* layout_ = nullptr;
-  std::unique_ptr<FileTimerServer> timer_server_;        // TORCHELASTIC_ENABLE_FILE_TIMER=1
-  std::unique_ptr<FlightDir> flight_dir_;                // the workers' flight recorder rings
-  bool hang_judged_ = false;                             // this attempt's verdict was given
-  std::vector<int> hang_culprits_;                       // the ranks it blamed: the report's root cause
-  Clock::TimePoint next_hang_check_{};                   // --hang_timeout's next look at the rings
-  Clock::TimePoint attempt_started_{};                   // when this attempt's workers were started
-  bool no_rings_warned_ = false;                         // --hang_timeout found no ring to watch (said once)
-  Clock::TimePoint next_hang_request_check_{};           // the next look for another node's request
-  std::string collective_line_;                          // "rank 0: <line>": a stderr line said a collective failed
-  Clock::TimePoint collective_line_at_{};                // when
-  bool python_stacks_taken_ = false;                     // this attempt's Python stacks were taken
-  std::unique_ptr<TorchDumps> torch_dumps_;              // this attempt's, when a worker has a dump prefix
-  Clock::TimePoint next_dump_look_{};                    // lookForTorchDumps' next look
-  std::optional<std::vector<std::string>> other_nodes_;  // this attempt's summaries of the other nodes
-  std::vector<WorkerFailure> remote_culprits_;           // ranks of other nodes the dumps blamed
+  std::unique_ptr<FileTimerServer> timer_server_;          // TORCHELASTIC_ENABLE_FILE_TIMER=1
+  std::unique_ptr<FlightDir> flight_dir_;                  // the workers' flight recorder rings
+  bool hang_judged_ = false;                               // this attempt's verdict was given
+  std::vector<int> hang_culprits_;                         // the ranks it blamed: the report's root cause
+  Clock::TimePoint next_hang_check_{};                     // --hang_timeout's next look at the rings
+  Clock::TimePoint attempt_started_{};                     // when this attempt's workers were started
+  bool no_rings_warned_ = false;                           // --hang_timeout found no ring to watch (said once)
+  Clock::TimePoint next_hang_request_check_{};             // the next look for another node's request
+  std::string collective_line_;                            // "rank 0: <line>": a stderr line said a collective failed
+  Clock::TimePoint collective_line_at_{};                  // when
+  bool python_stacks_taken_ = false;                       // this attempt's Python stacks were taken
+  std::unique_ptr<TorchDumps> torch_dumps_;                // this attempt's, when a worker has a dump prefix
+  Clock::TimePoint next_dump_look_{};                      // lookForTorchDumps' next look
+  std::optional<std::vector<std::string>> other_nodes_;    // this attempt's summaries of the other nodes
+  std::vector<WorkerFailure> remote_culprits_;             // ranks of other nodes the dumps blamed
+  std::optional<std::chrono::milliseconds> dumps_waited_;  // failures()' wait for the local dumps
 };
 
 }  // namespace ddprun::agent

@@ -160,7 +160,8 @@ std::string standingOf(const DumpVerdict& verdict, int rank) {
 
 std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
   if (!torch_dumps_) return {};
-  const auto waited_ms = settleTorchDumps().count();
+  // Waited for once already, before the other nodes were asked.
+  const auto waited_ms = (dumps_waited_ ? *dumps_waited_ : settleTorchDumps()).count();
   const std::vector<int> missing = torch_dumps_->missing();
   if (torch_dumps_->writtenRanks().empty()) {
     log_->info("no torch flight-recorder dump from rank {} within {} ms; the verdict comes from the Python stacks",

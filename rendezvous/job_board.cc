@@ -13,7 +13,7 @@ namespace {
 using std::chrono::milliseconds;
 
 // The most one node's hang summary may hold (agent/hang/hang_verdict.h: a few thousand positions
-// of about a hundred bytes; agent/hang/torch_trace/dump_summary.h: torch's dumps, at most 512 KiB).
+// of about a hundred bytes; agent/hang/torch_trace/dump_summary.h: torch's dumps and tracebacks, at most 544 KiB).
 constexpr size_t kMaxHangSummaryBytes = 1 << 20;
 
 }  // namespace
