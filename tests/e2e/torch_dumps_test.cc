@@ -156,10 +156,13 @@ namespace {
 
 // Like writeScript's job, for one worker per node: rank 1 (on the other node, with a dump prefix
 // of its own) waits for `marker`, which rank 0 touches once its dump is written, then writes its
-// own from a child process while it sleeps (line 17).
-std::string writeNodesScript(const TempDir& dir, const std::string& marker) {
+// own from a child process while it sleeps (line 18).
+std::string writeNodesScript(const TempDir& dir, const std::string& marker, bool rank1_writes = true) {
   const std::string path = dir.file("nodes.py");
   std::ofstream(path) << "import os, subprocess, sys, time\n"
+                         "rank1_writes = "
+                      << (rank1_writes ? "True" : "False")
+                      << "\n"
                          "prefix = os.environ['TORCH_FR_DUMP_TEMP_FILE']\n"
                          "rank = int(os.environ['RANK'])\n"
                          "def write():\n"
@@ -180,24 +183,27 @@ std::string writeNodesScript(const TempDir& dir, const std::string& marker) {
                       << "') and time.time() < deadline:\n"
                          "    time.sleep(0.05)\n"
                          "time.sleep(0.3)\n"
-                         "writer = write()  # in the background: its stack is taken in the sleep below\n"
+                         "writer = write() if rank1_writes else None  # in the background: its stack is taken in "
+                         "the sleep below\n"
                          "time.sleep(60)\n";
   return path;
 }
 
-}  // namespace
+struct TwoNodes {
+  std::string judge;  // the stderr of the agent whose rank 0 aborted
+  int exit_codes[2] = {-1, -1};
+};
 
-TEST_CASE("two nodes: the node that sees the failure blames the rank behind on the other node, with its frame",
-          "[e2e][torch_dumps][multinode]") {
-  TempDir dir;
-  const std::string script = writeNodesScript(dir, dir.file("rank0_dumped"));
+// The job of writeNodesScript on two agents of one c10d job on loopback, the first hosting the
+// store on a port from the kernel.
+TwoNodes runTwoNodes(const TempDir& dir, const std::string& script, const std::string& id) {
   auto args = [&](int port, bool host) {
     return std::vector<std::string>{ddprunPath(),
                                     "--nnodes=2",
                                     "--nproc_per_node=1",
                                     "--rdzv_backend=c10d",
                                     "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
-                                    "--rdzv_id=dumps-across",
+                                    "--rdzv_id=" + id,
                                     std::string("--rdzv_conf=is_host=") + (host ? "true" : "false"),
                                     "--log_dir=" + dir.file(host ? "logs0" : "logs1"),
                                     script};
@@ -210,11 +216,21 @@ TEST_CASE("two nodes: the node that sees the failure blames the rank behind on t
   REQUIRE(first.wait(90s));
   REQUIRE(second.wait(90s));
   INFO("first agent:\n" << first.err() << "\nsecond agent:\n" << second.err());
-  CHECK(first.exitCode() == 1);
-  CHECK(second.exitCode() == 1);
   // The node of rank 0 saw its worker abort; rank 1 runs on the other one.
   TestProcess& judge = first.err().find("rank 0 was killed by SIGABRT") != std::string::npos ? first : second;
-  const std::string err = judge.err();
+  return TwoNodes{judge.err(), {first.exitCode(), second.exitCode()}};
+}
+
+}  // namespace
+
+TEST_CASE("two nodes: the node that sees the failure blames the rank behind on the other node, with its frame",
+          "[e2e][torch_dumps][multinode]") {
+  TempDir dir;
+  const TwoNodes job = runTwoNodes(dir, writeNodesScript(dir, dir.file("rank0_dumped")), "dumps-across");
+  const std::string& err = job.judge;
+  INFO(err);
+  CHECK(job.exit_codes[0] == 1);
+  CHECK(job.exit_codes[1] == 1);
   REQUIRE_THAT(err, Catch::Contains("rank 0 was killed by SIGABRT and wrote no error file"));
   CHECK_THAT(err, Catch::Contains("hang: rank 1 has not called all_reduce #2 of group 0 (default_pg); rank 0 has "
                                   "waited in it for 10.0 s — rank 1 is behind"));
@@ -227,8 +243,23 @@ TEST_CASE("two nodes: the node that sees the failure blames the rank behind on t
   CHECK_THAT(cause, Catch::Contains("verdict   : hang: rank 1 has not called all_reduce #2"));
   // Its Python stack, taken by its own node before anyone was stopped: where it sleeps.
   CHECK_THAT(cause, Catch::Contains("python    : (its main thread, taken by its node's agent"));
-  CHECK_THAT(cause, Catch::Contains("nodes.py\", line 17, in <module>\n      time.sleep(60)"));
+  CHECK_THAT(cause, Catch::Contains("nodes.py\", line 18, in <module>\n      time.sleep(60)"));
   CHECK_THAT(cause, !Catch::Contains("rank      : 0 "));
+}
+
+TEST_CASE("two nodes: a rank whose node sent no dump is named in one line, and the Python stacks judge",
+          "[e2e][torch_dumps][multinode]") {
+  TempDir dir;
+  const TwoNodes job = runTwoNodes(dir, writeNodesScript(dir, dir.file("rank0_dumped"), false), "dumps-missing");
+  const std::string& err = job.judge;
+  INFO(err);
+  CHECK(job.exit_codes[0] == 1);
+  CHECK(job.exit_codes[1] == 1);
+  REQUIRE_THAT(err, Catch::Contains("rank 0 was killed by SIGABRT and wrote no error file"));
+  CHECK(countOf(err,
+                "torch flight-recorder dumps: no dump of rank 1 came from the other nodes (this node read rank "
+                "0); the verdict comes from the Python stacks") == 1);
+  CHECK_THAT(err, !Catch::Contains("has not called all_reduce"));
 }
 
 TEST_CASE("the health check shows the attempt's hang verdict and the rank it blames", "[e2e][torch_dumps][ops]") {
