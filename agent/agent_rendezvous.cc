@@ -26,8 +26,8 @@ class DynamicAgentRendezvous final : public AgentRendezvous {
 
   // Status and hang summaries go through the job board, on a store connection of its own.
   void publishStatus(const rendezvous::AgentRecord& record) override { board_.publishStatus(record); }
-  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait) override {
-    return board_.gatherHangSummaries(wait);
+  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait, const std::string& mine) override {
+    return board_.gatherHangSummaries(wait, mine);
   }
   bool hangSummaryRequested() override { return board_.hangSummaryRequested(); }
   void publishHangSummary(const std::string& summary) override { board_.publishHangSummary(summary); }

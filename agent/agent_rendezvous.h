@@ -39,7 +39,7 @@ class AgentRendezvous {
   // The job's board: this node's status record (job_reporter.h) and the exchange of hang
   // summaries (hang_watch.h).
   virtual void publishStatus(const rendezvous::AgentRecord& record) = 0;
-  virtual std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait) = 0;
+  virtual std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait, const std::string& mine) = 0;
   virtual bool hangSummaryRequested() = 0;
   virtual void publishHangSummary(const std::string& summary) = 0;
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "agent/hang/python_stacks.h"
+#include "agent/hang/torch_trace/dump_summary.h"
 #include "agent/process/orphan_guard.h"
 #include "common/env_names.h"
 #include "common/error.h"
@@ -199,10 +200,49 @@ std::vector<RankPosition> HangWatch::localPositions() const {
 
 void HangWatch::answerHangRequest() {
   if (!rendezvous_->hangSummaryRequested()) return;
+  // Its ranks' torch dumps go with the answer: they are written within a second or two of
+  // the collective's timeout (torch signals the dump through its store); and their Python
+  // stacks, taken now unless a failure here had them taken already.
+  if (torch_dumps_) {
+    if (!python_stacks_taken_) takePythonStacks();
+    settleTorchDumps();
+  }
+  rendezvous_->publishHangSummary(ownSummary());
+  log_->info("another node judges a hang; published where this node's ranks stand");
+}
+
+std::string HangWatch::ownSummary() {
   std::string summary;
   for (const RankPosition& p : localPositions()) summary += encodePosition(p) + "\n";
-  rendezvous_->publishHangSummary(summary);
-  log_->info("another node judges a hang; published where this node's ranks stand");
+  if (!torch_dumps_) return summary;
+  std::vector<LocalDump> dumps;
+  for (FlightDump& d : torch_dumps_->dumps()) {
+    for (const Worker& w : group_.workers()) {
+      if (w.place.rank != d.rank) continue;
+      const bool finished = !w.running && w.exit_code == 0 && w.signal == 0;
+      dumps.push_back(LocalDump{std::move(d), w.place.local_rank, finished,
+                                w.python_stack.empty() ? "" : formatTraceback(mainThreadFrames(w.python_stack))});
+      break;
+    }
+  }
+  if (!dumps.empty()) summary += encodeDumpSummary(rendezvous_->nodeName(), dumps);
+  return summary;
+}
+
+const std::vector<std::string>& HangWatch::otherNodes() {
+  if (other_nodes_) return *other_nodes_;
+  other_nodes_.emplace();
+  const auto& current = reporter_.round();
+  if (!current || current->group_world_size < 2) return *other_nodes_;
+  // The other nodes may wait for their ranks' dumps before they answer.
+  const auto wait = torch_dumps_ ? kHangSummaryWait + kTorchDumpWait : kHangSummaryWait;
+  *other_nodes_ = rendezvous_->gatherHangSummaries(wait, ownSummary());
+  if (other_nodes_->size() + 1 < static_cast<size_t>(current->group_world_size)) {
+    log_->warn("hang verdict without {} of {} nodes (no answer within {} s)",
+               current->group_world_size - 1 - static_cast<int>(other_nodes_->size()), current->group_world_size,
+               std::chrono::duration_cast<std::chrono::seconds>(wait).count());
+  }
+  return *other_nodes_;
 }
 
 void HangWatch::onStderrLine(int rank, std::string_view line) {
@@ -295,6 +335,8 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
   bool maybe = false;
   if (const std::string trigger = collectiveFailureTrigger(failures, maybe); !trigger.empty()) {
     if (!python_stacks_taken_) takePythonStacks();
+    // The local dumps before any other node is asked: they go with this node's summary.
+    if (torch_dumps_) dumps_waited_ = settleTorchDumps();
     std::string verdict = judgeHang(trigger);
     if (verdict.empty()) verdict = judgeTorchDumps(trigger);
     if (verdict.empty()) verdict = judgePythonHang(trigger);
@@ -310,6 +352,9 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
       runWhile(env_, running, group_.killWait());
     }
     failures = group_.collectFailures(host, hang_culprits_);
+    // A rank of another node that the verdict blames is the root cause of this node's report.
+    failures.insert(failures.end(), remote_culprits_.begin(), remote_culprits_.end());
+    putRanksFirst(failures, hang_culprits_);
   }
   return failures;
 }
@@ -323,6 +368,9 @@ void HangWatch::endAttempt() {
   collective_line_.clear();
   python_stacks_taken_ = false;
   torch_dumps_.reset();
+  other_nodes_.reset();
+  remote_culprits_.clear();
+  dumps_waited_.reset();
 }
 
 }  // namespace ddprun::agent

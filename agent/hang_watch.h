@@ -15,6 +15,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -97,6 +98,11 @@ class HangWatch {
   std::vector<RankPosition> localPositions() const;
   // Another node judges a hang: publish where this node's ranks stand (once per round).
   void answerHangRequest();
+  // This node's hang summary: its ranks' ring positions and, once read, their torch dumps.
+  std::string ownSummary();
+  // The other nodes' summaries of this attempt, gathered the first time a verdict asks
+  // (judging nodes post their own alongside); none when this node is alone.
+  const std::vector<std::string>& otherNodes();
   // Something says a torch collective failed while the workers run (a stderr line, a dump):
   // the stacks are taken at once and the attempt stops if no worker ends within the grace.
   void noticeCollectiveFailure(const std::string& what);
@@ -119,14 +125,30 @@ class HangWatch {
   // The verdict from the ranks' Python frames (python_stacks.h), logged and recorded like
   // judgeHang's; sets the culprits. Returns it (empty: none).
   std::string judgePythonHang(const std::string& trigger);
-  // The verdict from torch's flight-recorder dumps of the local ranks (torch_dumps.h), after
-  // waiting at most kTorchDumpWait for them, when every rank of the job has one that reads;
-  // logged and recorded like judgeHang's ("source":"flight_recorder"), it sets the culprits.
-  // Otherwise one line says which ranks had none (or which could not be read). Returns the
-  // verdict's sentences (empty: none).
+  // Waits (kTorchDumpWait at most, serving the workers meanwhile) until every local rank's
+  // torch dump was read or found unreadable; returns how long it waited.
+  std::chrono::milliseconds settleTorchDumps();
+  // The verdict from torch's flight-recorder dumps (torch_dumps.h): the local ranks', after
+  // settleTorchDumps, and the other nodes' (dump_summary.h, through otherNodes), when every
+  // rank of the job has one that reads; logged and recorded like judgeHang's
+  // ("source":"flight_recorder"), it sets the culprits (a culprit of another node becomes a
+  // failure of the report, remote_culprits_). Otherwise one line says which ranks had none
+  // (or which could not be read). Returns the verdict's sentences (empty: none).
   std::string judgeTorchDumps(const std::string& trigger);
+  // Records a verdict: its event, and the health check's (job_reporter.h).
+  void recordVerdict(const std::string& trigger, const std::string& text, const char* source,
+                     const std::vector<int>& culprits);
 
   Clock::TimePoint now() const { return env_.clock().now(); }
+
+  // How long the judging node waits for the other nodes' hang summaries (more than one of
+  // their looks apart: hang_watch.cc's kHangRequestPoll), and how much longer when they
+  // first wait for their ranks' torch dumps.
+  static constexpr std::chrono::seconds kHangSummaryWait{5};
+  // Once a collective failed, how long the agent waits for every local rank's torch dump: the
+  // ranks still running write theirs when torch signals the timeout dump through the store
+  // (their watchdogs look about once a second), not torch's ~60 s.
+  static constexpr std::chrono::seconds kTorchDumpWait{3};
 
   const AgentConfig& config_;
   AgentEnv& env_;
@@ -136,19 +158,22 @@ class HangWatch {
   std::shared_ptr<spdlog::logger> log_;
   AgentRendezvous* rendezvous_ = nullptr;
   LogLayout* layout_ = nullptr;
-  std::unique_ptr<FileTimerServer> timer_server_;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
-  std::unique_ptr<FlightDir> flight_dir_;          // the workers' flight recorder rings
-  bool hang_judged_ = false;                       // this attempt's verdict was given
-  std::vector<int> hang_culprits_;                 // the ranks it blamed: the report's root cause
-  Clock::TimePoint next_hang_check_{};             // --hang_timeout's next look at the rings
-  Clock::TimePoint attempt_started_{};             // when this attempt's workers were started
-  bool no_rings_warned_ = false;                   // --hang_timeout found no ring to watch (said once)
-  Clock::TimePoint next_hang_request_check_{};     // the next look for another node's request
-  std::string collective_line_;                    // "rank 0: <line>": a stderr line said a collective failed
-  Clock::TimePoint collective_line_at_{};          // when
-  bool python_stacks_taken_ = false;               // this attempt's Python stacks were taken
-  std::unique_ptr<TorchDumps> torch_dumps_;        // this attempt's, when a worker has a dump prefix
-  Clock::TimePoint next_dump_look_{};              // lookForTorchDumps' next look
+  std::unique_ptr<FileTimerServer> timer_server_;          // TORCHELASTIC_ENABLE_FILE_TIMER=1
+  std::unique_ptr<FlightDir> flight_dir_;                  // the workers' flight recorder rings
+  bool hang_judged_ = false;                               // this attempt's verdict was given
+  std::vector<int> hang_culprits_;                         // the ranks it blamed: the report's root cause
+  Clock::TimePoint next_hang_check_{};                     // --hang_timeout's next look at the rings
+  Clock::TimePoint attempt_started_{};                     // when this attempt's workers were started
+  bool no_rings_warned_ = false;                           // --hang_timeout found no ring to watch (said once)
+  Clock::TimePoint next_hang_request_check_{};             // the next look for another node's request
+  std::string collective_line_;                            // "rank 0: <line>": a stderr line said a collective failed
+  Clock::TimePoint collective_line_at_{};                  // when
+  bool python_stacks_taken_ = false;                       // this attempt's Python stacks were taken
+  std::unique_ptr<TorchDumps> torch_dumps_;                // this attempt's, when a worker has a dump prefix
+  Clock::TimePoint next_dump_look_{};                      // lookForTorchDumps' next look
+  std::optional<std::vector<std::string>> other_nodes_;    // this attempt's summaries of the other nodes
+  std::vector<WorkerFailure> remote_culprits_;             // ranks of other nodes the dumps blamed
+  std::optional<std::chrono::milliseconds> dumps_waited_;  // failures()' wait for the local dumps
 };
 
 }  // namespace ddprun::agent

@@ -4,12 +4,15 @@
 // stops, so that each file stays short.
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "agent/hang/python_hook.h"
 #include "agent/hang/python_stacks.h"
+#include "agent/hang/torch_trace/dump_summary.h"
 #include "agent/hang/torch_trace/dump_verdict.h"
 #include "agent/hang_watch.h"
 #include "agent/ops/error_file.h"
@@ -18,19 +21,13 @@
 namespace ddprun::agent {
 namespace {
 
-// How long the judging node waits for the other nodes' hang summaries (more than one of
-// their looks apart: hang_watch.cc's kHangRequestPoll).
-constexpr std::chrono::seconds kHangSummaryWait{5};
 // How long the agent waits for the Python workers' stacks after signalling their hook
 // (faulthandler writes them from its signal handler, at once, even in a blocked call).
 constexpr auto kPythonStacksWait = std::chrono::seconds(2);
 constexpr auto kPythonStacksPoll = std::chrono::milliseconds(20);
-// torch's flight-recorder dumps: once a collective failed, how long the agent waits for every
-// local rank's: the ranks still running write theirs when torch signals the timeout dump
-// through the store (their watchdogs look about once a second), not torch's ~60 s. With no
-// dump at all after kTorchFirstDumpWait, none is coming (gloo before torch 2.8).
+// torch's flight-recorder dumps (HangWatch::kTorchDumpWait at most): with no dump at all
+// after kTorchFirstDumpWait, none is coming (gloo before torch 2.8).
 constexpr auto kTorchDumpSettleLook = std::chrono::milliseconds(100);
-constexpr auto kTorchDumpWait = std::chrono::seconds(3);
 constexpr auto kTorchFirstDumpWait = std::chrono::seconds(1);
 
 }  // namespace
@@ -121,8 +118,7 @@ std::string HangWatch::collectiveFailureTrigger(const std::vector<WorkerFailure>
   return {};
 }
 
-std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
-  if (!torch_dumps_) return {};
+std::chrono::milliseconds HangWatch::settleTorchDumps() {
   const auto start = now();
   for (;;) {
     if (torch_dumps_->poll()) break;
@@ -134,7 +130,38 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
     const auto next = now() + kTorchDumpSettleLook;
     while (now() < next) env_.runFor(next - now());
   }
-  const auto waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now() - start).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now() - start);
+}
+
+namespace {
+
+// Where the verdict found `rank`, as its rank line says it: "behind, last called all_reduce
+// #1 (completed) at /job/train.py:12 in main".
+std::string standingOf(const DumpVerdict& verdict, int rank) {
+  for (const GroupFinding& f : verdict.findings) {
+    if (std::find(f.culprits.begin(), f.culprits.end(), rank) == f.culprits.end()) continue;
+    for (const RankStand& r : f.ranks) {
+      if (r.rank != rank) continue;
+      const bool inside = r.doing.rfind("in ", 0) == 0;
+      std::string out = rankStandingName(r.standing);
+      if (!r.doing.empty()) out += (inside ? " " : ", ") + r.doing;
+      if (r.call_site) {
+        out += fmt::format("{}{}:{}", inside ? ", called at " : " at ", printable(r.call_site->filename),
+                           r.call_site->line);
+        if (!r.call_site->name.empty()) out += " in " + printable(r.call_site->name);
+      }
+      return out;
+    }
+  }
+  return "blamed by the flight-recorder dumps";
+}
+
+}  // namespace
+
+std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
+  if (!torch_dumps_) return {};
+  // Waited for once already, before the other nodes were asked.
+  const auto waited_ms = (dumps_waited_ ? *dumps_waited_ : settleTorchDumps()).count();
   const std::vector<int> missing = torch_dumps_->missing();
   if (torch_dumps_->writtenRanks().empty()) {
     log_->info("no torch flight-recorder dump from rank {} within {} ms; the verdict comes from the Python stacks",
@@ -152,20 +179,53 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
     log_->warn("torch flight-recorder dumps: {}; the verdict comes from the Python stacks", gaps);
     return {};
   }
-  const auto& current = reporter_.round();
-  if (current && static_cast<size_t>(current->world_size) > group_.workers().size()) {
-    log_->warn(
-        "torch flight-recorder dumps: only this node's (rank {}) are read; other nodes' are not gathered, so the "
-        "verdict comes from the Python stacks",
-        rankRanges(torch_dumps_->writtenRanks()));
-    return {};
-  }
   DumpVerdictOptions options;
   if (const int64_t newest = torch_dumps_->newestNs(); newest > 0) options.now_ns = newest;
+  std::vector<int> local_ranks;
   for (const Worker& w : group_.workers()) {
+    local_ranks.push_back(w.place.rank);
     if (!w.running && w.exit_code == 0 && w.signal == 0) options.finished_ranks.push_back(w.place.rank);
   }
-  const DumpVerdict verdict = dumpVerdict(torch_dumps_->dumps(), options);
+  std::vector<FlightDump> dumps = torch_dumps_->dumps();
+  // The other nodes' ranks, from their summaries.
+  std::map<int, RemoteRank> remote;
+  std::map<int, std::string> remote_stacks;
+  const auto& current = reporter_.round();
+  if (current && static_cast<size_t>(current->world_size) > group_.workers().size()) {
+    for (const std::string& answer : otherNodes()) {
+      RemoteDumps theirs = decodeDumpSummary(answer, current->world_size, local_ranks);
+      if (theirs.rejected > 0) {
+        log_->warn(
+            "torch flight-recorder dumps: ignored {} line(s) of another node's summary that this job of {} "
+            "ranks cannot hold",
+            theirs.rejected, current->world_size);
+      }
+      for (FlightDump& d : theirs.dumps) {
+        if (remote.count(d.rank)) continue;  // two nodes claim one rank: the first answer holds
+        remote[d.rank] = theirs.ranks[d.rank];
+        if (auto stack = theirs.python_stacks.find(d.rank); stack != theirs.python_stacks.end()) {
+          remote_stacks[d.rank] = stack->second;
+        }
+        dumps.push_back(std::move(d));
+      }
+      options.finished_ranks.insert(options.finished_ranks.end(), theirs.finished_ranks.begin(),
+                                    theirs.finished_ranks.end());
+    }
+    std::vector<int> without;
+    for (int r = 0; r < current->world_size; ++r) {
+      if (!remote.count(r) && std::find(local_ranks.begin(), local_ranks.end(), r) == local_ranks.end()) {
+        without.push_back(r);
+      }
+    }
+    if (!without.empty()) {
+      log_->warn(
+          "torch flight-recorder dumps: no dump of rank {} came from the other nodes (this node read rank {}); the "
+          "verdict comes from the Python stacks",
+          rankRanges(without), rankRanges(torch_dumps_->writtenRanks()));
+      return {};
+    }
+  }
+  const DumpVerdict verdict = dumpVerdict(dumps, options);
   std::string text = verdict.text();
   while (!text.empty() && text.back() == '\n') text.pop_back();
   if (verdict.culprits.empty()) {
@@ -173,19 +233,44 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
     return {};
   }
   log_->error("{}; {}", trigger, text);
-  reporter_.emit("hang_verdict", JsonObject()
-                                     .add("trigger", trigger)
-                                     .add("verdict", text)
-                                     .add("source", "flight_recorder")
-                                     .add("culprits", rankRanges(verdict.culprits))
-                                     .add("attempt", group_.attempt()));
-  hang_culprits_ = verdict.culprits;
+  recordVerdict(trigger, text, "flight_recorder", verdict.culprits);
   // One line for the report: the findings' sentences (the last one names the root cause when
   // there are several).
   std::string sentences;
   for (const GroupFinding& f : verdict.findings) sentences += (sentences.empty() ? "" : "; ") + f.line;
   if (verdict.findings.size() > 1) sentences += "; root cause rank " + rankRanges(verdict.culprits);
+  for (int rank : verdict.culprits) {
+    auto it = remote.find(rank);
+    if (it == remote.end()) continue;
+    WorkerFailure f;
+    f.rank = rank;
+    f.local_rank = it->second.local_rank;
+    f.host = it->second.node.empty() ? "another node" : printable(it->second.node);
+    f.time = std::chrono::system_clock::now();
+    f.hang_reason = sentences;
+    f.elsewhere = standingOf(verdict, rank);
+    // Its traceback as its node took it before anyone was stopped (a worker's text: shown escaped).
+    if (auto stack = remote_stacks.find(rank); stack != remote_stacks.end()) {
+      for (std::string_view rest = stack->second; !rest.empty();) {
+        const size_t newline = rest.find('\n');
+        f.python_stack += printable(rest.substr(0, newline)) + "\n";
+        rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
+      }
+    }
+    remote_culprits_.push_back(std::move(f));
+  }
   return sentences;
+}
+
+void HangWatch::recordVerdict(const std::string& trigger, const std::string& text, const char* source,
+                              const std::vector<int>& culprits) {
+  JsonObject fields;
+  fields.add("trigger", trigger).add("verdict", text);
+  if (source) fields.add("source", source);
+  fields.add("culprits", rankRanges(culprits)).add("attempt", group_.attempt());
+  reporter_.emit("hang_verdict", fields);
+  reporter_.setHangVerdict(JobReporter::Verdict{text, source ? source : "flight_ring", culprits, group_.attempt()});
+  hang_culprits_ = culprits;
 }
 
 std::string HangWatch::judgePythonHang(const std::string& trigger) {
@@ -210,13 +295,7 @@ std::string HangWatch::judgePythonHang(const std::string& trigger) {
     return {};
   }
   log_->error("{}; {}", trigger, verdict->text);
-  reporter_.emit("hang_verdict", JsonObject()
-                                     .add("trigger", trigger)
-                                     .add("verdict", verdict->text)
-                                     .add("source", "python_stacks")
-                                     .add("culprits", rankRanges(verdict->culprits))
-                                     .add("attempt", group_.attempt()));
-  hang_culprits_ = verdict->culprits;
+  recordVerdict(trigger, verdict->text, "python_stacks", verdict->culprits);
   return verdict->text;
 }
 
@@ -226,11 +305,9 @@ std::string HangWatch::judgeHang(const std::string& trigger) {
   std::vector<RankPosition> positions = localPositions();
   const auto& current = reporter_.round();
   if (current && current->group_world_size > 1) {
-    size_t nodes = 0;
     std::vector<int> local_ranks;
     for (const Worker& w : group_.workers()) local_ranks.push_back(w.place.rank);
-    for (const std::string& answer : rendezvous_->gatherHangSummaries(kHangSummaryWait)) {
-      ++nodes;
+    for (const std::string& answer : otherNodes()) {
       SummaryPositions summary = decodeSummary(answer, current->world_size, local_ranks);
       if (summary.rejected > 0) {
         log_->warn(
@@ -239,10 +316,6 @@ std::string HangWatch::judgeHang(const std::string& trigger) {
             summary.rejected, current->world_size);
       }
       positions.insert(positions.end(), summary.positions.begin(), summary.positions.end());
-    }
-    if (nodes + 1 < static_cast<size_t>(current->group_world_size)) {
-      log_->warn("hang verdict without {} of {} nodes (no answer within {} s)", current->group_world_size - 1 - nodes,
-                 current->group_world_size, std::chrono::duration_cast<std::chrono::seconds>(kHangSummaryWait).count());
     }
   }
   const auto verdict = hangVerdict(positions);
@@ -253,9 +326,7 @@ std::string HangWatch::judgeHang(const std::string& trigger) {
     return {};
   }
   log_->error("{}; {}", trigger, verdict->text);
-  reporter_.emit("hang_verdict",
-                 JsonObject().add("trigger", trigger).add("verdict", verdict->text).add("attempt", group_.attempt()));
-  hang_culprits_ = verdict->culprits;
+  recordVerdict(trigger, verdict->text, nullptr, verdict->culprits);
   return verdict->text;
 }
 

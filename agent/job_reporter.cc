@@ -108,6 +108,18 @@ void JobReporter::refreshHealth() {
     workers.push_back(std::move(o));
   }
   body.add("workers", workers);
+  if (verdict_) {
+    // "attempt N: <verdict>", as `ddprun status` shows it, and the ranks it blames.
+    std::string blamed = "[";
+    for (size_t i = 0; i < verdict_->culprits.size(); ++i) {
+      blamed += (i ? "," : "") + std::to_string(verdict_->culprits[i]);
+    }
+    body.add("hang_verdict", JsonObject()
+                                 .add("attempt", verdict_->attempt)
+                                 .add("verdict", "attempt " + std::to_string(verdict_->attempt) + ": " + verdict_->text)
+                                 .add("source", verdict_->source)
+                                 .raw("blamed_ranks", blamed + "]"));
+  }
   health_->update(healthy, body.str());
 }
 
@@ -155,7 +167,13 @@ void JobReporter::roundEnded(const std::string& reason, bool by_this_node) {
                         .add("by_this_node", by_this_node));
 }
 
+void JobReporter::setHangVerdict(Verdict verdict) {
+  verdict_ = std::move(verdict);
+  refreshHealth();
+}
+
 void JobReporter::workerStarted(const Worker& w, const rendezvous::RendezvousResult& rdzv) {
+  if (verdict_ && verdict_->attempt != group_.attempt()) verdict_.reset();  // another attempt's
   emit("worker_start", JsonObject()
                            .add("rank", w.place.rank)
                            .add("local_rank", w.place.local_rank)

@@ -57,6 +57,16 @@ class JobReporter {
   // A round formed (with the scale and restart events it brings), and one ended.
   void roundFormed(const rendezvous::RendezvousResult& rdzv);
   void roundEnded(const std::string& reason, bool by_this_node);
+  // A hang verdict of the attempt (hang_watch.h): the health check shows it from now until
+  // the next attempt's workers start.
+  struct Verdict {
+    std::string text;           // as the log and `ddprun status` give it
+    std::string source;         // "flight_recorder", "python_stacks", "flight_ring"
+    std::vector<int> culprits;  // the ranks it blames, ascending
+    int attempt = 0;
+  };
+  void setHangVerdict(Verdict verdict);
+
   // Workers started, exited, or could not be stopped.
   void workerStarted(const Worker& w, const rendezvous::RendezvousResult& rdzv);
   void workerExited(const Worker& w);
@@ -79,6 +89,7 @@ class JobReporter {
   int64_t cooldown_until_ms_ = 0;
   int exit_code_ = -1;
   bool store_lost_ = false;
+  std::optional<Verdict> verdict_;  // the current attempt's, for the health check
 };
 
 }  // namespace ddprun::agent

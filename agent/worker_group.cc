@@ -317,11 +317,7 @@ std::vector<WorkerFailure> WorkerGroup::collectFailures(const std::string& host,
     // A worker that failed by itself says where with its traceback; stacks taken on its way
     // out would only show its exit.
     if (!w.python_stack.empty() && !f.error && f.python_exception.empty()) {
-      std::string frames;
-      for (const PyFrame& frame : mainThreadFrames(w.python_stack)) {
-        frames += fmt::format("File \"{}\", line {}, in {}\n", frame.file, frame.line, frame.function);
-        if (std::string source = sourceLine(frame); !source.empty()) frames += "  " + source + "\n";
-      }
+      const std::string frames = formatTraceback(mainThreadFrames(w.python_stack));
       f.python_stack = frames.empty() ? w.python_stack : frames;
       f.python_stack_file = w.python_stack_file;
     }

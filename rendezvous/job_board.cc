@@ -14,7 +14,7 @@ namespace {
 using std::chrono::milliseconds;
 
 // The most one node's hang summary may hold (agent/hang/hang_verdict.h: a few thousand positions
-// of about a hundred bytes).
+// of about a hundred bytes; agent/hang/torch_trace/dump_summary.h: torch's dumps and tracebacks, at most 544 KiB).
 constexpr size_t kMaxHangSummaryBytes = 1 << 20;
 // What the judging node keeps of all answers together: 256 nodes at the most a summary holds,
 // 16,384 nodes at 16 KiB each.
@@ -53,7 +53,7 @@ class JobBoard::Impl {
 
   void publishStatus(const AgentRecord& record);
   void refreshHeartbeat();
-  std::vector<std::string> gatherHangSummaries(milliseconds wait);
+  std::vector<std::string> gatherHangSummaries(milliseconds wait, const std::string& mine);
   bool hangSummaryRequested();
   void publishHangSummary(const std::string& summary);
   DynamicRendezvous& rendezvous() { return rendezvous_; }
@@ -124,7 +124,7 @@ void JobBoard::Impl::refreshHeartbeat() {
 // costs the judge two round trips for the list and one MULTI_GET per kHangSummariesPerRead new
 // answers, however many nodes the round has: reading every `hang/<g>` once per poll made a
 // verdict O(nodes) round trips every 100 ms (seconds at 16,384 nodes, past its 5 s wait).
-std::vector<std::string> JobBoard::Impl::gatherHangSummaries(milliseconds wait) {
+std::vector<std::string> JobBoard::Impl::gatherHangSummaries(milliseconds wait, const std::string& mine) {
   std::vector<std::string> answers;
   const auto place = rendezvous_.currentRound();
   if (!place || place->participants < 2) return answers;
@@ -137,6 +137,17 @@ std::vector<std::string> JobBoard::Impl::gatherHangSummaries(milliseconds wait) 
   size_t received = 0;
   size_t total_bytes = 0;
   try {
+    // Its own first, named in the answered list: a node that asks in the same round reads it,
+    // as it reads any answer. Cut at a line as publishHangSummary cuts.
+    if (!mine.empty()) {
+      std::string bounded = mine;
+      if (bounded.size() > kMaxHangSummaryBytes) {
+        const size_t cut = bounded.rfind('\n', kMaxHangSummaryBytes - 1);
+        bounded.resize(cut == std::string::npos ? 0 : cut + 1);
+      }
+      store().set(roundKey(place->round, "hang/" + std::to_string(place->group_rank)), bounded);
+      store().append(answered_key, std::to_string(place->group_rank) + "\n");
+    }
     store().set(roundKey(place->round, "hang/request"), site_.node);
     const auto deadline = clock_.now() + wait;
     for (;;) {
@@ -223,7 +234,9 @@ JobBoard::~JobBoard() {
 }
 
 void JobBoard::publishStatus(const AgentRecord& record) { impl_->publishStatus(record); }
-std::vector<std::string> JobBoard::gatherHangSummaries(milliseconds wait) { return impl_->gatherHangSummaries(wait); }
+std::vector<std::string> JobBoard::gatherHangSummaries(milliseconds wait, const std::string& mine) {
+  return impl_->gatherHangSummaries(wait, mine);
+}
 bool JobBoard::hangSummaryRequested() { return impl_->hangSummaryRequested(); }
 void JobBoard::publishHangSummary(const std::string& summary) { impl_->publishHangSummary(summary); }
 

@@ -37,14 +37,16 @@ class JobBoard {
   void publishStatus(const AgentRecord& record);
 
   // Hang verdicts across nodes, within the current round. The node that judges a hang
-  // asks every other node for a summary of where its ranks stand and waits up to `wait`
-  // for them; returns the answers that came (the other nodes' `hang/<g>` values). Blocks up
-  // to `wait` plus a store round trip; a store error ends the wait with what came.
-  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait);
+  // posts its own summary (`mine`: so that another node judging at the same time has it, as
+  // neither answers the other's request then), asks every other node for theirs and waits up
+  // to `wait` for them; returns the answers that came (the other nodes' `hang/<g>` values).
+  // Blocks up to `wait` plus a store round trip; a store error ends the wait with what came.
+  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait, const std::string& mine = {});
   // Whether another node asked for summaries in the current round and this node has not
   // answered yet. One store round trip; false on a store error.
   bool hangSummaryRequested();
-  // This node's answer (agent/hang/hang_verdict.h's encoded positions, one a line).
+  // This node's answer (agent/hang/hang_verdict.h's encoded positions, one a line, and
+  // agent/hang/torch_trace/dump_summary.h's lines of torch's dumps).
   void publishHangSummary(const std::string& summary);
   // Call all four from one thread. The hang calls read the rendezvous' current round: not
   // while nextRound() runs on another thread.

@@ -243,4 +243,13 @@ std::string sourceLine(const PyFrame& frame) {
   return {};
 }
 
+std::string formatTraceback(const std::vector<PyFrame>& frames) {
+  std::string out;
+  for (const PyFrame& frame : frames) {
+    out += fmt::format("File \"{}\", line {}, in {}\n", frame.file, frame.line, frame.function);
+    if (std::string source = sourceLine(frame); !source.empty()) out += "  " + source + "\n";
+  }
+  return out;
+}
+
 }  // namespace ddprun::agent

@@ -73,4 +73,8 @@ std::optional<HangVerdict> pythonHangVerdict(const std::vector<RankFrames>& rank
 // The text of line `frame.line` of `frame.file`, trimmed; "" when it cannot be read.
 std::string sourceLine(const PyFrame& frame);
 
+// `frames` as a traceback's lines, `File "f.py", line 12, in main` each with its source line
+// under it (sourceLine, indented); "" without frames.
+std::string formatTraceback(const std::vector<PyFrame>& frames);
+
 }  // namespace ddprun::agent

@@ -90,6 +90,17 @@ void appendHang(std::string& out, const WorkerFailure& f) {
 void appendFailure(std::string& out, const WorkerFailure& f) {
   out += fmt::format("  rank      : {} (local_rank: {})\n", f.rank, f.local_rank);
   out += fmt::format("  host      : {}\n", f.host);
+  if (!f.elsewhere.empty()) {
+    // Blamed by this node's verdict, it runs on another node, whose agent stops it.
+    out += "  exit      : (a rank of another node; its agent stops it as the round ends)\n";
+    out += fmt::format("  where     : {}\n", f.elsewhere);
+    out += fmt::format("  verdict   : {}\n", continued(f.hang_reason, "              "));
+    if (!f.python_stack.empty()) {
+      out += "  python    : (its main thread, taken by its node's agent before anyone was stopped)\n";
+      out += indent(f.python_stack, "    ");
+    }
+    return;
+  }
   out += fmt::format("  pid       : {}\n", f.pid);
   if (f.signal != 0) {
     out += fmt::format("  exit      : killed by {} ({})\n", signalName(f.signal), f.signal);

@@ -46,6 +46,10 @@ struct WorkerFailure {
   // "illegal memory access on GPU 0 (GPU-..., PCI 00000000:3B:00.0) of host node7: <line>";
   // empty: none seen.
   std::string gpu_fault;
+  // A rank of another node that this node's hang verdict blames (its other fields but rank,
+  // local_rank, host, hang_reason and python_stack are unset): where the verdict found it, e.g. "behind,
+  // last called all_reduce #1 (completed) at /job/train.py:12 in main". Empty: a local worker.
+  std::string elsewhere;
 };
 
 // How many lines of a hung worker's stacks the report shows (all of them are in stacks_file).

@@ -136,6 +136,7 @@ void GpuWatch::explainFailures(std::vector<WorkerFailure>& failures) {
   std::vector<bool> kernel_used(kernel.size(), false);
 
   for (WorkerFailure& f : failures) {
+    if (!f.elsewhere.empty()) continue;  // a rank of another node: its GPUs are not this node's
     std::optional<CudaFault> fault;
     std::string source;
     if (auto it = stderr_faults_.find(f.rank); it != stderr_faults_.end()) {

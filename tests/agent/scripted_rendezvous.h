@@ -76,7 +76,7 @@ class ScriptedRendezvous final : public AgentRendezvous {
     // own, whose end it learns through the event loop: the env waits for that, not the clock.
     if (record.state == "joining") env_.expectPost();
   }
-  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds) override { return {}; }
+  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds, const std::string&) override { return {}; }
   bool hangSummaryRequested() override { return false; }
   void publishHangSummary(const std::string&) override {}
 

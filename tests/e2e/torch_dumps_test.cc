@@ -4,12 +4,17 @@
 // dump and dies by SIGABRT with no error file (NCCL's watchdog); rank 1 sleeps and writes its
 // dump once rank 0's exists (torch signals the timeout dump through the store). The root cause
 // is rank 1 from the dumps; a missing or corrupt dump falls back to the Python stacks with one
-// line. stderr is not routed through ddprun, so no stderr line gives the failure away.
+// line. stderr is not routed through ddprun, so no stderr line gives the failure away. Across
+// two agents on loopback, the node of rank 0 judges with rank 1's dump sent through the
+// agents' hang-summary exchange; the health check shows the verdict.
+#include <csignal>
 #include <fstream>
+#include <map>
 
 #include <catch2/catch.hpp>
 
 #include "tests/agent/hang/torch_trace/dumps_support.h"
+#include "tests/e2e/ops_support.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::testing;
@@ -145,4 +150,143 @@ TEST_CASE("an abort that no dump or stack ties to a collective: the others get t
   CHECK_THAT(r.err, Catch::Contains("no torch flight-recorder dump from rank 0-1 within"));
   CHECK_THAT(r.out, Catch::Contains("rank 1 got SIGTERM"));
   CHECK_THAT(rootCause(r.err), Catch::Contains("rank      : 0 (local_rank: 0)"));
+}
+
+namespace {
+
+// Like writeScript's job, for one worker per node: rank 1 (on the other node, with a dump prefix
+// of its own) waits for `marker`, which rank 0 touches once its dump is written, then writes its
+// own from a child process while it sleeps (line 18).
+std::string writeNodesScript(const TempDir& dir, const std::string& marker, bool rank1_writes = true) {
+  const std::string path = dir.file("nodes.py");
+  std::ofstream(path) << "import os, subprocess, sys, time\n"
+                         "rank1_writes = "
+                      << (rank1_writes ? "True" : "False")
+                      << "\n"
+                         "prefix = os.environ['TORCH_FR_DUMP_TEMP_FILE']\n"
+                         "rank = int(os.environ['RANK'])\n"
+                         "def write():\n"
+                         "    return subprocess.Popen([sys.executable, '"
+                      << flightDumpsScript()
+                      << "', os.path.dirname(prefix), 'behind', '--prefix',\n"
+                         "                             os.path.basename(prefix), '--rank', str(rank)])\n"
+                         "if rank == 0:\n"
+                         "    time.sleep(1)\n"
+                         "    assert write().wait() == 0\n"
+                         "    open('"
+                      << marker
+                      << "', 'w').close()\n"
+                         "    os.abort()\n"
+                         "deadline = time.time() + 30\n"
+                         "while not os.path.exists('"
+                      << marker
+                      << "') and time.time() < deadline:\n"
+                         "    time.sleep(0.05)\n"
+                         "time.sleep(0.3)\n"
+                         "writer = write() if rank1_writes else None  # in the background: its stack is taken in "
+                         "the sleep below\n"
+                         "time.sleep(60)\n";
+  return path;
+}
+
+struct TwoNodes {
+  std::string judge;  // the stderr of the agent whose rank 0 aborted
+  int exit_codes[2] = {-1, -1};
+};
+
+// The job of writeNodesScript on two agents of one c10d job on loopback, the first hosting the
+// store on a port from the kernel.
+TwoNodes runTwoNodes(const TempDir& dir, const std::string& script, const std::string& id) {
+  auto args = [&](int port, bool host) {
+    return std::vector<std::string>{ddprunPath(),
+                                    "--nnodes=2",
+                                    "--nproc_per_node=1",
+                                    "--rdzv_backend=c10d",
+                                    "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                                    "--rdzv_id=" + id,
+                                    std::string("--rdzv_conf=is_host=") + (host ? "true" : "false"),
+                                    "--log_dir=" + dir.file(host ? "logs0" : "logs1"),
+                                    script};
+  };
+  const std::map<std::string, std::string> env{{"PYTHON", "/usr/bin/python3"}};
+  TestProcess first(args(0, true), env);
+  const int port = announcedPort(first);
+  REQUIRE(port > 0);
+  TestProcess second(args(port, false), env);
+  REQUIRE(first.wait(90s));
+  REQUIRE(second.wait(90s));
+  INFO("first agent:\n" << first.err() << "\nsecond agent:\n" << second.err());
+  // The node of rank 0 saw its worker abort; rank 1 runs on the other one.
+  TestProcess& judge = first.err().find("rank 0 was killed by SIGABRT") != std::string::npos ? first : second;
+  return TwoNodes{judge.err(), {first.exitCode(), second.exitCode()}};
+}
+
+}  // namespace
+
+TEST_CASE("two nodes: the node that sees the failure blames the rank behind on the other node, with its frame",
+          "[e2e][torch_dumps][multinode]") {
+  TempDir dir;
+  const TwoNodes job = runTwoNodes(dir, writeNodesScript(dir, dir.file("rank0_dumped")), "dumps-across");
+  const std::string& err = job.judge;
+  INFO(err);
+  CHECK(job.exit_codes[0] == 1);
+  CHECK(job.exit_codes[1] == 1);
+  REQUIRE_THAT(err, Catch::Contains("rank 0 was killed by SIGABRT and wrote no error file"));
+  CHECK_THAT(err, Catch::Contains("hang: rank 1 has not called all_reduce #2 of group 0 (default_pg); rank 0 has "
+                                  "waited in it for 10.0 s — rank 1 is behind"));
+  CHECK_THAT(err, Catch::Contains("rank 1: behind, last called all_reduce #1 (completed) at /job/train.py:12 in main"));
+  const std::string cause = rootCause(err);
+  CHECK_THAT(cause, Catch::Contains("rank      : 1 (local_rank: 0)"));
+  CHECK_THAT(cause, Catch::Contains("(a rank of another node; its agent stops it as the round ends)"));
+  CHECK_THAT(cause,
+             Catch::Contains("where     : behind, last called all_reduce #1 (completed) at /job/train.py:12 in main"));
+  CHECK_THAT(cause, Catch::Contains("verdict   : hang: rank 1 has not called all_reduce #2"));
+  // Its Python stack, taken by its own node before anyone was stopped: where it sleeps.
+  CHECK_THAT(cause, Catch::Contains("python    : (its main thread, taken by its node's agent"));
+  CHECK_THAT(cause, Catch::Contains("nodes.py\", line 18, in <module>\n      time.sleep(60)"));
+  CHECK_THAT(cause, !Catch::Contains("rank      : 0 "));
+}
+
+TEST_CASE("two nodes: a rank whose node sent no dump is named in one line, and the Python stacks judge",
+          "[e2e][torch_dumps][multinode]") {
+  TempDir dir;
+  const TwoNodes job = runTwoNodes(dir, writeNodesScript(dir, dir.file("rank0_dumped"), false), "dumps-missing");
+  const std::string& err = job.judge;
+  INFO(err);
+  CHECK(job.exit_codes[0] == 1);
+  CHECK(job.exit_codes[1] == 1);
+  REQUIRE_THAT(err, Catch::Contains("rank 0 was killed by SIGABRT and wrote no error file"));
+  CHECK(countOf(err,
+                "torch flight-recorder dumps: no dump of rank 1 came from the other nodes (this node read rank "
+                "0); the verdict comes from the Python stacks") == 1);
+  CHECK_THAT(err, !Catch::Contains("has not called all_reduce"));
+}
+
+TEST_CASE("the health check shows the attempt's hang verdict and the rank it blames", "[e2e][torch_dumps][ops]") {
+  TempDir dir;
+  const std::string script = writeScript(dir);
+  // Two failures in a row: the node sits out, and its health check answers meanwhile.
+  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--max_restarts=3", "--node_cooldown=60",
+                      "--health_check_port=0", "--health_check_addr=127.0.0.1", "--log_dir=" + dir.file("logs"), script,
+                      "behind", "1", "1"},
+                     {{"PYTHON", "/usr/bin/python3"}});
+  const int port = ops::healthPort(ddprun);
+  REQUIRE(port > 0);
+  REQUIRE(ddprun.waitForOutput("sits out of the job for 60.0 s", 60s));
+  const std::string response = ops::httpGet(port);
+  INFO(ddprun.err() << response);
+  CHECK(response.rfind("HTTP/1.1 503", 0) == 0);
+  CHECK_THAT(response, Catch::Contains("\"hang_verdict\":{\"attempt\":1,\"verdict\":\"attempt 1: hang: rank 1 has not "
+                                       "called all_reduce #2 of group 0 (default_pg)"));
+  CHECK_THAT(response, Catch::Contains("\"source\":\"flight_recorder\",\"blamed_ranks\":[1]}"));
+  TempDir check_dir;
+  const size_t at = response.find("\r\n\r\n");
+  REQUIRE(at != std::string::npos);
+  std::ofstream(check_dir.file("body.json")) << response.substr(at + 4);
+  CHECK(ops::checkWithPython(check_dir.file("body.json"),
+                             "import json,sys; d=json.load(open(sys.argv[1]))['hang_verdict']; "
+                             "assert d['blamed_ranks'] == [1] and d['attempt'] == 1, d")
+            .exit_code == 0);
+  ddprun.signal(SIGTERM);
+  REQUIRE(ddprun.wait(20s));
 }

@@ -112,6 +112,23 @@ TEST_CASE("job board: a node judging a hang gathers the other nodes' summaries t
   CHECK(answers == std::vector<std::string>{"v1 2 0 4 2 3.000\n", "v1 4 0 5 2 1.000\n"});
 }
 
+TEST_CASE("job board: two nodes judging a hang at once each get the other's summary", "[rdzv]") {
+  Job job(2, 2);
+  Node& a = job.add("a:1");
+  Node& b = job.add("b:2");
+  form(job, {&a, &b});
+  // Each posts its own summary as it asks: neither answers the other's request then.
+  Call<std::vector<std::string>> from_a(
+      a.rdzv(), std::async(std::launch::async, [&] { return a.board().gatherHangSummaries(5s, "fr1 n a:1\n"); }));
+  REQUIRE(job.clock.awaitSleepers(1));
+  Call<std::vector<std::string>> from_b(
+      b.rdzv(), std::async(std::launch::async, [&] { return b.board().gatherHangSummaries(5s, "fr1 n b:2\n"); }));
+  CHECK(from_b.get() == std::vector<std::string>{"fr1 n a:1\n"});
+  CHECK_FALSE(b.board().hangSummaryRequested());
+  job.clock.advance(100ms);
+  CHECK(from_a.get() == std::vector<std::string>{"fr1 n b:2\n"});
+}
+
 TEST_CASE("job board: a hang verdict waits a bounded time for nodes that do not answer", "[rdzv]") {
   Job job(2, 2);
   Node& a = job.add("a:1");

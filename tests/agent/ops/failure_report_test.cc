@@ -227,3 +227,30 @@ TEST_CASE("a worker that died of a GPU fault has its GPU line after the time, an
   CHECK(time < gpu);
   CHECK(ddprun::testing::countOf(report, "gpu fault :") == 1);
 }
+
+TEST_CASE("a rank of another node that the verdict blames is shown as such, first, with its frame and stack",
+          "[failure_report]") {
+  const auto t0 = Clock::now();
+  WorkerFailure local = failure(0, t0, 0, 6);
+  WorkerFailure remote;
+  remote.rank = 1;
+  remote.local_rank = 0;
+  remote.host = "nodeB:42";
+  remote.hang_reason = "hang: rank 1 has not called all_reduce #2 of group 0 (default_pg) — rank 1 is behind";
+  remote.elsewhere = "behind, last called all_reduce #1 (completed) at /job/train.py:12 in main";
+  remote.python_stack = "File \"/job/train.py\", line 17, in <module>\n  time.sleep(60)\n";
+  std::vector<WorkerFailure> failures{local, remote};
+  putRanksFirst(failures, {1});
+  const std::string report = formatFailureReport("train.py", failures);
+  const std::string cause =
+      report.substr(report.find("Root cause"), report.find("Other failures") - report.find("Root cause"));
+  CHECK_THAT(cause, Catch::Contains("rank      : 1 (local_rank: 0)\n"
+                                    "  host      : nodeB:42\n"
+                                    "  exit      : (a rank of another node; its agent stops it as the round ends)\n"
+                                    "  where     : behind, last called all_reduce #1 (completed) at /job/train.py:12 "
+                                    "in main\n"
+                                    "  verdict   : hang: rank 1 has not called all_reduce #2"));
+  CHECK_THAT(cause, Catch::Contains("    File \"/job/train.py\", line 17, in <module>\n      time.sleep(60)\n"));
+  CHECK_THAT(cause, !Catch::Contains("pid"));
+  CHECK_THAT(report.substr(report.find("Other failures")), Catch::Contains("rank      : 0 (local_rank: 0)"));
+}
