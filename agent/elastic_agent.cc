@@ -5,6 +5,7 @@
 // job. What others see of it goes through the job reporter. All of it runs on the agent's
 // thread, in the AgentEnv's event loop.
 #include "agent/elastic_agent.h"
+#include "agent/elastic_agent_impl.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -55,92 +56,41 @@ std::string hostName() {
 
 }  // namespace
 
-class ElasticAgent::Impl {
- public:
-  Impl(AgentConfig config, OrphanGuard* guard, AgentEnv& env,
-       std::function<std::unique_ptr<AgentRendezvous>()> make_rendezvous)
-      : config_(std::move(config)),
-        guard_(guard),
-        env_(env),
-        make_rendezvous_(std::move(make_rendezvous)),
-        log_(logger("agent")),
-        host_(hostName()),
-        policy_(config_.max_restarts, NodeCooldown(config_.node_cooldown, config_.node_cooldown_max), env.clock()),
-        group_(config_, env, guard,
-               [this](int rank, std::string_view line) {
-                 if (gpu_watch_) gpu_watch_->onStderrLine(rank, line);  // a CUDA fault, for the failure report
-                 hang_.onStderrLine(rank, line);
-               }),
-        reporter_(config_, group_, policy_),
-        hang_(config_, env, group_, reporter_, guard),
-        containment_(config_, env, group_, guard) {
-    env_.onSignals({SIGCHLD}, [this](int) {
-      for (const Worker* w : group_.reap()) reporter_.workerExited(*w);
-    });
-    const auto& stop = config_.stop_signals;
-    env_.onSignals(stop, [this](int signal) { onStopSignal(signal); });
-    // The user signals are the operator's way to talk to the workers (a checkpoint request
-    // from SLURM, say), so they are forwarded unless --signals_to_handle makes them stop the job.
-    std::vector<int> user;
-    for (int sig : {SIGUSR1, SIGUSR2}) {
-      if (std::find(stop.begin(), stop.end(), sig) == stop.end()) user.push_back(sig);
-    }
-    if (!user.empty()) {
-      env_.onSignals(user, [this](int signal) {
-        log_->info("forwarding {} to the workers", signalName(signal));
-        group_.signalRunning(signal);
-      });
-    }
+ElasticAgent::Impl::Impl(AgentConfig config, OrphanGuard* guard, AgentEnv& env,
+                         std::function<std::unique_ptr<AgentRendezvous>()> make_rendezvous)
+    : config_(std::move(config)),
+      guard_(guard),
+      env_(env),
+      make_rendezvous_(std::move(make_rendezvous)),
+      log_(logger("agent")),
+      host_(hostName()),
+      policy_(config_.max_restarts, NodeCooldown(config_.node_cooldown, config_.node_cooldown_max), env.clock()),
+      group_(config_, env, guard,
+             [this](int rank, std::string_view line) {
+               if (gpu_watch_) gpu_watch_->onStderrLine(rank, line);  // a CUDA fault, for the failure report
+               hang_.onStderrLine(rank, line);
+             }),
+      reporter_(config_, group_, policy_),
+      hang_(config_, env, group_, reporter_, guard),
+      containment_(config_, env, group_, guard) {
+  env_.onSignals({SIGCHLD}, [this](int) {
+    for (const Worker* w : group_.reap()) reporter_.workerExited(*w);
+  });
+  const auto& stop = config_.stop_signals;
+  env_.onSignals(stop, [this](int signal) { onStopSignal(signal); });
+  // The user signals are the operator's way to talk to the workers (a checkpoint request
+  // from SLURM, say), so they are forwarded unless --signals_to_handle makes them stop the job.
+  std::vector<int> user;
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    if (std::find(stop.begin(), stop.end(), sig) == stop.end()) user.push_back(sig);
   }
-
-  int run();
-
- private:
-  enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
-
-  void onStopSignal(int signal);
-  void setUp();
-  int runRounds();
-  // Starts the attempt's workers; throws what a start throws.
-  void startWorkers(const rendezvous::RendezvousResult& rdzv);
-  Outcome waitForWorkers();
-  std::optional<rendezvous::RendezvousResult> formRound();
-  void watchRound(int round);
-  // Stops the workers with `signal` and clears the attempt.
-  void stopAttempt(int signal);
-  void endAttempt();
-  int finishJob(int exit_code);
-  void afterSuccess();
-  // The cooldown of a flapping node: sits out for `duration` (or until the job ends).
-  // Returns the exit code when ddprun should end now, nothing when it should rejoin.
-  // `why`: the reason to log (default: this node's workers failed again and again).
-  std::optional<int> sitOut(std::chrono::milliseconds duration, const std::string& why = {});
-  int jobEndedAway(const std::string& reason);
-  void runFor(Clock::Duration d) { env_.runFor(d); }
-  Clock::TimePoint now() const { return env_.clock().now(); }
-
-  AgentConfig config_;
-  OrphanGuard* guard_;
-  AgentEnv& env_;
-  std::function<std::unique_ptr<AgentRendezvous>()> make_rendezvous_;
-  std::shared_ptr<spdlog::logger> log_;
-  std::string host_;
-  std::unique_ptr<LogLayout> layout_;
-  std::unique_ptr<AgentRendezvous> rendezvous_;
-  rendezvous::RendezvousSettings settings_;
-  RestartPolicy policy_;
-  // The parts: the workers, what others see, the hang watch, what is left of an attempt.
-  WorkerGroup group_;
-  JobReporter reporter_;
-  HangWatch hang_;
-  Containment containment_;
-  std::unique_ptr<GpuWatch> gpu_watch_;  // GPU health before each start, GPU faults after a failure
-
-  int stop_signal_ = 0;  // the first of config_.stop_signals received.
-  int round_ = -1;
-  std::optional<rendezvous::RoundEvent> round_event_;  // of round_, from the watcher thread
-  int attempt_ = 0;                                    // worker group starts on this node: names attempt_<k> log dirs
-};
+  if (!user.empty()) {
+    env_.onSignals(user, [this](int signal) {
+      log_->info("forwarding {} to the workers", signalName(signal));
+      group_.signalRunning(signal);
+    });
+  }
+}
 
 ElasticAgent::ElasticAgent(AgentConfig config, OrphanGuard& guard) : own_env_(AgentEnv::real()) {
   const int nproc = config.nproc_per_node;

@@ -1,0 +1,83 @@
+// The round loop's state and steps (agent/elastic_agent.cc): the parts it owns and drives,
+// kept in a header of their own so that the loop's file holds only the loop. Private to the
+// agent: nothing outside agent/elastic_agent.cc includes it.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "agent/agent_config.h"
+#include "agent/agent_env.h"
+#include "agent/agent_rendezvous.h"
+#include "agent/containment.h"
+#include "agent/elastic_agent.h"
+#include "agent/hang_watch.h"
+#include "agent/job_reporter.h"
+#include "agent/output/log_layout.h"
+#include "agent/placement/gpu_watch.h"
+#include "agent/process/orphan_guard.h"
+#include "agent/restart_policy.h"
+#include "agent/worker_group.h"
+#include "common/logging.h"
+#include "rendezvous/dynamic_rendezvous.h"
+
+namespace ddprun::agent {
+
+class ElasticAgent::Impl {
+ public:
+  Impl(AgentConfig config, OrphanGuard* guard, AgentEnv& env,
+       std::function<std::unique_ptr<AgentRendezvous>()> make_rendezvous);
+
+  int run();
+
+ private:
+  enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
+
+  void onStopSignal(int signal);
+  void setUp();
+  int runRounds();
+  // Starts the attempt's workers; throws what a start throws.
+  void startWorkers(const rendezvous::RendezvousResult& rdzv);
+  Outcome waitForWorkers();
+  std::optional<rendezvous::RendezvousResult> formRound();
+  void watchRound(int round);
+  // Stops the workers with `signal` and clears the attempt.
+  void stopAttempt(int signal);
+  void endAttempt();
+  int finishJob(int exit_code);
+  void afterSuccess();
+  // The cooldown of a flapping node: sits out for `duration` (or until the job ends).
+  // Returns the exit code when ddprun should end now, nothing when it should rejoin.
+  // `why`: the reason to log (default: this node's workers failed again and again).
+  std::optional<int> sitOut(std::chrono::milliseconds duration, const std::string& why = {});
+  int jobEndedAway(const std::string& reason);
+  void runFor(Clock::Duration d) { env_.runFor(d); }
+  Clock::TimePoint now() const { return env_.clock().now(); }
+
+  AgentConfig config_;
+  OrphanGuard* guard_;
+  AgentEnv& env_;
+  std::function<std::unique_ptr<AgentRendezvous>()> make_rendezvous_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::string host_;
+  std::unique_ptr<LogLayout> layout_;
+  std::unique_ptr<AgentRendezvous> rendezvous_;
+  rendezvous::RendezvousSettings settings_;
+  RestartPolicy policy_;
+  // The parts: the workers, what others see, the hang watch, what is left of an attempt.
+  WorkerGroup group_;
+  JobReporter reporter_;
+  HangWatch hang_;
+  Containment containment_;
+  std::unique_ptr<GpuWatch> gpu_watch_;  // GPU health before each start, GPU faults after a failure
+
+  int stop_signal_ = 0;  // the first of config_.stop_signals received.
+  int round_ = -1;
+  std::optional<rendezvous::RoundEvent> round_event_;  // of round_, from the watcher thread
+  int attempt_ = 0;                                    // worker group starts on this node: names attempt_<k> log dirs
+};
+
+}  // namespace ddprun::agent
