@@ -11,6 +11,7 @@
 // (bus 0x10 * (k + 1)). Built twice: FAKE_NVML_OLD leaves out nvmlErrorString and the health
 // functions, as an older driver's NVML lacks them.
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
