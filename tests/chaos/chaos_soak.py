@@ -132,6 +132,15 @@ def rss_kb(pid):
     return None
 
 
+def send(pid, sig):
+    """Signals a pid this soak started; False when it is already gone (it died of an earlier fault)."""
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def sh(*cmd):
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
 
@@ -143,7 +152,7 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.nodes = [Node(k, args) for k in range(args.nodes)]
         self.faults = collections.Counter()
-        self.fault_log = []  # (t, kind, node)
+        self.fault_log = []  # (wall clock ms, kind, node)
         self.failures = []
 
     # ---- agents ---------------------------------------------------------------------------
@@ -182,7 +191,7 @@ class Soak:
     # ---- faults ---------------------------------------------------------------------------
     def fault(self, kind, node, what):
         self.faults[kind] += 1
-        self.fault_log.append((now(), kind, node.index))
+        self.fault_log.append((time.time() * 1000, kind, node.index))
         log(f"FAULT {sum(self.faults.values()):3d} {kind:11s} node {node.index}: {what}")
 
     def inject(self):
@@ -201,19 +210,19 @@ class Soak:
         kind = self.rng.choice(choices)
         if kind == "kill_worker":
             node, pid = self.rng.choice(with_worker)
-            os.kill(pid, signal.SIGKILL)
-            self.fault(kind, node, f"kill -9 worker pid {pid}")
+            if send(pid, signal.SIGKILL):
+                self.fault(kind, node, f"kill -9 worker pid {pid}")
         elif kind == "stop_worker":
             node, pid = self.rng.choice(with_worker)
             hold = self.rng.uniform(1, 4)
-            os.kill(pid, signal.SIGSTOP)
-            node.stopped = (pid, now() + hold)
-            self.fault(kind, node, f"SIGSTOP worker pid {pid} for {hold:.1f} s")
+            if send(pid, signal.SIGSTOP):
+                node.stopped = (pid, now() + hold)
+                self.fault(kind, node, f"SIGSTOP worker pid {pid} for {hold:.1f} s")
         elif kind == "kill_agent":
             node = self.rng.choice(unprotected)
             pid = node.proc.pid
-            os.kill(pid, signal.SIGKILL)
-            self.fault(kind, node, f"kill -9 agent pid {pid}")
+            if send(pid, signal.SIGKILL):
+                self.fault(kind, node, f"kill -9 agent pid {pid}")
         elif kind == "cut_link":
             node = self.rng.choice(unprotected)
             hold = self.rng.uniform(2, 6)
@@ -226,10 +235,7 @@ class Soak:
     def restore_due(self, force=False):
         for node in self.nodes:
             if node.stopped and (force or now() >= node.stopped[1]):
-                try:
-                    os.kill(node.stopped[0], signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+                send(node.stopped[0], signal.SIGCONT)
                 log(f"           node {node.index}: SIGCONT worker pid {node.stopped[0]}")
                 node.stopped = None
             if node.cut_until is not None and (force or now() >= node.cut_until):
@@ -269,7 +275,7 @@ class Soak:
         codes = []
         for node in self.nodes:
             if node.alive():
-                os.kill(node.proc.pid, signal.SIGKILL)
+                send(node.proc.pid, signal.SIGKILL)
                 node.proc.wait()
             codes.append(node.proc.returncode)
             node.proc = None
@@ -355,7 +361,7 @@ class Soak:
             if node.alive():
                 self.failures.append(f"finished: node {node.index}'s agent still runs {self.args.finish_timeout} s "
                                      "after the faults ended")
-                os.kill(node.proc.pid, signal.SIGKILL)
+                send(node.proc.pid, signal.SIGKILL)
                 node.proc.wait()
             self.reap(node)
             code = node.exit_codes[-1][1]
@@ -374,6 +380,7 @@ class Logs:
         self.steps = {}      # (attempt, rank, step) -> {"sum", "world", "t", "rank"}
         self.saved = []      # (t, attempt, step)
         self.done = []       # (attempt, rank, step, sum)
+        self.twice = []      # (attempt, rank, step) logged more than once
 
 
 LINE = re.compile(r"^(start|step|saved|done) attempt=(\d+) rank=(\d+) (.*) t=(\d+)$")
@@ -394,6 +401,8 @@ def parse_logs(logs):
                     a["resumed"][rank] = int(kv["resumed"])
                     a["t"] = min(a["t"], t)
                 elif kind == "step":
+                    if (attempt, rank, int(kv["step"])) in out.steps:
+                        out.twice.append((attempt, rank, int(kv["step"])))
                     out.steps[(attempt, rank, int(kv["step"]))] = {"sum": kv["sum"], "world": int(kv["world"]),
                                                                   "t": t, "rank": rank}
                 elif kind == "saved":
@@ -416,6 +425,8 @@ def check_sequence(logs, total, reference, nodes, failures, every=5):
     by_attempt = collections.defaultdict(lambda: collections.defaultdict(dict))  # attempt -> rank -> step -> rec
     for (attempt, rank, step), rec in logs.steps.items():
         by_attempt[attempt][rank][step] = rec
+    for attempt, rank, step in logs.twice:
+        failures.append(f"sequence: attempt {attempt} rank {rank} applied step {step} twice")
     order = sorted(logs.attempts)
     applied_max = 0          # highest step applied by any earlier attempt
     saved_before = 0         # highest checkpoint logged complete by an earlier attempt
@@ -492,6 +503,29 @@ def check_sequence(logs, total, reference, nodes, failures, every=5):
     return facts, pure_ok, replay_ok
 
 
+def time_lost(logs, fault_log):
+    """Per fault kind, the seconds from each fault until the job applied a step beyond the
+    highest one applied before it, less one uninterrupted step (faults that overlap share the
+    time). Also the median step interval within attempts: the uninterrupted pace."""
+    timeline = sorted((r["t"], s) for (a, rank, s), r in logs.steps.items() if rank == 0)
+    by_attempt = collections.defaultdict(list)
+    for (a, rank, s), r in logs.steps.items():
+        if rank == 0:
+            by_attempt[a].append((s, r["t"]))
+    intervals = []
+    for rows in by_attempt.values():
+        rows.sort()
+        intervals += [(t2 - t1) / 1000 for (s1, t1), (s2, t2) in zip(rows, rows[1:]) if s2 == s1 + 1]
+    step = statistics.median(intervals) if intervals else 0.0
+    lost = collections.defaultdict(list)
+    for t_fault, kind, node in fault_log:
+        before = max([s for t, s in timeline if t <= t_fault] or [0])
+        after = [t for t, s in timeline if t > t_fault and s > before]
+        if after:
+            lost[kind].append(max(0.0, (after[0] - t_fault) / 1000 - step))
+    return lost, step
+
+
 def leftovers(soak, failures):
     args = soak.args
     deadline = now() + 15  # the guards of killed agents remove their cgroups within 5 s
@@ -550,7 +584,60 @@ def memory(soak, failures):
     return rows
 
 
+def self_test():
+    """The invariants' checker against step logs written here: a clean history passes, and each
+    broken invariant (a lost step, a gap, a step applied twice, ranks apart, bits apart from
+    the reference, a resume past any checkpoint) is named. Returns 0 when all hold."""
+    import tempfile
+    total, ref = 20, {s: f"r{s:02d}" for s in range(1, 21)}
+
+    def write(dirname, attempts):
+        # attempts: (id, world, resumed, steps applied, checkpoints saved, {step: checksum override})
+        for attempt, world, resumed, applied, saved, sums in attempts:
+            for rank in range(world):
+                with open(os.path.join(dirname, f"steps.{attempt}.{rank}"), "w") as f:
+                    f.write(f"start attempt={attempt} rank={rank} world={world} resumed={resumed} t={attempt}\n")
+                    for s in applied:
+                        the_sum = sums.get(s, ref[s] if world == 4 else f"w{world}-{s}")
+                        if isinstance(the_sum, dict):
+                            the_sum = the_sum.get(rank, the_sum["all"])
+                        f.write(f"step attempt={attempt} rank={rank} world={world} step={s} sum={the_sum} t={attempt}\n")
+                    for s in saved if rank == 0 else []:
+                        f.write(f"saved attempt={attempt} rank=0 step={s} t={attempt}\n")
+                    if applied and applied[-1] == total:
+                        f.write(f"done attempt={attempt} rank={rank} step={total} sum={sums.get(total, ref[total] if world == 4 else f'w{world}-{total}')} t={attempt}\n")
+
+    clean = [(1, 4, 0, list(range(1, 13)), [5, 10], {}),   # killed after step 12
+             (2, 4, 10, list(range(11, 18)), [15], {}),    # replays 11, 12; killed after 17
+             (3, 3, 15, list(range(16, 21)), [20], {})]     # a node lost: 3 nodes to the end
+    cases = {
+        "clean": (clean, None),
+        "lost": ([clean[0], (2, 4, 5, list(range(6, 21)), [10, 15, 20], {})], "steps lost"),
+        "gap": ([clean[0], (2, 4, 10, [11, 12, 14] + list(range(15, 21)), [15, 20], {})], "not an unbroken run"),
+        "twice": ([clean[0], (2, 4, 10, [11, 12, 12] + list(range(13, 21)), [15, 20], {})], "applied step 12 twice"),
+        "apart": ([clean[0], (2, 4, 10, list(range(11, 21)), [15, 20], {13: {1: "x", "all": ref[13]}})],
+                  "ranks hold different parameters"),
+        "bits": ([clean[0], (2, 4, 10, list(range(11, 21)), [15, 20], {14: "x"})], "the uninterrupted run"),
+        "replay": ([(1, 3, 0, list(range(1, 13)), [5, 10], {}),
+                    (2, 3, 10, list(range(11, 21)), [15, 20], {12: "x"})], "differs from its earlier run"),
+        "unsaved": ([clean[0], (2, 4, 13, list(range(14, 21)), [15, 20], {})], "no earlier attempt checkpointed"),
+        "short": ([clean[0], clean[1]], "the highest step applied is 17"),
+    }
+    bad = 0
+    for name, (attempts, expect) in cases.items():
+        with tempfile.TemporaryDirectory() as d:
+            write(d, attempts)
+            failures = []
+            check_sequence(parse_logs(d), total, ref, 4, failures)
+            ok = not failures if expect is None else any(expect in f for f in failures)
+            print(f"self-test {name}: {'ok' if ok else 'WRONG'}" + ("" if ok else f" (failures: {failures})"))
+            bad += not ok
+    return 1 if bad else 0
+
+
 def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ddprun", required=True)
     p.add_argument("--trainer", required=True)
@@ -587,7 +674,7 @@ def main():
     finally:
         for n in soak.nodes:
             if n.alive():
-                os.kill(n.proc.pid, signal.SIGKILL)
+                send(n.proc.pid, signal.SIGKILL)
                 n.proc.wait()
         soak.restore_due(force=True)
         soak.backend.stop()
@@ -616,12 +703,16 @@ def main():
     if gaps:
         print(f"time between attempts (last step to first step): median {statistics.median(gaps):.1f} s, "
               f"max {max(gaps):.1f} s, total {sum(gaps):.0f} s; steps replayed from checkpoints: {replayed}")
+    lost_by_kind, clean_step = time_lost(logs, soak.fault_log)
+    job = soak.job_end - soak.job_start
+    clean = args.steps * clean_step
     n_faults = sum(soak.faults.values())
-    clean = args.steps * (args.step_ms + 20) / 1000
     if n_faults:
-        lost = (soak.job_end - soak.job_start) - clean
-        print(f"time lost per fault: about {lost / n_faults:.1f} s (job time minus {clean:.0f} s of uninterrupted "
-              "steps, over the faults)")
+        print(f"job time {job:.0f} s against {clean:.0f} s uninterrupted ({clean_step * 1000:.0f} ms a step): "
+              f"{(job - clean) / n_faults:.1f} s lost per fault on average")
+    for kind, losses in sorted(lost_by_kind.items()):
+        print(f"  {kind:11s} x{len(losses):3d}: time lost (fault to the first new step, less one step) median "
+              f"{statistics.median(losses):.1f} s, max {max(losses):.1f} s")
     print(f"bitwise: {pure_ok} step(s) at 4 nodes throughout matched the uninterrupted run; "
           f"{replay_ok} replayed step(s) matched their first run")
     for node, pid, first, peak, growth, n in rss:

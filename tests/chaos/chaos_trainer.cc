@@ -148,7 +148,9 @@ int train(const Options& opt) {
 int main(int argc, char** argv) {
   Options opt;
   CLI::App app{"The chaos soak's deterministic trainer (run under ddprun)", "chaos_trainer"};
-  app.add_option("--steps", opt.steps, "optimizer steps of the whole run")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--steps", opt.steps, "optimizer steps of the whole run")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--batch-size", opt.batch_size, "global batch (split over the ranks)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -157,9 +159,13 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--step-ms", opt.step_ms, "sleep this long before each step")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", opt.seed, "seed of the model and the data")->capture_default_str();
-  app.add_option("--timeout", opt.timeout_s, "collectives' timeout, seconds")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--timeout", opt.timeout_s, "collectives' timeout, seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--checkpoint-dir", opt.checkpoint_dir, "checkpoints (shared by every rank)")->required();
-  app.add_option("--log-dir", opt.log_dir, "where each rank appends its step log")->required()->check(CLI::ExistingDirectory);
+  app.add_option("--log-dir", opt.log_dir, "where each rank appends its step log")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   CLI11_PARSE(app, argc, argv);
   return ddprun::runtime::recordErrors([&] { return train(opt); });
 }
