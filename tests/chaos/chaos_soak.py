@@ -160,7 +160,10 @@ class Soak:
         node.generation += 1
         tmp = os.path.join(self.args.work, "tmp", f"n{node.index}")
         os.makedirs(tmp, exist_ok=True)
-        env = dict(os.environ, TMPDIR=tmp, DDPRUN_SHM="0", OMP_NUM_THREADS="1")
+        # DDPRUN_SHM=0: the ranks' collectives cross the veths (the nodes share a kernel, so the host
+        # backend would take shared memory), and a cut link cuts them as between real hosts. File
+        # timers on: each agent has its FIFO in TMPDIR, which must not outlive it.
+        env = dict(os.environ, TMPDIR=tmp, DDPRUN_SHM="0", OMP_NUM_THREADS="1", TORCHELASTIC_ENABLE_FILE_TIMER="1")
         cmd = ["ip", "netns", "exec", node.ns, self.args.ddprun, f"--nnodes={nnodes}", "--nproc_per_node=1",
                *self.backend.flags(run_id), f"--local_addr={node.addr}", f"--rdzv_conf={FAST_CONF}",
                "--max_restarts=1000", "--no_python", self.args.trainer, f"--steps={steps}",

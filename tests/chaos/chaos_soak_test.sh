@@ -18,7 +18,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 for exe in ddprun chaos_trainer; do
   [[ -x "$bin/$exe" ]] || { echo "chaos: $bin/$exe is missing (build it first)"; exit 1; }
 done
-command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
+# Debian's python3 (only its standard library), ahead of any other on PATH.
+python=/usr/bin/python3
+[[ -x $python ]] || python=$(command -v python3) || { echo "SKIP: no python3"; exit 77; }
 
 source "$here/../support/netns.sh"
 tag="ddpc$$"
@@ -54,7 +56,7 @@ for k in $(seq 0 $((nodes - 1))); do
 done
 
 # The driver's cut link of node k is the hub's end of its veth, c<k>b<$$>.
-python3 "$here/chaos_soak.py" --ddprun "$bin/ddprun" --trainer "$bin/chaos_trainer" --work "$work" \
+"$python" "$here/chaos_soak.py" --ddprun "$bin/ddprun" --trainer "$bin/chaos_trainer" --work "$work" \
   --node-netns "$tag-n" --hub-netns "$hub" --veth-suffix "$$" --subnet 10.232.0 --nodes "$nodes" "$@" &
 driver=$!
 rc=0
