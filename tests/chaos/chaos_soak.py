@@ -658,8 +658,10 @@ def main():
     p.add_argument("--first-fault", type=float, default=5)
     p.add_argument("--min-gap", type=float, default=3)
     p.add_argument("--max-gap", type=float, default=6)
-    p.add_argument("--finish-timeout", type=float, default=180)
-    p.add_argument("--reference-timeout", type=float, default=180)
+    # With these bounds the soak ends on its own well inside ctest's TIMEOUT (which kills without a trap):
+    # reference + duration + finish + 15 s for the leftovers.
+    p.add_argument("--finish-timeout", type=float, default=150)
+    p.add_argument("--reference-timeout", type=float, default=120)
     p.add_argument("--rss-growth-mb", type=float, default=32)
     p.add_argument("--keep", help="copy the logs here at the end")
     args = p.parse_args()
