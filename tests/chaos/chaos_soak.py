@@ -11,8 +11,8 @@
      cut_link      the node's veth down for 2-6 s, then up (never a protected node's)
      rejoin        a node whose agent died (killed, or gave up on a cut link) starts a new
                    agent once its cooldown (3-8 s) is over
-   Faults stop once the duration is over or the job is near its last step; then the job
-   must finish.
+   Faults stop once the duration is over, the job is near its last step, or the rest of the
+   run would no longer fit in --budget; then the job must finish.
 3. The invariants:
      finished      every agent alive at the end of the faults exits 0; the last step is done
      sequence      each attempt resumes from the newest checkpoint saved before it, and its
@@ -343,8 +343,13 @@ class Soak:
                 next_sample = t + 0.5
             if t >= next_progress:
                 next_progress = t + 1
-                if self.newest_step(logs) >= steps * 0.9:
+                done = self.newest_step(logs)
+                if done >= steps * 0.9:
                     log("soak: the job is near its last step: no more faults")
+                    break
+                # The rest of the run, at twice its uninterrupted pace, must fit what is left of the budget.
+                if t + 2 * (steps - done) * (self.args.step_ms + 20) / 1000 + 30 > self.budget_end:
+                    log(f"soak: step {done} of {steps}: what is left of the budget is the job's to finish: no more faults")
                     break
             if t >= next_fault:
                 self.inject()
@@ -354,15 +359,16 @@ class Soak:
             time.sleep(0.1)
         self.restore_due(force=True)
         survivors = [n for n in self.nodes if n.alive()]
-        log(f"soak: faults over after {now() - start:.0f} s; waiting for nodes {[n.index for n in survivors]} to finish")
-        deadline = now() + self.args.finish_timeout
+        fault_over = now()
+        log(f"soak: faults over after {fault_over - start:.0f} s; waiting for nodes {[n.index for n in survivors]} to finish")
+        deadline = min(now() + self.args.finish_timeout, self.budget_end)
         while any(n.alive() for n in survivors) and now() < deadline:
             self.sample_rss()
             time.sleep(0.5)
         self.job_end = now()
         for node in survivors:
             if node.alive():
-                self.failures.append(f"finished: node {node.index}'s agent still runs {self.args.finish_timeout} s "
+                self.failures.append(f"finished: node {node.index}'s agent still runs {self.job_end - fault_over:.0f} s "
                                      "after the faults ended")
                 send(node.proc.pid, signal.SIGKILL)
                 node.proc.wait()
@@ -658,9 +664,11 @@ def main():
     p.add_argument("--first-fault", type=float, default=5)
     p.add_argument("--min-gap", type=float, default=3)
     p.add_argument("--max-gap", type=float, default=6)
-    # With these bounds the soak ends on its own well inside ctest's TIMEOUT (which kills without a trap):
-    # reference + duration + finish + 15 s for the leftovers.
-    p.add_argument("--finish-timeout", type=float, default=150)
+    # The soak ends on its own inside --budget (ctest's TIMEOUT kills without a trap): the faults stop
+    # early where the rest of the run would not fit, and the wait for the job's end stops at the budget
+    # less 20 s for the leftovers' check.
+    p.add_argument("--budget", type=float, default=0, help="seconds for everything (default: duration + 300)")
+    p.add_argument("--finish-timeout", type=float, default=600, help="longest wait for the job after the faults")
     p.add_argument("--reference-timeout", type=float, default=120)
     p.add_argument("--rss-growth-mb", type=float, default=32)
     p.add_argument("--keep", help="copy the logs here at the end")
@@ -668,8 +676,11 @@ def main():
     if args.steps <= 0:
         # about half the duration's worth of uninterrupted steps: the faults cost the rest
         args.steps = max(50, int(args.duration * 1000 / (args.step_ms + 20) / 2) // 5 * 5)
+    if args.budget <= 0:
+        args.budget = args.duration + 300
     os.makedirs(os.path.join(args.work, "tmp"), exist_ok=True)
     soak = Soak(args)
+    soak.budget_end = now() + args.budget - 20
     failures = soak.failures
     t0 = now()
     try:
