@@ -347,8 +347,8 @@ class Soak:
                 if done >= steps * 0.9:
                     log("soak: the job is near its last step: no more faults")
                     break
-                # The rest of the run, at twice its uninterrupted pace, must fit what is left of the budget.
-                if t + 2 * (steps - done) * (self.args.step_ms + 20) / 1000 + 30 > self.budget_end:
+                # The rest of the run, at 1.25 times its uninterrupted pace, must fit what is left of the budget.
+                if t + 1.25 * (steps - done) * (self.args.step_ms + 20) / 1000 + 30 > self.budget_end:
                     log(f"soak: step {done} of {steps}: what is left of the budget is the job's to finish: no more faults")
                     break
             if t >= next_fault:
