@@ -238,7 +238,8 @@ class Soak:
     def restore_due(self, force=False):
         for node in self.nodes:
             if node.stopped and (force or now() >= node.stopped[1]):
-                send(node.stopped[0], signal.SIGCONT)
+                if comm(node.stopped[0]).startswith("chaos_trainer"):  # not a pid reused since its agent killed it
+                    send(node.stopped[0], signal.SIGCONT)
                 log(f"           node {node.index}: SIGCONT worker pid {node.stopped[0]}")
                 node.stopped = None
             if node.cut_until is not None and (force or now() >= node.cut_until):
