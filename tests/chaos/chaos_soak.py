@@ -323,14 +323,16 @@ class Soak:
         next_sample = start
         next_progress = start
         self.job_start = start
-        while now() < fault_end:
+        self.fault_end_early = False
+        while now() < fault_end and not self.fault_end_early:
             t = now()
             for node in self.nodes:
                 if self.reap(node):
                     node.stopped = None
                     if node.index in self.backend.protected_nodes():
-                        self.failures.append(f"node {node.index}'s agent (protected) exited during the faults")
-                        return
+                        self.failures.append(f"finished: node {node.index}'s agent, which the {self.backend.name} "
+                                             f"backend cannot lose, exited {node.exit_codes[-1][1]} during the faults")
+                        self.fault_end_early = True
                     node.rejoin_at = t + self.rng.uniform(3, 8)
                     log(f"           node {node.index}: cooldown until +{node.rejoin_at - start:.1f} s")
             self.restore_due()
@@ -695,6 +697,8 @@ def main():
                 n.proc.wait()
         soak.restore_due(force=True)
         soak.backend.stop()
+        if args.keep:
+            sh("cp", "-r", args.work, args.keep)
     logs = parse_logs(soak.logs)
     facts, pure_ok, replay_ok = check_sequence(logs, args.steps, reference, args.nodes, failures)
     left = leftovers(soak, failures)
@@ -737,8 +741,6 @@ def main():
     exits = {n.index: [c for g, c in n.exit_codes] for n in soak.nodes}
     print(f"agent exit codes per node: {exits}")
     print("leftovers: " + ("none" if not any(left.values()) else str({k: len(v) for k, v in left.items()})))
-    if args.keep:
-        sh("cp", "-r", args.work, args.keep)
     if failures:
         print(f"\nchaos: FAIL: {len(failures)} invariant(s) broken:")
         for f in failures[:40]:
@@ -750,10 +752,17 @@ def main():
 
 
 def tail_agent_logs(work):
-    for path in sorted(glob.glob(os.path.join(work, "chaos*.agent*.log")))[-6:]:
+    """The end of each node's newest agent log (the soak's, not the reference's)."""
+    newest = {}
+    for path in glob.glob(os.path.join(work, "chaos*.agent*.log")):
+        m = re.search(r"\.agent(\d+)\.g(\d+)\.log$", path)
+        if m and int(m.group(2)) >= newest.get(m.group(1), (0, ""))[0]:
+            newest[m.group(1)] = (int(m.group(2)), path)
+    for node in sorted(newest):
+        path = newest[node][1]
         print(f"--- {os.path.basename(path)} (last lines)")
         with open(path, errors="replace") as f:
-            for line in f.readlines()[-12:]:
+            for line in f.readlines()[-15:]:
                 print("    " + line.rstrip())
 
 
