@@ -32,6 +32,7 @@ HangWatch::HangWatch(const AgentConfig& config, AgentEnv& env, WorkerGroup& grou
     : config_(config), env_(env), group_(group), reporter_(reporter), guard_(guard), log_(logger("agent")) {}
 
 HangWatch::~HangWatch() {
+  if (timer_server_ && guard_) guard_->forgetDirectory(timer_server_->path());
   if (flight_dir_ && !flight_dir_->path().empty()) {
     if (guard_) guard_->forgetDirectory(flight_dir_->path());
     flight_dir_.reset();
@@ -71,6 +72,8 @@ void HangWatch::startFileTimers(std::map<std::string, std::string>& base_env) {
     throw UsageError(std::string("file timers (") + env::kEnableFileTimer + "=1): " + e.what());
   }
   timer_server_->start();
+  // The server unlinks its pipe when it is destroyed; a kill -9 of ddprun must not leave it either.
+  if (guard_) guard_->watchDirectory(path);
   base_env[env::kTimerFile] = path;
   log_->info("file timers on {}", path);
 }

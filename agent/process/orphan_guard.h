@@ -3,8 +3,8 @@
 // tiny guard process that learns over a pipe what to kill: each worker's process group, the agent's cgroup directory
 // (all workers' cgroups are below it), and each process that left its worker's group (by pid and start time; with
 // cgroups too, since a process can leave its cgroup as well); and what to remove: the flight recorder's directory on
-// /dev/shm and a temporary run directory (rpc_secret files included). When the agent dies for any
-// reason the pipe reaches EOF and the guard SIGKILLs all of it still registered, removes the directories and the
+// /dev/shm, a temporary run directory (rpc_secret files included) and the file timers' pipe. When the agent dies for
+// any reason the pipe reaches EOF and the guard SIGKILLs all of it still registered, removes the directories and the
 // cgroups, then exits. The guard ignores terminal signals and sits in its own session so that group signals aimed at
 // the agent do not take it down first.
 // Thread-safety: none; only the agent's main thread (its event loop) registers and forgets.
@@ -40,8 +40,8 @@ class OrphanGuard {
   // A cgroup directory: killed, with its descendants, and removed.
   void watchCgroup(const std::string& dir);
   void forgetCgroup(const std::string& dir);
-  // A directory the agent removes when it exits (the flight recorder's on /dev/shm, a temporary run directory):
-  // removed, with its contents, if the agent dies first.
+  // A directory the agent removes when it exits (the flight recorder's on /dev/shm, a temporary run directory), or a
+  // single file (the file timers' pipe): removed, with its contents, if the agent dies first.
   void watchDirectory(const std::string& dir);
   void forgetDirectory(const std::string& dir);
   // A process outside every watched group: killed (with the group it leads) if it still is the process stamped.

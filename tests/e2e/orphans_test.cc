@@ -356,3 +356,37 @@ TEST_CASE("kill -9 of ddprun without --log_dir leaves no temporary run directory
       },
       10s));
 }
+
+// The file timers' pipe (TORCHELASTIC_ENABLE_FILE_TIMER=1, in $TMPDIR) goes with a killed agent
+// too: the chaos soak found one FIFO left per agent killed with kill -9 (issue 36).
+TEST_CASE("kill -9 of ddprun with file timers leaves no timer pipe in TMPDIR", "[e2e][orphans]") {
+  TempDir tmp;
+  std::vector<pid_t> pids;
+  const auto pipes = [&] {
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
+      if (entry.path().filename().string().rfind("watchdog_timer_", 0) == 0) found.push_back(entry.path());
+    }
+    return found;
+  };
+  {
+    TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", testWorkerPath(),
+                        "grandchild", tmp.file("pids")},
+                       {{"TMPDIR", tmp.path()}, {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}});
+    REQUIRE(ddprun.waitForOutput("ready rank=", 20s, 1));
+    pids = pidsIn(tmp.file("pids"));
+    REQUIRE(pipes().size() == 1);
+    ::kill(ddprun.pid(), SIGKILL);
+    REQUIRE(ddprun.wait(10s));
+    CHECK(ddprun.termSignal() == SIGKILL);
+    CHECK(eventually([&] { return pipes().empty(); }, 10s));
+  }
+  CHECK(eventually(
+      [&] {
+        for (pid_t pid : pids) {
+          if (processAlive(pid)) return false;
+        }
+        return true;
+      },
+      10s));
+}

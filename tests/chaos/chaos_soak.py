@@ -1,0 +1,770 @@
+#!/usr/bin/env python3
+"""The chaos soak's driver (issue 36), run by chaos_soak_test.sh inside the namespaces it made.
+
+1. A reference: the trainer uninterrupted on the 4 nodes (--nnodes=4), its checksum per step.
+2. The soak: an agent on each node under --nnodes=2:4 and, one every few seconds, a fault
+   drawn from a seeded schedule:
+     kill_worker   kill -9 of a node's worker
+     stop_worker   SIGSTOP of a worker, SIGCONT 1-4 s later
+     kill_agent    kill -9 of an agent (never a node the backend cannot lose: on c10d the
+                   store host's, node 0, whose loss ends the job by design, as under torchrun)
+     cut_link      the node's veth down for 2-6 s, then up (never a protected node's)
+     rejoin        a node whose agent died (killed, or gave up on a cut link) starts a new
+                   agent once its cooldown (3-8 s) is over
+   Faults stop once the duration is over, the job is near its last step, or the rest of the
+   run would no longer fit in --budget; then the job must finish.
+3. The invariants:
+     finished      every agent alive at the end of the faults exits 0; the last step is done
+     sequence      each attempt resumes from the newest checkpoint saved before it, and its
+                   steps run on from there without a gap; so no step is lost and none is
+                   applied twice beyond the replay from the last checkpoint
+     ranks agree   every rank of an attempt has the same parameters after each step
+     bitwise       where the world size never changed (4 nodes from the start), each step's
+                   parameters equal the reference's bit for bit; a replay at the same world
+                   size equals the first run of that step
+     leftovers     no process, /dev/shm segment of the job, agent cgroup, file in the agents'
+                   TMPDIR (FIFOs, run directories) or listening socket left behind
+     memory        each agent's RSS (from /proc, sampled through the run) grows by less than
+                   --rss-growth-mb over its first sample
+Backends: c10d. The etcd variant adds itself to BACKENDS (no protected node; an etcd member
+killed and restarted as a fault of its own).
+Python 3 of Debian, no packages beyond the standard library.
+"""
+import argparse
+import collections
+import glob
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+FAST_CONF = "keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=1,read_timeout=3,join_timeout=30"
+STORE_PORT = 29400
+
+
+class C10dBackend:
+    """The rendezvous store lives in node 0's agent: losing it ends the job (by design)."""
+    name = "c10d"
+
+    def __init__(self, args):
+        self.args = args
+
+    def flags(self, run_id):
+        return ["--rdzv_backend=c10d", f"--rdzv_endpoint={self.args.subnet}.1:{STORE_PORT}", f"--rdzv_id={run_id}"]
+
+    def protected_nodes(self):
+        return {0}
+
+    def extra_faults(self):
+        return {}  # kind -> callable(driver); etcd: {"kill_etcd_member": ...}
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+
+BACKENDS = {"c10d": C10dBackend}
+
+
+def now():
+    return time.monotonic()
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Node:
+    def __init__(self, index, args):
+        self.index = index
+        self.ns = f"{args.node_netns}{index}"
+        self.addr = f"{args.subnet}.{index + 1}"
+        self.veth = f"c{index}b{args.veth_suffix}"
+        self.proc = None
+        self.generation = 0
+        self.pids = []          # every agent pid ever started here
+        self.rejoin_at = None   # when a dead node may start a new agent
+        self.cut_until = None
+        self.stopped = None     # (pid, until) of a SIGSTOPped worker
+        self.rss = {}           # agent pid -> [samples in kB]
+        self.exit_codes = []    # (generation, code)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+
+def proc_children(pid):
+    kids = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()
+        if fields and int(fields[1]) == pid:
+            kids.append(int(stat.split("/")[2]))
+    return kids
+
+
+def comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def rss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def send(pid, sig):
+    """Signals a pid this soak started; False when it is already gone (it died of an earlier fault)."""
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def sh(*cmd):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+
+
+class Soak:
+    def __init__(self, args):
+        self.args = args
+        self.backend = BACKENDS[args.backend](args)
+        self.rng = random.Random(args.seed)
+        self.nodes = [Node(k, args) for k in range(args.nodes)]
+        self.faults = collections.Counter()
+        self.fault_log = []  # (wall clock ms, kind, node)
+        self.failures = []
+
+    # ---- agents ---------------------------------------------------------------------------
+    def start_agent(self, node, run_id, nnodes, steps, step_ms, ckpt, logs):
+        node.generation += 1
+        tmp = os.path.join(self.args.work, "tmp", f"n{node.index}")
+        os.makedirs(tmp, exist_ok=True)
+        # DDPRUN_SHM=0: the ranks' collectives cross the veths (the nodes share a kernel, so the host
+        # backend would take shared memory), and a cut link cuts them as between real hosts. File
+        # timers on: each agent has its FIFO in TMPDIR, which must not outlive it.
+        env = dict(os.environ, TMPDIR=tmp, DDPRUN_SHM="0", OMP_NUM_THREADS="1", TORCHELASTIC_ENABLE_FILE_TIMER="1")
+        cmd = ["ip", "netns", "exec", node.ns, self.args.ddprun, f"--nnodes={nnodes}", "--nproc_per_node=1",
+               *self.backend.flags(run_id), f"--local_addr={node.addr}", f"--rdzv_conf={FAST_CONF}",
+               "--max_restarts=1000", "--no_python", self.args.trainer, f"--steps={steps}",
+               f"--step-ms={step_ms}", "--checkpoint-every=5", f"--checkpoint-dir={ckpt}", f"--log-dir={logs}",
+               "--timeout=60"]
+        out = open(os.path.join(self.args.work, f"{run_id}.agent{node.index}.g{node.generation}.log"), "w")
+        node.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        out.close()
+        node.pids.append(node.proc.pid)  # ip netns exec execs ddprun: the same pid
+        node.rss[node.proc.pid] = []
+
+    def worker_of(self, node):
+        if not node.alive():
+            return None
+        for kid in proc_children(node.proc.pid):
+            if comm(kid).startswith("chaos_trainer"):
+                return kid
+        return None
+
+    def reap(self, node):
+        if node.proc is not None and node.proc.poll() is not None:
+            node.exit_codes.append((node.generation, node.proc.returncode))
+            log(f"node {node.index}: agent pid {node.proc.pid} exited {node.proc.returncode}")
+            node.proc = None
+            return True
+        return False
+
+    # ---- faults ---------------------------------------------------------------------------
+    def fault(self, kind, node, what):
+        self.faults[kind] += 1
+        self.fault_log.append((time.time() * 1000, kind, node.index))
+        log(f"FAULT {sum(self.faults.values()):3d} {kind:11s} node {node.index}: {what}")
+
+    def inject(self):
+        live = [n for n in self.nodes if n.alive() and n.cut_until is None and n.stopped is None]
+        unprotected = [n for n in live if n.index not in self.backend.protected_nodes()]
+        can_lose = sum(1 for n in self.nodes if n.alive() and n.cut_until is None) > 2  # --nnodes MIN stays
+        choices = []
+        with_worker = [(n, w) for n in live if (w := self.worker_of(n))]
+        if with_worker:
+            choices += ["kill_worker", "stop_worker"]
+        if unprotected and can_lose:
+            choices += ["kill_agent", "cut_link"]
+        choices += list(self.backend.extra_faults())
+        if not choices:
+            return
+        kind = self.rng.choice(choices)
+        if kind == "kill_worker":
+            node, pid = self.rng.choice(with_worker)
+            if send(pid, signal.SIGKILL):
+                self.fault(kind, node, f"kill -9 worker pid {pid}")
+        elif kind == "stop_worker":
+            node, pid = self.rng.choice(with_worker)
+            hold = self.rng.uniform(1, 4)
+            if send(pid, signal.SIGSTOP):
+                node.stopped = (pid, now() + hold)
+                self.fault(kind, node, f"SIGSTOP worker pid {pid} for {hold:.1f} s")
+        elif kind == "kill_agent":
+            node = self.rng.choice(unprotected)
+            pid = node.proc.pid
+            if send(pid, signal.SIGKILL):
+                self.fault(kind, node, f"kill -9 agent pid {pid}")
+        elif kind == "cut_link":
+            node = self.rng.choice(unprotected)
+            hold = self.rng.uniform(2, 6)
+            sh("ip", "-n", self.args.hub_netns, "link", "set", node.veth, "down")
+            node.cut_until = now() + hold
+            self.fault(kind, node, f"link down for {hold:.1f} s")
+        else:
+            self.backend.extra_faults()[kind](self)
+
+    def restore_due(self, force=False):
+        for node in self.nodes:
+            if node.stopped and (force or now() >= node.stopped[1]):
+                if comm(node.stopped[0]).startswith("chaos_trainer"):  # not a pid reused since its agent killed it
+                    send(node.stopped[0], signal.SIGCONT)
+                log(f"           node {node.index}: SIGCONT worker pid {node.stopped[0]}")
+                node.stopped = None
+            if node.cut_until is not None and (force or now() >= node.cut_until):
+                sh("ip", "-n", self.args.hub_netns, "link", "set", node.veth, "up")
+                log(f"           node {node.index}: link up")
+                node.cut_until = None
+
+    # ---- progress from the step logs -------------------------------------------------------
+    def newest_step(self, logs):
+        files = glob.glob(os.path.join(logs, "steps.*"))
+        if not files:
+            return 0
+        newest = max(files, key=lambda p: os.stat(p).st_mtime)
+        with open(newest, "rb") as f:
+            f.seek(max(0, os.stat(newest).st_size - 400))
+            tail = f.read().decode(errors="replace")
+        steps = re.findall(r" step=(\d+)", tail)
+        return int(steps[-1]) if steps else 0
+
+    def sample_rss(self):
+        for node in self.nodes:
+            if node.alive():
+                kb = rss_kb(node.proc.pid)
+                if kb is not None:
+                    node.rss[node.proc.pid].append(kb)
+
+    # ---- runs -----------------------------------------------------------------------------
+    def reference(self):
+        run_id = f"ref{os.getpid()}"
+        ckpt, logs = self.dirs(run_id)
+        log(f"reference: {self.args.steps} steps uninterrupted on {len(self.nodes)} nodes (--nnodes={len(self.nodes)})")
+        for node in self.nodes:
+            self.start_agent(node, run_id, str(len(self.nodes)), self.args.steps, 0, ckpt, logs)
+        deadline = now() + self.args.reference_timeout
+        while any(n.alive() for n in self.nodes) and now() < deadline:
+            time.sleep(0.2)
+        codes = []
+        for node in self.nodes:
+            if node.alive():
+                send(node.proc.pid, signal.SIGKILL)
+                node.proc.wait()
+            codes.append(node.proc.returncode)
+            node.proc = None
+        if codes != [0] * len(self.nodes):
+            raise SystemExit(f"chaos: FAIL: the reference run did not finish: agents exited {codes}")
+        ref = parse_logs(logs)
+        sums = {}
+        for (attempt, rank, step), rec in ref.steps.items():
+            sums.setdefault(step, rec["sum"])
+        if len(ref.attempts) != 1 or sorted(sums) != list(range(1, self.args.steps + 1)):
+            raise SystemExit(f"chaos: FAIL: the reference run has {len(ref.attempts)} attempts and "
+                             f"{len(sums)} of {self.args.steps} steps")
+        step_times = sorted(r["t"] for r in ref.steps.values() if r["rank"] == 0)
+        log(f"reference: done, final checksum {sums[self.args.steps]}, "
+            f"{(step_times[-1] - step_times[0]) / 1000:.1f} s of steps")
+        for node in self.nodes:
+            node.pids.clear()
+            node.rss.clear()
+        return sums
+
+    def dirs(self, run_id):
+        ckpt = os.path.join(self.args.work, run_id, "ckpt")
+        logs = os.path.join(self.args.work, run_id, "logs")
+        os.makedirs(ckpt)
+        os.makedirs(logs)
+        return ckpt, logs
+
+    def soak(self):
+        run_id = f"chaos{os.getpid()}"
+        self.run_id = run_id
+        ckpt, logs = self.dirs(run_id)
+        self.logs = logs
+        steps = self.args.steps
+        log(f"soak: {self.args.backend}, seed {self.args.seed}, {self.args.duration} s of faults, {steps} steps "
+            f"of {self.args.step_ms} ms, --nnodes=2:{len(self.nodes)}")
+        start = now()
+        for node in self.nodes:
+            self.start_agent(node, run_id, f"2:{len(self.nodes)}", steps, self.args.step_ms, ckpt, logs)
+        fault_end = start + self.args.duration
+        next_fault = start + self.args.first_fault
+        next_sample = start
+        next_progress = start
+        self.job_start = start
+        self.fault_end_early = False
+        while now() < fault_end and not self.fault_end_early:
+            t = now()
+            for node in self.nodes:
+                if self.reap(node):
+                    node.stopped = None
+                    if node.index in self.backend.protected_nodes():
+                        self.failures.append(f"finished: node {node.index}'s agent, which the {self.backend.name} "
+                                             f"backend cannot lose, exited {node.exit_codes[-1][1]} during the faults")
+                        self.fault_end_early = True
+                    node.rejoin_at = t + self.rng.uniform(3, 8)
+                    log(f"           node {node.index}: cooldown until +{node.rejoin_at - start:.1f} s")
+            self.restore_due()
+            for node in self.nodes:
+                if node.proc is None and node.rejoin_at is not None and t >= node.rejoin_at and node.cut_until is None:
+                    node.rejoin_at = None
+                    self.start_agent(node, run_id, f"2:{len(self.nodes)}", steps, self.args.step_ms, ckpt, logs)
+                    self.fault("rejoin", node, f"new agent pid {node.proc.pid} after its cooldown")
+            if t >= next_sample:
+                self.sample_rss()
+                next_sample = t + 0.5
+            if t >= next_progress:
+                next_progress = t + 1
+                done = self.newest_step(logs)
+                if done >= steps * 0.9:
+                    log("soak: the job is near its last step: no more faults")
+                    break
+                # The rest of the run, at 1.25 times its uninterrupted pace, must fit what is left of the budget.
+                if t + 1.25 * (steps - done) * (self.args.step_ms + 20) / 1000 + 30 > self.budget_end:
+                    log(f"soak: step {done} of {steps}: what is left of the budget is the job's to finish: no more faults")
+                    break
+            if t >= next_fault:
+                self.inject()
+                next_fault = t + self.rng.uniform(self.args.min_gap, self.args.max_gap)
+            if not any(n.alive() for n in self.nodes):
+                break
+            time.sleep(0.1)
+        self.restore_due(force=True)
+        survivors = [n for n in self.nodes if n.alive()]
+        fault_over = now()
+        log(f"soak: faults over after {fault_over - start:.0f} s; waiting for nodes {[n.index for n in survivors]} to finish")
+        deadline = min(now() + self.args.finish_timeout, self.budget_end)
+        while any(n.alive() for n in survivors) and now() < deadline:
+            self.sample_rss()
+            time.sleep(0.5)
+        self.job_end = now()
+        for node in survivors:
+            if node.alive():
+                self.failures.append(f"finished: node {node.index}'s agent still runs {self.job_end - fault_over:.0f} s "
+                                     "after the faults ended")
+                send(node.proc.pid, signal.SIGKILL)
+                node.proc.wait()
+            self.reap(node)
+            code = node.exit_codes[-1][1]
+            if code != 0:
+                self.failures.append(f"finished: node {node.index}'s surviving agent exited {code}")
+        for node in self.nodes:  # agents that died after the last check
+            if node.proc is not None:
+                self.reap(node)
+        if not survivors:
+            self.failures.append("finished: no agent was left when the faults ended")
+
+
+class Logs:
+    def __init__(self):
+        self.attempts = {}   # attempt -> {"world", "resumed", "t", "ranks"}
+        self.steps = {}      # (attempt, rank, step) -> {"sum", "world", "t", "rank"}
+        self.saved = []      # (t, attempt, step)
+        self.done = []       # (attempt, rank, step, sum)
+        self.twice = []      # (attempt, rank, step) logged more than once
+
+
+LINE = re.compile(r"^(start|step|saved|done) attempt=(\d+) rank=(\d+) (.*) t=(\d+)$")
+
+
+def parse_logs(logs):
+    out = Logs()
+    for path in glob.glob(os.path.join(logs, "steps.*")):
+        with open(path) as f:
+            for line in f:
+                m = LINE.match(line.strip())
+                if not m:
+                    continue  # a line cut short by kill -9
+                kind, attempt, rank, rest, t = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4), int(m.group(5))
+                kv = dict(item.split("=", 1) for item in rest.split())
+                if kind == "start":
+                    a = out.attempts.setdefault(attempt, {"world": int(kv["world"]), "resumed": {}, "t": t})
+                    a["resumed"][rank] = int(kv["resumed"])
+                    a["t"] = min(a["t"], t)
+                elif kind == "step":
+                    if (attempt, rank, int(kv["step"])) in out.steps:
+                        out.twice.append((attempt, rank, int(kv["step"])))
+                    out.steps[(attempt, rank, int(kv["step"]))] = {"sum": kv["sum"], "world": int(kv["world"]),
+                                                                  "t": t, "rank": rank}
+                elif kind == "saved":
+                    out.saved.append((t, attempt, int(kv["step"])))
+                else:
+                    out.done.append((attempt, rank, int(kv["step"]), kv["sum"]))
+    return out
+
+
+def check_sequence(logs, total, reference, nodes, failures, every=5):
+    """The sequence, ranks-agree and bitwise invariants. Returns per-attempt facts for the summary,
+    the number of steps checked against the reference and of replays checked against a run of
+    the same history.
+
+    A step's history is the world size each earlier step ran at: segments (world, first step
+    - 1), the attempt's own after those of the attempt whose checkpoint it loaded (the last one
+    that logged saving that step, else the last one that applied it), cut at the step it resumed
+    from. Applications of a step with equal histories must hold equal parameters; a history of
+    full-size worlds only must hold the reference's."""
+    by_attempt = collections.defaultdict(lambda: collections.defaultdict(dict))  # attempt -> rank -> step -> rec
+    for (attempt, rank, step), rec in logs.steps.items():
+        by_attempt[attempt][rank][step] = rec
+    for attempt, rank, step in logs.twice:
+        failures.append(f"sequence: attempt {attempt} rank {rank} applied step {step} twice")
+    order = sorted(logs.attempts)
+    applied_max = 0          # highest step applied by any earlier attempt
+    saved_before = 0         # highest checkpoint logged complete by an earlier attempt
+    history = {}             # attempt -> (key, pure)
+    applied_by = {}          # step -> latest attempt that applied it
+    saved_by = {}            # step -> latest attempt that logged its checkpoint
+    seen = {}                # (step, history key) -> checksum
+    pure_ok = replay_ok = 0
+    facts = []
+    for attempt in order:
+        a = logs.attempts[attempt]
+        world = a["world"]
+        resumed = set(a["resumed"].values())
+        if len(resumed) != 1:
+            failures.append(f"sequence: attempt {attempt}'s ranks resumed from different steps {sorted(resumed)}")
+            continue
+        r = resumed.pop()
+        if r < saved_before:
+            failures.append(f"sequence: attempt {attempt} resumed from step {r}, but checkpoint {saved_before} "
+                            "was complete before it started: steps lost")
+        if r > applied_max or (r % every != 0 and r != total):
+            failures.append(f"sequence: attempt {attempt} resumed from step {r}, which no earlier attempt "
+                            f"checkpointed (highest applied step {applied_max})")
+        origin = saved_by.get(r, applied_by.get(r))
+        segments = [seg for seg in history.get(origin, ()) if seg[1] < r] if r > 0 else []
+        if not segments or segments[-1][0] != world:
+            segments.append((world, r))
+        key = tuple(segments)
+        pure = key == ((nodes, 0),)
+        history[attempt] = key
+        ranks = by_attempt.get(attempt, {})
+        last = r
+        for rank, steps in ranks.items():
+            got = sorted(steps)
+            expect = list(range(r + 1, r + 1 + len(got)))
+            if got != expect:
+                missing = sorted(set(expect) - set(got))[:5]
+                failures.append(f"sequence: attempt {attempt} rank {rank} applied steps {got[:3]}..{got[-3:]} "
+                                f"after resuming from {r}: not an unbroken run (missing {missing})")
+            last = max(last, got[-1] if got else r)
+        for s in sorted({s for steps in ranks.values() for s in steps}):
+            sums = {steps[s]["sum"] for steps in ranks.values() if s in steps}
+            if len(sums) != 1:
+                failures.append(f"ranks agree: attempt {attempt} step {s}: ranks hold different parameters {sums}")
+            the_sum = min(sums)
+            if pure:
+                if the_sum != reference[s]:
+                    failures.append(f"bitwise: step {s} of attempt {attempt} ({nodes} nodes throughout) has "
+                                    f"checksum {the_sum}, the uninterrupted run {reference[s]}")
+                pure_ok += 1
+            if (s, key) in seen:
+                if seen[(s, key)] != the_sum:
+                    failures.append(f"bitwise: step {s} replayed by attempt {attempt} differs from its earlier "
+                                    "run with the same history")
+                replay_ok += 1
+            seen[(s, key)] = the_sum
+            applied_by[s] = attempt
+        for (t, at, s) in logs.saved:
+            if at == attempt:
+                saved_by[s] = attempt
+                saved_before = max(saved_before, s)
+        facts.append({"attempt": attempt, "world": world, "resumed": r, "last": last, "t": a["t"],
+                      "replayed": max(0, min(applied_max, last) - r), "pure": pure})
+        applied_max = max(applied_max, last)
+    if applied_max != total:
+        failures.append(f"finished: the highest step applied is {applied_max}, not {total}")
+    if order:
+        final = order[-1]
+        done = [d for d in logs.done if d[0] == final]
+        if not done or any(d[2] != total for d in done):
+            failures.append(f"finished: the last attempt's ranks did not all reach step {total}: {done}")
+        elif history.get(final) == ((nodes, 0),) and {d[3] for d in done} != {reference[total]}:
+            failures.append("bitwise: final parameters differ from the uninterrupted run's")
+    return facts, pure_ok, replay_ok
+
+
+def time_lost(logs, fault_log):
+    """Per fault kind, the seconds from each fault until the job applied a step beyond the
+    highest one applied before it, less one uninterrupted step (faults that overlap share the
+    time). Also the median step interval within attempts: the uninterrupted pace."""
+    timeline = sorted((r["t"], s) for (a, rank, s), r in logs.steps.items() if rank == 0)
+    by_attempt = collections.defaultdict(list)
+    for (a, rank, s), r in logs.steps.items():
+        if rank == 0:
+            by_attempt[a].append((s, r["t"]))
+    intervals = []
+    for rows in by_attempt.values():
+        rows.sort()
+        intervals += [(t2 - t1) / 1000 for (s1, t1), (s2, t2) in zip(rows, rows[1:]) if s2 == s1 + 1]
+    step = statistics.median(intervals) if intervals else 0.0
+    lost = collections.defaultdict(list)
+    for t_fault, kind, node in fault_log:
+        before = max([s for t, s in timeline if t <= t_fault] or [0])
+        after = [t for t, s in timeline if t > t_fault and s > before]
+        if after:
+            lost[kind].append(max(0.0, (after[0] - t_fault) / 1000 - step))
+    return lost, step
+
+
+def leftovers(soak, failures):
+    args = soak.args
+    deadline = now() + 15  # the guards of killed agents remove their cgroups within 5 s
+    while True:
+        procs = []
+        for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+            try:
+                with open(cmdline, "rb") as f:
+                    text = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            pid = int(cmdline.split("/")[2])
+            if args.work in text and pid != os.getpid():
+                procs.append(f"{pid} ({text[:80]})")
+        shm = [p for p in glob.glob("/dev/shm/ddprun*") if soak.run_id in p or f"ref{os.getpid()}" in p]
+        pids = [pid for n in soak.nodes for pid in n.pids]
+        cgroups = []
+        for root in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+            for pid in pids:
+                cgroups += glob.glob(f"{root}/ddprun-{pid}") + glob.glob(f"{root}/*/ddprun-{pid}") + \
+                    glob.glob(f"{root}/*/*/ddprun-{pid}")
+        tmp_left = []
+        for dirpath, dirnames, filenames in os.walk(os.path.join(args.work, "tmp")):
+            depth = dirpath[len(os.path.join(args.work, "tmp")):].count(os.sep)
+            if depth >= 1:
+                tmp_left += [os.path.join(dirpath, x) for x in dirnames + filenames]
+        ports = []
+        for n in soak.nodes:
+            out = sh("ip", "netns", "exec", n.ns, "ss", "-Htlnu").stdout.strip()
+            if out:
+                ports.append(f"node {n.index}: {out}")
+        found = {"process": procs, "shared-memory segment": shm, "cgroup": sorted(set(cgroups)),
+                 "file in an agent's TMPDIR": tmp_left, "listening socket": ports}
+        if not any(found.values()) or now() >= deadline:
+            break
+        time.sleep(0.5)
+    for what, items in found.items():
+        if items:
+            failures.append(f"leftovers: {len(items)} {what}(s) left: {items[:4]}")
+    return found
+
+
+def memory(soak, failures):
+    rows = []
+    for n in soak.nodes:
+        for pid, samples in n.rss.items():
+            if len(samples) < 4:
+                continue
+            # the baseline: about 5 s into the agent's life, once its threads and pools exist
+            first, peak = samples[min(10, len(samples) // 2)], max(samples)
+            growth = (peak - first) / 1024
+            rows.append((n.index, pid, first / 1024, peak / 1024, growth, len(samples)))
+            if growth > soak.args.rss_growth_mb:
+                failures.append(f"memory: node {n.index}'s agent {pid} grew from {first / 1024:.1f} MB to "
+                                f"{peak / 1024:.1f} MB (ceiling: +{soak.args.rss_growth_mb} MB)")
+    return rows
+
+
+def self_test():
+    """The invariants' checker against step logs written here: a clean history passes, and each
+    broken invariant (a lost step, a gap, a step applied twice, ranks apart, bits apart from
+    the reference, a resume past any checkpoint) is named. Returns 0 when all hold."""
+    import tempfile
+    total, ref = 20, {s: f"r{s:02d}" for s in range(1, 21)}
+
+    def write(dirname, attempts):
+        # attempts: (id, world, resumed, steps applied, checkpoints saved, {step: checksum override})
+        for attempt, world, resumed, applied, saved, sums in attempts:
+            for rank in range(world):
+                with open(os.path.join(dirname, f"steps.{attempt}.{rank}"), "w") as f:
+                    f.write(f"start attempt={attempt} rank={rank} world={world} resumed={resumed} t={attempt}\n")
+                    for s in applied:
+                        the_sum = sums.get(s, ref[s] if world == 4 else f"w{world}-{s}")
+                        if isinstance(the_sum, dict):
+                            the_sum = the_sum.get(rank, the_sum["all"])
+                        f.write(f"step attempt={attempt} rank={rank} world={world} step={s} sum={the_sum} t={attempt}\n")
+                    for s in saved if rank == 0 else []:
+                        f.write(f"saved attempt={attempt} rank=0 step={s} t={attempt}\n")
+                    if applied and applied[-1] == total:
+                        f.write(f"done attempt={attempt} rank={rank} step={total} sum={sums.get(total, ref[total] if world == 4 else f'w{world}-{total}')} t={attempt}\n")
+
+    clean = [(1, 4, 0, list(range(1, 13)), [5, 10], {}),   # killed after step 12
+             (2, 4, 10, list(range(11, 18)), [15], {}),    # replays 11, 12; killed after 17
+             (3, 3, 15, list(range(16, 21)), [20], {})]     # a node lost: 3 nodes to the end
+    cases = {
+        "clean": (clean, None),
+        "lost": ([clean[0], (2, 4, 5, list(range(6, 21)), [10, 15, 20], {})], "steps lost"),
+        "gap": ([clean[0], (2, 4, 10, [11, 12, 14] + list(range(15, 21)), [15, 20], {})], "not an unbroken run"),
+        "twice": ([clean[0], (2, 4, 10, [11, 12, 12] + list(range(13, 21)), [15, 20], {})], "applied step 12 twice"),
+        "apart": ([clean[0], (2, 4, 10, list(range(11, 21)), [15, 20], {13: {1: "x", "all": ref[13]}})],
+                  "ranks hold different parameters"),
+        "bits": ([clean[0], (2, 4, 10, list(range(11, 21)), [15, 20], {14: "x"})], "the uninterrupted run"),
+        "replay": ([(1, 3, 0, list(range(1, 13)), [5, 10], {}),
+                    (2, 3, 10, list(range(11, 21)), [15, 20], {12: "x"})], "differs from its earlier run"),
+        "unsaved": ([clean[0], (2, 4, 13, list(range(14, 21)), [15, 20], {})], "no earlier attempt checkpointed"),
+        "short": ([clean[0], clean[1]], "the highest step applied is 17"),
+    }
+    bad = 0
+    for name, (attempts, expect) in cases.items():
+        with tempfile.TemporaryDirectory() as d:
+            write(d, attempts)
+            failures = []
+            check_sequence(parse_logs(d), total, ref, 4, failures)
+            ok = not failures if expect is None else any(expect in f for f in failures)
+            print(f"self-test {name}: {'ok' if ok else 'WRONG'}" + ("" if ok else f" (failures: {failures})"))
+            bad += not ok
+    return 1 if bad else 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ddprun", required=True)
+    p.add_argument("--trainer", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--node-netns", required=True, help="namespace prefix: PREFIX0 .. PREFIX<nodes-1>")
+    p.add_argument("--hub-netns", required=True)
+    p.add_argument("--veth-suffix", required=True)
+    p.add_argument("--subnet", required=True, help="first three octets; node k is .k+1")
+    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="c10d")
+    p.add_argument("--duration", type=float, default=120, help="seconds of faults")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--step-ms", type=int, default=100)
+    p.add_argument("--steps", type=int, default=0, help="default: enough for the duration")
+    p.add_argument("--first-fault", type=float, default=5)
+    p.add_argument("--min-gap", type=float, default=3)
+    p.add_argument("--max-gap", type=float, default=6)
+    # The soak ends on its own inside --budget (ctest's TIMEOUT kills without a trap): the faults stop
+    # early where the rest of the run would not fit, and the wait for the job's end stops at the budget
+    # less 20 s for the leftovers' check.
+    p.add_argument("--budget", type=float, default=0, help="seconds for everything (default: duration + 300)")
+    p.add_argument("--finish-timeout", type=float, default=600, help="longest wait for the job after the faults")
+    p.add_argument("--reference-timeout", type=float, default=120)
+    p.add_argument("--rss-growth-mb", type=float, default=32)
+    p.add_argument("--keep", help="copy the logs here at the end")
+    args = p.parse_args()
+    if args.steps <= 0:
+        # about half the duration's worth of uninterrupted steps: the faults cost the rest
+        args.steps = max(50, int(args.duration * 1000 / (args.step_ms + 20) / 2) // 5 * 5)
+    if args.budget <= 0:
+        args.budget = args.duration + 300
+    os.makedirs(os.path.join(args.work, "tmp"), exist_ok=True)
+    soak = Soak(args)
+    soak.budget_end = now() + args.budget - 20
+    failures = soak.failures
+    t0 = now()
+    try:
+        reference = soak.reference()
+        soak.backend.start()
+        soak.soak()
+    finally:
+        for n in soak.nodes:
+            if n.alive():
+                send(n.proc.pid, signal.SIGKILL)
+                n.proc.wait()
+        soak.restore_due(force=True)
+        soak.backend.stop()
+        if args.keep:
+            sh("cp", "-r", args.work, args.keep)
+    logs = parse_logs(soak.logs)
+    facts, pure_ok, replay_ok = check_sequence(logs, args.steps, reference, args.nodes, failures)
+    left = leftovers(soak, failures)
+    rss = memory(soak, failures)
+
+    # ---- summary ------------------------------------------------------------------------
+    print("\n=== chaos soak summary ===")
+    print(f"backend {args.backend}, seed {args.seed}, {args.nodes} nodes (--nnodes=2:{args.nodes}), "
+          f"{args.steps} steps of {args.step_ms} ms, checkpoint every 5 steps")
+    print(f"wall time: {now() - t0:.0f} s in all, the soaked job {soak.job_end - soak.job_start:.0f} s")
+    print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(soak.faults.items())) +
+          f" ({sum(soak.faults.values())} in all)")
+    restarts = max(0, len(facts) - 1)
+    worlds = collections.Counter(f["world"] for f in facts)
+    print(f"attempts: {len(facts)} ({restarts} restarts); world sizes: " +
+          ", ".join(f"{w} nodes x{c}" for w, c in sorted(worlds.items())))
+    gaps = []
+    for prev, cur in zip(facts, facts[1:]):
+        prev_t = max([r["t"] for (a, rk, s), r in logs.steps.items() if a == prev["attempt"]] or [prev["t"]])
+        first = min([r["t"] for (a, rk, s), r in logs.steps.items() if a == cur["attempt"]] or [cur["t"]])
+        gaps.append((first - prev_t) / 1000)
+    replayed = sum(f["replayed"] for f in facts)
+    if gaps:
+        print(f"time between attempts (last step to first step): median {statistics.median(gaps):.1f} s, "
+              f"max {max(gaps):.1f} s, total {sum(gaps):.0f} s; steps replayed from checkpoints: {replayed}")
+    lost_by_kind, clean_step = time_lost(logs, soak.fault_log)
+    job = soak.job_end - soak.job_start
+    clean = args.steps * clean_step
+    n_faults = sum(soak.faults.values())
+    if n_faults:
+        print(f"job time {job:.0f} s against {clean:.0f} s uninterrupted ({clean_step * 1000:.0f} ms a step): "
+              f"{(job - clean) / n_faults:.1f} s lost per fault on average")
+    for kind, losses in sorted(lost_by_kind.items()):
+        print(f"  {kind:11s} x{len(losses):3d}: time lost (fault to the first new step, less one step) median "
+              f"{statistics.median(losses):.1f} s, max {max(losses):.1f} s")
+    print(f"bitwise: {pure_ok} step(s) at 4 nodes throughout matched the uninterrupted run; "
+          f"{replay_ok} replayed step(s) matched their first run")
+    for node, pid, first, peak, growth, n in rss:
+        print(f"agent RSS node {node} pid {pid}: {first:.1f} -> peak {peak:.1f} MB (+{growth:.1f}), {n} samples")
+    exits = {n.index: [c for g, c in n.exit_codes] for n in soak.nodes}
+    print(f"agent exit codes per node: {exits}")
+    print("leftovers: " + ("none" if not any(left.values()) else str({k: len(v) for k, v in left.items()})))
+    if failures:
+        print(f"\nchaos: FAIL: {len(failures)} invariant(s) broken:")
+        for f in failures[:40]:
+            print(f"  {f}")
+        tail_agent_logs(args.work)
+        return 1
+    print("\nchaos: every invariant holds")
+    return 0
+
+
+def tail_agent_logs(work):
+    """The end of each node's newest agent log (the soak's, not the reference's)."""
+    newest = {}
+    for path in glob.glob(os.path.join(work, "chaos*.agent*.log")):
+        m = re.search(r"\.agent(\d+)\.g(\d+)\.log$", path)
+        if m and int(m.group(2)) >= newest.get(m.group(1), (0, ""))[0]:
+            newest[m.group(1)] = (int(m.group(2)), path)
+    for node in sorted(newest):
+        path = newest[node][1]
+        print(f"--- {os.path.basename(path)} (last lines)")
+        with open(path, errors="replace") as f:
+            for line in f.readlines()[-15:]:
+                print("    " + line.rstrip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
