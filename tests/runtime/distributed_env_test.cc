@@ -7,6 +7,7 @@
 // worker still waiting when the test's bound passes is the defect.
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ namespace {
 struct BadEnv {
   std::map<std::string, std::string> changes;
   std::string message;
+  // The failure comes after init_process_group: the worker needs a store to reach, which the
+  // test serves (ddprun_store_server on a port from the kernel, TORCHELASTIC_USE_AGENT_STORE).
+  bool past_init = false;
 };
 
 // `bad` applied to a good environment; `init` extra arguments of the worker (--init ...).
@@ -28,11 +32,19 @@ void requireFailsAtOnce(const BadEnv& bad, const std::vector<std::string>& init 
   // A port held by this test and never listening: a worker that got as far as the store would
   // fail on it, not wait, and the message check below would show it.
   const ClosedPort port;
+  std::unique_ptr<TestProcess> store;
+  int master_port = port.port();
+  if (bad.past_init) {
+    store = std::make_unique<TestProcess>(
+        std::vector<std::string>{binDir() + "/ddprun_store_server", "--host", "127.0.0.1", "--port", "0"});
+    REQUIRE(store->waitForOutput("listening on ", 10s));
+    master_port = std::stoi(store->out().substr(store->out().find("listening on ") + 13));
+  }
   std::map<std::string, std::string> env = {{"RANK", "0"},
                                             {"WORLD_SIZE", "2"},
                                             {"MASTER_ADDR", "127.0.0.1"},
-                                            {"MASTER_PORT", std::to_string(port.port())},
-                                            {"TORCHELASTIC_USE_AGENT_STORE", ""},
+                                            {"MASTER_PORT", std::to_string(master_port)},
+                                            {"TORCHELASTIC_USE_AGENT_STORE", bad.past_init ? "True" : ""},
                                             {"TORCHELASTIC_RESTART_COUNT", ""},
                                             {"TORCHELASTIC_ERROR_FILE", ""},
                                             {"DDPRUN_SHM", ""},
@@ -114,6 +126,7 @@ TEST_CASE("init_process_group: backend nccl without CUDA fails at once saying wh
 #endif
 
 TEST_CASE("a CPU tensor on a group whose backend runs only CUDA tensors fails naming the op", "[e2e][env][backend]") {
-  requireFailsAtOnce({{{"WORLD_SIZE", "1"}}, "broadcast: a CPU tensor, but this group's backend (cuda:gloo) runs none"},
-                     {"--init", "env://", "--backend", "cuda:gloo", "--ops", "broadcast"});
+  requireFailsAtOnce(
+      {{{"WORLD_SIZE", "1"}}, "broadcast: a CPU tensor, but this group's backend (cuda:gloo) runs none", true},
+      {"--init", "env://", "--backend", "cuda:gloo", "--ops", "broadcast"});
 }
