@@ -38,22 +38,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-ip netns add "$hub"
-ip -n "$hub" link add br0 type bridge
-ip -n "$hub" link set br0 up
-for k in $(seq 0 $((nodes - 1))); do
-  ns="$tag-n$k"
-  ip netns add "$ns"
-  ip link add "c${k}a$$" type veth peer name "c${k}b$$"
-  ip link set "c${k}a$$" netns "$ns"
-  ip link set "c${k}b$$" netns "$hub"
-  ip -n "$ns" link set "c${k}a$$" name eth0
-  ip -n "$ns" addr add "10.232.0.$((k + 1))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
-  ip -n "$hub" link set "c${k}b$$" master br0
-  ip -n "$hub" link set "c${k}b$$" up
-done
+netns_star "$tag" "$nodes" 10.232.0 c "$$"
 
 # The driver's cut link of node k is the hub's end of its veth, c<k>b<$$>.
 "$python" "$here/chaos_soak.py" --ddprun "$bin/ddprun" --trainer "$bin/chaos_trainer" --work "$work" \

@@ -37,22 +37,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ip netns add "$hub"
-ip -n "$hub" link add br0 type bridge
-ip -n "$hub" link set br0 up
-for k in $(seq 0 $((nodes - 1))); do
-  ns="$tag-n$k"
-  ip netns add "$ns"
-  ip link add "v${k}a$$" type veth peer name "v${k}b$$"
-  ip link set "v${k}a$$" netns "$ns"
-  ip link set "v${k}b$$" netns "$hub"
-  ip -n "$ns" link set "v${k}a$$" name eth0
-  ip -n "$ns" addr add "10.231.0.$((k + 1))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
-  ip -n "$hub" link set "v${k}b$$" master br0
-  ip -n "$hub" link set "v${k}b$$" up
-done
+netns_star "$tag" "$nodes" 10.231.0 v "$$"
 addr() { echo "10.231.0.$(($1 + 1))"; }
 
 # Starts an agent on node $1 (remaining args: extra ddprun flags before the worker).

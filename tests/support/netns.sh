@@ -24,3 +24,27 @@ netns_remove_all() {
   sleep 0.2
   for ns in $(ip netns list | awk '{print $1}' | grep "^$tag-" || true); do ip netns del "$ns" 2>/dev/null || true; done
 }
+
+# A star of network namespaces: hub TAG-hub with bridge br0, and NODES nodes TAG-n<k>, each
+# with eth0 at SUBNET.<k+1>/24, wired by a veth whose hub end is <P><k>b<SUFFIX> (P: a one-letter
+# prefix, so that two scripts' veths never share a name; SUFFIX: the caller's pid).
+# Usage: netns_star TAG NODES SUBNET P SUFFIX
+netns_star() {
+  local tag=$1 nodes=$2 subnet=$3 p=$4 suffix=$5 hub="$1-hub" k ns
+  ip netns add "$hub"
+  ip -n "$hub" link add br0 type bridge
+  ip -n "$hub" link set br0 up
+  for k in $(seq 0 $((nodes - 1))); do
+    ns="$tag-n$k"
+    ip netns add "$ns"
+    ip link add "$p${k}a$suffix" type veth peer name "$p${k}b$suffix"
+    ip link set "$p${k}a$suffix" netns "$ns"
+    ip link set "$p${k}b$suffix" netns "$hub"
+    ip -n "$ns" link set "$p${k}a$suffix" name eth0
+    ip -n "$ns" addr add "$subnet.$((k + 1))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    ip -n "$hub" link set "$p${k}b$suffix" master br0
+    ip -n "$hub" link set "$p${k}b$suffix" up
+  done
+}
