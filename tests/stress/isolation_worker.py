@@ -12,8 +12,12 @@ import torch.distributed as dist
 token, pid_file, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with open(pid_file, "a") as f:
     f.write(f"{os.getpid()}\n")
-store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                      timeout=timedelta(seconds=60))
+address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+try:
+    # torch 2.x asks for libuv by default; Debian's torch 2.6 is built without it.
+    store = dist.TCPStore(address, port, is_master=False, timeout=timedelta(seconds=60), use_libuv=False)
+except TypeError:  # torch 1.13 has no use_libuv
+    store = dist.TCPStore(address, port, is_master=False, timeout=timedelta(seconds=60))
 owner = store.compare_set("isolation/job", "", token).decode()
 if owner != token:
     sys.exit(f"the workers' store belongs to job {owner}, not {token}")
