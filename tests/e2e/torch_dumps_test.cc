@@ -191,6 +191,7 @@ std::string writeNodesScript(const TempDir& dir, const std::string& marker, bool
 
 struct TwoNodes {
   std::string judge;  // the stderr of the agent whose rank 0 aborted
+  std::string both;   // both agents' stderr, for a failure's message
   int exit_codes[2] = {-1, -1};
 };
 
@@ -218,7 +219,9 @@ TwoNodes runTwoNodes(const TempDir& dir, const std::string& script, const std::s
   INFO("first agent:\n" << first.err() << "\nsecond agent:\n" << second.err());
   // The node of rank 0 saw its worker abort; rank 1 runs on the other one.
   TestProcess& judge = first.err().find("rank 0 was killed by SIGABRT") != std::string::npos ? first : second;
-  return TwoNodes{judge.err(), {first.exitCode(), second.exitCode()}};
+  return TwoNodes{judge.err(),
+                  "first agent:\n" + first.err() + "\nsecond agent:\n" + second.err(),
+                  {first.exitCode(), second.exitCode()}};
 }
 
 }  // namespace
@@ -228,7 +231,7 @@ TEST_CASE("two nodes: the node that sees the failure blames the rank behind on t
   TempDir dir;
   const TwoNodes job = runTwoNodes(dir, writeNodesScript(dir, dir.file("rank0_dumped")), "dumps-across");
   const std::string& err = job.judge;
-  INFO(err);
+  INFO(job.both);
   CHECK(job.exit_codes[0] == 1);
   CHECK(job.exit_codes[1] == 1);
   REQUIRE_THAT(err, Catch::Contains("rank 0 was killed by SIGABRT and wrote no error file"));
@@ -252,7 +255,7 @@ TEST_CASE("two nodes: a rank whose node sent no dump is named in one line, and t
   TempDir dir;
   const TwoNodes job = runTwoNodes(dir, writeNodesScript(dir, dir.file("rank0_dumped"), false), "dumps-missing");
   const std::string& err = job.judge;
-  INFO(err);
+  INFO(job.both);
   CHECK(job.exit_codes[0] == 1);
   CHECK(job.exit_codes[1] == 1);
   REQUIRE_THAT(err, Catch::Contains("rank 0 was killed by SIGABRT and wrote no error file"));
