@@ -35,6 +35,14 @@ std::vector<std::string> splitLines(const std::string& text) {
   return lines;
 }
 
+// A node's summary as posted: at most kMaxHangSummaryBytes, cut at a line, so that the judge's
+// batched reads fit one reply.
+std::string boundedSummary(const std::string& summary) {
+  if (summary.size() <= kMaxHangSummaryBytes) return summary;
+  const size_t cut = summary.rfind('\n', kMaxHangSummaryBytes - 1);
+  return summary.substr(0, cut == std::string::npos ? 0 : cut + 1);
+}
+
 // A line of `hang/answered`: a group rank of the round, in decimal.
 std::optional<int> groupRankOf(const std::string& line, int participants) {
   int g = 0;
@@ -138,14 +146,9 @@ std::vector<std::string> JobBoard::Impl::gatherHangSummaries(milliseconds wait, 
   size_t total_bytes = 0;
   try {
     // Its own first, named in the answered list: a node that asks in the same round reads it,
-    // as it reads any answer. Cut at a line as publishHangSummary cuts.
+    // as it reads any answer.
     if (!mine.empty()) {
-      std::string bounded = mine;
-      if (bounded.size() > kMaxHangSummaryBytes) {
-        const size_t cut = bounded.rfind('\n', kMaxHangSummaryBytes - 1);
-        bounded.resize(cut == std::string::npos ? 0 : cut + 1);
-      }
-      store().set(roundKey(place->round, "hang/" + std::to_string(place->group_rank)), bounded);
+      store().set(roundKey(place->round, "hang/" + std::to_string(place->group_rank)), boundedSummary(mine));
       store().append(answered_key, std::to_string(place->group_rank) + "\n");
     }
     store().set(roundKey(place->round, "hang/request"), site_.node);
@@ -208,12 +211,8 @@ void JobBoard::Impl::publishHangSummary(const std::string& summary) {
   std::lock_guard lock(mutex_);
   hang_answered_round_ = place->round;
   try {
-    // At most kMaxHangSummaryBytes, cut at a line: the judge reads answers in batches that
-    // must fit one reply.
-    std::string bounded = summary;
-    if (bounded.size() > kMaxHangSummaryBytes) {
-      const size_t cut = bounded.rfind('\n', kMaxHangSummaryBytes - 1);
-      bounded.resize(cut == std::string::npos ? 0 : cut + 1);
+    const std::string bounded = boundedSummary(summary);
+    if (bounded.size() < summary.size()) {
       log_->warn("this node's hang summary holds {} bytes; sending its first {}", summary.size(), bounded.size());
     }
     store().set(roundKey(place->round, "hang/" + std::to_string(place->group_rank)), bounded);

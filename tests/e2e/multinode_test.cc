@@ -171,10 +171,8 @@ TEST_CASE("static rendezvous: node ranks from the command line", "[e2e][multinod
 
 TEST_CASE("two jobs with different rdzv ids on one store stay apart", "[e2e][multinode]") {
   // A store that outlives both jobs (an agent hosting it would leave with its own job).
-  TestProcess store({binDir() + "/ddprun_store_server", "--host", "127.0.0.1", "--port", "0"});
-  REQUIRE(store.waitForOutput("listening on ", 10s));
-  const auto at = store.out().find("listening on ") + 13;
-  const int port = std::stoi(store.out().substr(at));
+  int port = 0;
+  const auto store = startStoreServer(port);
   std::vector<std::unique_ptr<TestProcess>> agents;
   for (const char* id : {"alpha", "beta", "alpha", "beta"}) {
     agents.push_back(

@@ -116,9 +116,8 @@ for n in nodes:
 }
 
 TEST_CASE("status of a job that does not exist or a store that is not there fails clearly", "[e2e][ops]") {
-  TestProcess store({binDir() + "/ddprun_store_server", "--host", "127.0.0.1", "--port", "0"});
-  REQUIRE(store.waitForOutput("listening on ", 10s));
-  const int port = std::stoi(store.out().substr(store.out().find("listening on ") + 13));
+  int port = 0;
+  const auto store = startStoreServer(port);
   auto unknown = status({"--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=nosuchjob"});
   CHECK(unknown.exit_code == 3);
   CHECK_THAT(unknown.err, Catch::Contains("no agent of job 'nosuchjob'"));

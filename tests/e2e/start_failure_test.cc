@@ -1,7 +1,7 @@
 // A worker that cannot start (a script whose #! interpreter is missing, here) ends the job at
 // once with one line that names the program and the reason, and nothing is signalled: no
 // worker process group exists yet to be cleared (issue 39, #1: ddprun signalled PID 1). The
-// test runs ddprun in a private PID namespace (unshare --pid) under a stub PID 1 that writes
+// test runs ddprun in a private PID namespace (unshare --pid) under a recording PID 1 that writes
 // down every signal it gets, so that a real PID 1 is never at risk.
 #include <sys/stat.h>
 
@@ -17,11 +17,11 @@ namespace {
 
 constexpr const char* kUnshare = "/usr/bin/unshare";
 
-// The stub PID 1: records each catchable signal to $1 (SIGKILL and SIGSTOP from inside its
+// The recording PID 1: records each catchable signal to $1 (SIGKILL and SIGSTOP from inside its
 // namespace never reach a PID 1), runs the rest of its arguments as its child, and exits with
 // the child's status once it is reaped. The child's death ends the namespace and every
 // process left in it.
-constexpr const char* kStubInit = R"(rec=$1; shift
+constexpr const char* kRecordingInit = R"(rec=$1; shift
 for s in TERM HUP INT QUIT USR1 USR2 ABRT CONT ALRM; do trap "echo SIG$s >> $rec" $s; done
 "$@" &
 child=$!
@@ -50,10 +50,10 @@ TEST_CASE("a worker that cannot start is one line and exit 1 and PID 1 gets no s
   const std::string record = dir.file("pid1-record");
   // --term_timeout=120: a ddprun that waited on PID 1 (kill(1, 0) always succeeds) would
   // outlive the run's bound below rather than pass by luck.
-  auto r =
-      run({kUnshare, "--pid", "--fork", "--mount-proc", "--kill-child", "/bin/bash", "-c", kStubInit, "stub-init",
-           record, ddprunPath(), "--standalone", "--nproc_per_node=2", "--term_timeout=120", "--no_python", script},
-          {}, 60s);
+  auto r = run(
+      {kUnshare, "--pid", "--fork", "--mount-proc", "--kill-child", "/bin/bash", "-c", kRecordingInit, "recording-init",
+       record, ddprunPath(), "--standalone", "--nproc_per_node=2", "--term_timeout=120", "--no_python", script},
+      {}, 60s);
   INFO(r.out << r.err);
   INFO("PID 1 recorded: " << readFile(record));
   REQUIRE(r.finished);

@@ -34,12 +34,7 @@ void requireFailsAtOnce(const BadEnv& bad, const std::vector<std::string>& init 
   const ClosedPort port;
   std::unique_ptr<TestProcess> store;
   int master_port = port.port();
-  if (bad.past_init) {
-    store = std::make_unique<TestProcess>(
-        std::vector<std::string>{binDir() + "/ddprun_store_server", "--host", "127.0.0.1", "--port", "0"});
-    REQUIRE(store->waitForOutput("listening on ", 10s));
-    master_port = std::stoi(store->out().substr(store->out().find("listening on ") + 13));
-  }
+  if (bad.past_init) store = startStoreServer(master_port);
   std::map<std::string, std::string> env = {{"RANK", "0"},
                                             {"WORLD_SIZE", "2"},
                                             {"MASTER_ADDR", "127.0.0.1"},

@@ -186,6 +186,18 @@ int announcedPort(TestProcess& host, std::chrono::milliseconds timeout) {
   return std::stoi(all.substr(colon + 1));
 }
 
+std::unique_ptr<TestProcess> startStoreServer(int& port) {
+  static const std::string kAnnouncement = "listening on ";
+  auto server = std::make_unique<TestProcess>(
+      std::vector<std::string>{binDir() + "/ddprun_store_server", "--host", "127.0.0.1", "--port", "0"});
+  if (!server->waitForOutput(kAnnouncement, std::chrono::seconds(10))) {
+    throw std::runtime_error("ddprun_store_server announced no port within 10 s; its output:\n" + server->out() +
+                             server->err());
+  }
+  port = std::stoi(server->out().substr(server->out().find(kAnnouncement) + kAnnouncement.size()));
+  return server;
+}
+
 ClosedPort::ClosedPort() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,6 +97,10 @@ class TempDir {
 // the test if none comes within `timeout`. Ports come from the kernel, never picked in advance:
 // many jobs and tests share a machine.
 int announcedPort(TestProcess& host, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// ddprun_store_server on 127.0.0.1 and a port from the kernel (a store that outlives any one
+// agent); `port` gets the port it announces. Fails the test if none comes within 10 s.
+std::unique_ptr<TestProcess> startStoreServer(int& port);
 
 // A loopback port held for the life of this object by a socket that is bound but never
 // listens: a connection to it is refused, and nothing else can take it meanwhile.
