@@ -501,6 +501,14 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
     const int successor = (me + 1) % n;
     int64_t last_seen = -1;
     int misses = 0;
+    // Failed keep-alive attempts in a row (a timed-out or broken store operation). One is not
+    // a lost store: a loaded machine can hold a reply past heartbeat_timeout, and the
+    // connection is made afresh on the next attempt. The store is lost after as many failures
+    // in a row as the others allow this node missed keep-alives (keep_alive_max_attempt); on the
+    // store's own host a timeout never counts (the store is in this process: a slow reply is
+    // CPU starvation, and taking it for a loss would end the whole job).
+    int failures = 0;
+    const bool own_store = host_server_ != nullptr;
     try {
       // etcd: keep-alives on a lease (round_liveness.h); TCP: the counters below.
       std::unique_ptr<RoundLiveness> lease;
@@ -521,32 +529,46 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
       tickKeepAlive();
       for (;;) {
         try {
-          store.wait({end}, settings_.keep_alive_interval);
-          std::string reason = store.get(end);
-          {
-            std::lock_guard lock(end_mutex_);
-            end_reason_ = reason;
+          try {
+            store.wait({end}, settings_.keep_alive_interval);
+            std::string reason = store.get(end);
+            {
+              std::lock_guard lock(end_mutex_);
+              end_reason_ = reason;
+            }
+            if (!stop_watching_) on_event(RoundEvent{RoundEvent::Kind::kEnded, round, reason});
+            return;
+          } catch (const StoreTimeout&) {
+            if (stop_watching_) return;
           }
-          if (!stop_watching_) on_event(RoundEvent{RoundEvent::Kind::kEnded, round, reason});
-          return;
-        } catch (const StoreTimeout&) {
-          if (stop_watching_) return;
-        }
-        if (lease) {
+          if (lease) {
+            tickKeepAlive();
+            continue;
+          }
+          store.add(my_beat, 1);
           tickKeepAlive();
-          continue;
-        }
-        store.add(my_beat, 1);
-        tickKeepAlive();
-        if (n < 2) continue;
-        // Each node watches the next one's keep-alives: linear cost over the job.
-        int64_t seen = store.add(key(round, "hb/" + std::to_string(successor)), 0);
-        misses = seen == last_seen ? misses + 1 : 0;
-        last_seen = seen;
-        if (misses >= settings_.keep_alive_max_attempt) {
-          std::string name = decode(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
-          log_->warn("node {} missed {} keep-alives; evicting it", name, misses);
-          store.compareSet(end, "", RoundEnd::evict(name).format());
+          if (n >= 2) {
+            // Each node watches the next one's keep-alives: linear cost over the job.
+            int64_t seen = store.add(key(round, "hb/" + std::to_string(successor)), 0);
+            misses = seen == last_seen ? misses + 1 : 0;
+            last_seen = seen;
+            if (misses >= settings_.keep_alive_max_attempt) {
+              std::string name = decode(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
+              log_->warn("node {} missed {} keep-alives; evicting it", name, misses);
+              store.compareSet(end, "", RoundEnd::evict(name).format());
+            }
+          }
+          failures = 0;
+        } catch (const StoreError& e) {
+          if (stop_watching_ || lease) throw;
+          const bool timed_out = dynamic_cast<const StoreTimeout*>(&e) != nullptr;
+          if (!(own_store && timed_out) && ++failures >= settings_.keep_alive_max_attempt) throw;
+          if (own_store && timed_out) {
+            log_->warn("keep-alive to this host's own rendezvous store timed out ({}); trying again", e.what());
+          } else {
+            log_->warn("keep-alive to the rendezvous store failed ({} of {} in a row): {}; trying again", failures,
+                       settings_.keep_alive_max_attempt, e.what());
+          }
         }
       }
     } catch (const StoreError& e) {

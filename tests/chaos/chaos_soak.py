@@ -26,8 +26,9 @@
                    TMPDIR (FIFOs, run directories) or listening socket left behind
      memory        each agent's RSS (from /proc, sampled through the run) grows by less than
                    --rss-growth-mb over its first sample
-Backends: c10d. The etcd variant adds itself to BACKENDS (no protected node; an etcd member
-killed and restarted as a fault of its own).
+     etcd keys     (etcd) no key of the job left under its prefix
+Backends: c10d (node 0, the store's host, is never killed or cut) and etcd (any node may be;
+an etcd member killed and restarted is a fault of its own).
 Python 3 of Debian, no packages beyond the standard library.
 """
 import argparse
@@ -65,11 +66,92 @@ class C10dBackend:
     def start(self):
         pass
 
+    def tick(self, force=False):
+        pass
+
+    def keys_left(self, run_ids):
+        return []  # the store lives in node 0's agent and ends with it
+
     def stop(self):
         pass
 
 
-BACKENDS = {"c10d": C10dBackend}
+class EtcdBackend:
+    """The rendezvous on a 3-member etcd cluster in the hub namespace (on the bridge, at .101-.103,
+    started by scripts/etcd-cluster): no node is protected, node 0 included, and an etcd member
+    killed with SIGKILL and restarted 2-6 s later on its data is a fault of its own (one at a time,
+    so the quorum holds). At the end no key of the job may be left under its prefix."""
+    name = "etcd"
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "etcd-cluster")
+
+    def __init__(self, args):
+        self.args = args
+        self.dir = os.path.join(args.work, "etcd")
+        self.hosts = [f"{args.subnet}.{101 + k}" for k in range(3)]
+        self.endpoints = ",".join(f"{h}:2379" for h in self.hosts)
+        self.down = None  # (member 1-3, restart time) of the member killed now
+
+    def flags(self, run_id):
+        return ["--rdzv_backend=etcd-v2", f"--rdzv_endpoint={self.endpoints}", f"--rdzv_id={run_id}"]
+
+    def protected_nodes(self):
+        return set()
+
+    def extra_faults(self):
+        return {} if self.down else {"kill_etcd_member": EtcdBackend.kill_member}
+
+    def cluster(self, *words, check=True):
+        r = sh("ip", "netns", "exec", self.args.hub_netns, self.script, words[0], self.dir, *words[1:])
+        if check and r.returncode != 0:
+            raise SystemExit(f"chaos: FAIL: scripts/etcd-cluster {' '.join(words)} exited {r.returncode}: "
+                             f"{r.stdout.strip()[-600:]}")
+        return r
+
+    def start(self):
+        for h in self.hosts:
+            sh("ip", "-n", self.args.hub_netns, "addr", "add", f"{h}/24", "dev", "br0")
+        r = self.cluster("start", "--hosts", ",".join(self.hosts), check=False)
+        if r.returncode == 77:  # etcd is not installed: ctest's skip
+            print(f"SKIP: {r.stdout.strip()}", flush=True)
+            raise SystemExit(77)
+        if r.returncode != 0:
+            raise SystemExit(f"chaos: FAIL: scripts/etcd-cluster start exited {r.returncode}: {r.stdout.strip()[-600:]}")
+        log(f"etcd: 3 members at {self.endpoints}")
+
+    def kill_member(self, soak):
+        member = soak.rng.randint(1, 3)
+        leader = self.cluster("leader", check=False).stdout.strip()
+        self.cluster("kill", str(member))
+        self.down = (member, now() + soak.rng.uniform(2, 6))
+        soak.faults["kill_etcd_member"] += 1
+        soak.fault_log.append((time.time() * 1000, "kill_etcd_member", -1))
+        log(f"FAULT {sum(soak.faults.values()):3d} kill_etcd_member member {member}"
+            f"{' (the leader)' if leader == str(member) else ''}: kill -9")
+
+    def tick(self, force=False):
+        if self.down and (force or now() >= self.down[1]):
+            self.cluster("restart", str(self.down[0]))
+            log(f"           etcd member {self.down[0]}: restarted")
+            self.down = None
+
+    def keys_left(self, run_ids):
+        """The job's keys still in etcd (its prefix is /ddprun/rdzv/<run id>/)."""
+        left = []
+        for run_id in run_ids:
+            r = sh("ip", "netns", "exec", self.args.hub_netns, "env", "ETCDCTL_API=3", "etcdctl",
+                   f"--endpoints={self.endpoints}", "--dial-timeout=3s", "--command-timeout=5s", "get", "--prefix",
+                   "--keys-only", f"/ddprun/rdzv/{run_id}/")
+            if r.returncode != 0:
+                left.append(f"etcdctl get failed: {r.stdout.strip()[:200]}")
+            left += [k for k in r.stdout.split() if k.startswith("/ddprun/")]
+        return left
+
+    def stop(self):
+        if os.path.isdir(self.dir):
+            self.cluster("stop", check=False)
+
+
+BACKENDS = {"c10d": C10dBackend, "etcd": EtcdBackend}
 
 
 def now():
@@ -336,6 +418,7 @@ class Soak:
                     node.rejoin_at = t + self.rng.uniform(3, 8)
                     log(f"           node {node.index}: cooldown until +{node.rejoin_at - start:.1f} s")
             self.restore_due()
+            self.backend.tick()
             for node in self.nodes:
                 if node.proc is None and node.rejoin_at is not None and t >= node.rejoin_at and node.cut_until is None:
                     node.rejoin_at = None
@@ -361,6 +444,7 @@ class Soak:
                 break
             time.sleep(0.1)
         self.restore_due(force=True)
+        self.backend.tick(force=True)
         survivors = [n for n in self.nodes if n.alive()]
         fault_over = now()
         log(f"soak: faults over after {fault_over - start:.0f} s; waiting for nodes {[n.index for n in survivors]} to finish")
@@ -569,8 +653,9 @@ def leftovers(soak, failures):
             out = sh("ip", "netns", "exec", n.ns, "ss", "-Htlnu").stdout.strip()
             if out:
                 ports.append(f"node {n.index}: {out}")
+        keys = soak.keys_left
         found = {"process": procs, "shared-memory segment": shm, "cgroup": sorted(set(cgroups)),
-                 "file in an agent's TMPDIR": tmp_left, "listening socket": ports}
+                 "file in an agent's TMPDIR": tmp_left, "listening socket": ports, "etcd key": keys}
         if not any(found.values()) or now() >= deadline:
             break
         time.sleep(0.5)
@@ -687,8 +772,8 @@ def main():
     failures = soak.failures
     t0 = now()
     try:
-        reference = soak.reference()
         soak.backend.start()
+        reference = soak.reference()
         soak.soak()
     finally:
         for n in soak.nodes:
@@ -696,6 +781,8 @@ def main():
                 send(n.proc.pid, signal.SIGKILL)
                 n.proc.wait()
         soak.restore_due(force=True)
+        # (Read before the cluster stops: every agent has exited, so the last one out has removed them.)
+        soak.keys_left = soak.backend.keys_left([getattr(soak, "run_id", ""), f"ref{os.getpid()}"])
         soak.backend.stop()
         if args.keep:
             sh("cp", "-r", args.work, args.keep)

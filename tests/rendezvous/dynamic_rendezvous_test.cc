@@ -225,7 +225,8 @@ TEST_CASE("state machine: a node alone in its round keeps alive and evicts nobod
   CHECK(job.get("r0/hb/0") == "11");  // one on start, one per interval
 }
 
-TEST_CASE("state machine: a keep-alive that fails reports the store lost on that node only", "[rdzv]") {
+TEST_CASE("state machine: one failed keep-alive is tried again at the next interval and the node stays in the job",
+          "[rdzv]") {
   Job job(1, 2);
   Node& a = job.add("a:1");
   Node& b = job.add("b:2");
@@ -236,18 +237,68 @@ TEST_CASE("state machine: a keep-alive that fails reports the store lost on that
   job.clock.advance(1s);
   b.watch();
   job.advance(2, 4s);  // a's first interval
-  job.advance(2, 1s);  // b's: its second keep-alive fails
+  job.advance(2, 1s);  // b's: its second keep-alive fails, once
+  for (int interval = 0; interval < 2 * kMaxMisses; ++interval) {
+    job.advance(2, 4s);
+    job.advance(2, 1s);
+  }
+  REQUIRE(job.clock.awaitSleepers(2));  // both watchers still run
+  CHECK_FALSE(job.has("r0/end"));
+  CHECK_FALSE(a.hasEvent());
+  CHECK_FALSE(b.hasEvent());
+  CHECK(std::stoi(job.get("r0/hb/1")) == 2 * kMaxMisses + 1);  // the start's, then one per interval but the failed
+}
+
+TEST_CASE("state machine: keep_alive_max_attempt failed keep-alives in a row report the store lost on that node only",
+          "[rdzv]") {
+  Job job(1, 2);
+  Node& a = job.add("a:1");
+  Node& b = job.add("b:2");
+  form(job, {&a, &b});
+  b.faults().add(Fault::fail().only(StoreOp::kAdd).matching("rdzv/job/r0/hb/1").from(2).always());
+  a.watch();
+  REQUIRE(job.clock.awaitSleepers(1));
+  job.clock.advance(1s);
+  b.watch();
+  // b fails at 6 s, 11 s and 16 s (a reads at 5, 10 and 15 s); the third in a row is the loss.
+  for (int failure = 1; failure <= kMaxMisses; ++failure) {
+    job.advance(2, 4s);
+    job.advance(2, 1s);
+  }
   const RoundEvent lost = b.awaitEvent();
   CHECK(lost.kind == RoundEvent::Kind::kStoreLost);
   CHECK_THAT(lost.reason, Catch::Contains("injected"));
   CHECK_FALSE(a.hasEvent());
-  // b's watcher is gone; a evicts it like any silent node: after its readings at 10 s
-  // (the first miss), 15 s and 20 s.
-  for (int reading = 0; reading < kMaxMisses; ++reading) {
-    REQUIRE(job.clock.awaitSleepers(1));
-    job.clock.advanceToNextDeadline();
-  }
+  // b's watcher is gone; a evicts it like any silent node: its readings at 10, 15 and 20 s
+  // found b's count unchanged since 5 s.
+  REQUIRE(job.clock.awaitSleepers(1));
+  job.clock.advanceToNextDeadline();
   CHECK(RoundEnd::parse(a.awaitEvent().reason) == RoundEnd::evict("b:2"));
+}
+
+TEST_CASE("state machine: the store's host never takes its own store for lost when its keep-alives time out",
+          "[rdzv]") {
+  // A loaded machine can hold the in-process store's replies past the timeout; the host's
+  // agent ending the job for that is the worst outcome. Each dropped keep-alive waits out
+  // read_timeout (60 s) and fails as a timeout.
+  Job job(1, 1);
+  Node& a = job.add("a:1");  // the host
+  form(job, {&a});
+  const size_t rule = a.faults().add(Fault::drop().only(StoreOp::kAdd).matching("rdzv/job/r0/hb/0").from(2).always());
+  a.watch();
+  for (int timeout = 0; timeout < 2 * kMaxMisses; ++timeout) {
+    job.advance(1, kKeepAlive);  // the wait for the round's end
+    job.advance(1, 60s);         // the keep-alive, dropped: a timeout
+  }
+  REQUIRE(job.clock.awaitSleepers(1));  // the watcher still runs
+  CHECK_FALSE(a.hasEvent());
+  CHECK(a.faults().hits(rule) == 2 * kMaxMisses);
+  a.faults().clear();
+  job.advance(1, kKeepAlive);
+  job.advance(1, kKeepAlive);
+  REQUIRE(job.clock.awaitSleepers(1));
+  CHECK(std::stoi(job.get("r0/hb/0")) >= 2);  // it keeps alive again
+  CHECK_FALSE(a.hasEvent());
 }
 
 TEST_CASE("state machine: losing the store's host ends every watcher and every wait at once", "[rdzv]") {
