@@ -98,7 +98,7 @@ class EtcdBackend:
         return set()
 
     def extra_faults(self):
-        return {} if self.down else {"kill_etcd_member": EtcdBackend.kill_member}
+        return {} if self.down else {"kill_etcd_member": self.kill_member}
 
     def cluster(self, *words, check=True):
         r = sh("ip", "netns", "exec", self.args.hub_netns, self.script, words[0], self.dir, *words[1:])
@@ -108,6 +108,8 @@ class EtcdBackend:
         return r
 
     def start(self):
+        # (The members reach each other on the hub's own addresses: through its loopback.)
+        sh("ip", "-n", self.args.hub_netns, "link", "set", "lo", "up")
         for h in self.hosts:
             sh("ip", "-n", self.args.hub_netns, "addr", "add", f"{h}/24", "dev", "br0")
         r = self.cluster("start", "--hosts", ",".join(self.hosts), check=False)
