@@ -1,7 +1,11 @@
 #include "tests/rendezvous/etcd/etcd_cluster.h"
 
+#include <unistd.h>
+
+#include <climits>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace ddprun::testing {
@@ -11,13 +15,31 @@ std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
+
+// Why this process may not bind etcd's fixed ports, or "" when it runs in the network namespace
+// scripts/in-private-netns made for it (a name it left in the environment, checked against our
+// own: a variable inherited into another namespace does not count).
+std::string whyNoPrivateNetns() {
+  if (const char* reason = std::getenv("DDPRUN_PRIVATE_NETNS_UNAVAILABLE")) return reason;
+  const char* made = std::getenv("DDPRUN_PRIVATE_NETNS");
+  char own[PATH_MAX] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/net", own, sizeof(own) - 1);
+  if (made != nullptr && n > 0 && std::string(own, static_cast<size_t>(n)) == made) return "";
+  return "not in a network namespace of its own (etcd's ports are fixed: run it under "
+         "scripts/in-private-netns, as ctest does)";
+}
 }  // namespace
 
 EtcdCluster::EtcdCluster(bool tls) : cluster_(dir_.path() + "/c"), tls_(tls) {
+  unavailable_reason_ = whyNoPrivateNetns();
+  if (!unavailable_reason_.empty()) return;
   std::vector<std::string> argv = {sourceDir() + "/scripts/etcd-cluster", "start", cluster_};
   if (tls) argv.push_back("--tls");
   const RunResult r = run(argv, {}, 60s);
-  if (r.finished && r.exit_code == 77) return;
+  if (r.finished && r.exit_code == 77) {
+    unavailable_reason_ = "etcd is not installed (scripts/setup)";
+    return;
+  }
   if (!r.finished || r.exit_code != 0) throw std::runtime_error("etcd-cluster start failed: " + r.err);
   endpoints_ = trim(r.out);
   available_ = true;

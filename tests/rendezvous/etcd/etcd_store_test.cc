@@ -24,10 +24,7 @@ std::unique_ptr<EtcdStore> storeOn(const std::string& endpoints, const std::stri
 
 TEST_CASE("store: set, get, add, compare-and-set, check, list and delete with torch's rules", "[etcd]") {
   EtcdCluster cluster;
-  if (!cluster.available()) {
-    WARN("etcd is not installed (scripts/setup); test skipped");
-    return;
-  }
+  REQUIRE_ETCD(cluster);
   auto store = storeOn(cluster.endpoints(), "/store-test");
   store->probe(std::chrono::milliseconds(5000));
   store->set("a", std::string("x\0y", 3));
@@ -54,10 +51,7 @@ TEST_CASE("store: set, get, add, compare-and-set, check, list and delete with to
 
 TEST_CASE("store: a wait is woken by a watch, and times out when nothing comes", "[etcd]") {
   EtcdCluster cluster;
-  if (!cluster.available()) {
-    WARN("etcd is not installed (scripts/setup); test skipped");
-    return;
-  }
+  REQUIRE_ETCD(cluster);
   auto store = storeOn(cluster.endpoints(), "/wait-test");
   auto writer = storeOn(cluster.endpoints(), "/wait-test");
   std::thread t([&] {
@@ -72,10 +66,7 @@ TEST_CASE("store: a wait is woken by a watch, and times out when nothing comes",
 
 TEST_CASE("store: a key on a lease that is not kept alive is deleted, and a watch sees it", "[etcd]") {
   EtcdCluster cluster;
-  if (!cluster.available()) {
-    WARN("etcd is not installed (scripts/setup); test skipped");
-    return;
-  }
+  REQUIRE_ETCD(cluster);
   auto store = storeOn(cluster.endpoints(), "/lease-test");
   const int64_t kept = store->grantLease(2);
   const int64_t lapsing = store->grantLease(2);
@@ -99,10 +90,7 @@ TEST_CASE("store: a key on a lease that is not kept alive is deleted, and a watc
 
 TEST_CASE("store: with a member killed, calls go to the others", "[etcd]") {
   EtcdCluster cluster;
-  if (!cluster.available()) {
-    WARN("etcd is not installed (scripts/setup); test skipped");
-    return;
-  }
+  REQUIRE_ETCD(cluster);
   auto store = storeOn(cluster.endpoints(), "/failover-test");
   CHECK(store->add("n", 1) == 1);
   cluster.kill(1);  // the first member: the one every call starts with
