@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # ddprun under a real SLURM: Debian's slurm-wlm and munge run here as a two-node cluster
-# (one slurmctld, two slurmd started with -N n1 / -N n2 on their own ports, all in a
-# temporary directory; the node names resolve to 127.0.0.1 through a private /etc/hosts
-# in a mount namespace of this test's own).
+# (one slurmctld, two slurmd started with -N n1 / -N n2, all in a temporary directory; the
+# node names resolve to 127.0.0.1 through a private /etc/hosts in a mount namespace of this
+# test's own). The daemons listen on fixed ports (slurmctld 6817, slurmd n1 6818, n2 6819):
+# nothing is picked, so the test runs in a network namespace of its own
+# (scripts/in-private-netns), where no one else holds them.
 #   ranks:   srun -N2 --ntasks-per-node=1 ddprun-slurm --nproc_per_node=2 runs 4 ranks,
 #            RANK/GROUP_RANK/LOCAL_RANK/WORLD_SIZE as SLURM numbers the nodes; --dry_run
 #            under srun prints each node's flags
@@ -14,11 +16,12 @@
 #   ddp:     scripts/ddprun.sbatch trains trainers/elastic_ddp.py (PyTorch DDP, gloo) on
 #            2 nodes x 2 workers; every replica ends in sync
 # Exit 77 (ctest: skipped) with a message where SLURM cannot be installed (or
-# DDPRUN_SLURM_INSTALL=0 forbids it) or its daemons cannot start. Takes about 30 s.
+# DDPRUN_SLURM_INSTALL=0 forbids it), no network namespace can be made, or its daemons
+# cannot start. Takes about 30 s.
 # Usage: tests/e2e/slurm_cluster_test.sh [-h] BIN_DIR [SCENARIO...]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || $# -lt 1 ]]; then
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 bin=$(cd "$1" && pwd)
@@ -34,8 +37,9 @@ skip() {
   exit 77
 }
 
-# Re-run inside a private mount namespace, where n1 and n2 can be given to 127.0.0.1
-# without touching the machine's /etc/hosts.
+# Re-run inside a network namespace of its own (for the daemons' fixed ports) and, where it
+# can be made, a private mount namespace, where n1 and n2 can be given to 127.0.0.1 without
+# touching the machine's /etc/hosts.
 if [[ -z "${DDPRUN_SLURM_TEST_INNER:-}" ]]; then
   [[ $(id -u) -eq 0 ]] || skip "the SLURM test starts slurmctld/slurmd/munged as root"
   if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null ||
@@ -43,11 +47,16 @@ if [[ -z "${DDPRUN_SLURM_TEST_INNER:-}" ]]; then
     [[ "${DDPRUN_SLURM_INSTALL:-1}" != 0 ]] || skip "slurm-wlm and munge are not installed (DDPRUN_SLURM_INSTALL=0)"
     "$source_dir/scripts/setup-slurm" || skip "slurm-wlm and munge are not installed and could not be installed"
   fi
+  netns=("$source_dir/scripts/in-private-netns" "$0" "$bin" "${scenarios[@]}")
   if unshare --mount --propagation private true 2>/dev/null; then
-    DDPRUN_SLURM_TEST_INNER=ns exec unshare --mount --propagation private "$0" "$bin" "${scenarios[@]}"
+    DDPRUN_SLURM_TEST_INNER=ns exec unshare --mount --propagation private "${netns[@]}"
   fi
-  DDPRUN_SLURM_TEST_INNER=plain exec "$0" "$bin" "${scenarios[@]}"
+  DDPRUN_SLURM_TEST_INNER=plain exec "${netns[@]}"
 fi
+[[ -z "${DDPRUN_PRIVATE_NETNS_UNAVAILABLE:-}" ]] ||
+  skip "$DDPRUN_PRIVATE_NETNS_UNAVAILABLE (the SLURM daemons take fixed ports)"
+[[ "${DDPRUN_PRIVATE_NETNS:-}" == "$(readlink /proc/self/ns/net)" ]] ||
+  skip "not in a network namespace of its own (the SLURM daemons take fixed ports: run it without DDPRUN_SLURM_TEST_INNER)"
 
 work=$(mktemp -d /tmp/ddprun-slurm-test.XXXXXX)
 chmod 755 "$work"
@@ -103,16 +112,10 @@ else
   extra_flags=(--master_addr=127.0.0.1)
 fi
 
-free_ports() {
-  /usr/bin/python3 - "$1" <<'PY'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-}
-read -r ctl_port n1_port n2_port < <(free_ports 3)
+# SLURM's own ports, and the next for the second node: free in this test's network namespace.
+ctl_port=6817
+n1_port=6818
+n2_port=6819
 
 mkdir -p "$work/munge" "$work/state" "$work/spool" "$work/log" "$work/out"
 chmod 700 "$work/munge"
@@ -179,8 +182,9 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 if ((!ready)); then
-  sinfo -N 2>&1 | head -5
-  tail -n 5 "$work"/log/*.log "$work"/log/*.out 2>/dev/null
+  # (|| true: under pipefail, sinfo cut off by head must not end the script before the skip.)
+  sinfo -N 2>&1 | head -5 || true
+  tail -n 5 "$work"/log/*.log "$work"/log/*.out 2>/dev/null || true
   skip "the SLURM daemons did not start (both nodes idle within 30 s, every daemon running)"
 fi
 echo "cluster up: slurmctld on $ctl_port, slurmd n1 on $n1_port, n2 on $n2_port"
