@@ -28,7 +28,7 @@
                    --rss-growth-mb over its first sample
      etcd keys     (etcd) no key of the job left under its prefix
 Backends: c10d (node 0, the store's host, is never killed or cut) and etcd (any node may be;
-an etcd member killed and restarted is a fault of its own).
+an etcd member killed and restarted, or cut off, is a fault of its own).
 Python 3 of Debian, no packages beyond the standard library.
 """
 import argparse
@@ -77,19 +77,25 @@ class C10dBackend:
 
 
 class EtcdBackend:
-    """The rendezvous on a 3-member etcd cluster in the hub namespace (on the bridge, at .101-.103,
-    started by scripts/etcd-cluster): no node is protected, node 0 included, and an etcd member
-    killed with SIGKILL and restarted 2-6 s later on its data is a fault of its own (one at a time,
-    so the quorum holds). At the end no key of the job may be left under its prefix."""
+    """The rendezvous on a 3-member etcd cluster, each member in a namespace of its own on the
+    soak's bridge (at .101-.103, started by scripts/etcd-cluster): no node is protected, node 0
+    included, and two faults of its own strike one member at a time, so the quorum holds: a
+    member killed with SIGKILL and restarted on its data 2-6 s later, and a member's link cut
+    for 2-6 s (a partition: it runs on, alone). At the end no key of the job may be left under
+    its prefix."""
     name = "etcd"
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "etcd-cluster")
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "..", "..", "scripts", "etcd-cluster")
+    netns_sh = os.path.join(here, "..", "support", "netns.sh")
 
     def __init__(self, args):
         self.args = args
         self.dir = os.path.join(args.work, "etcd")
+        self.tag = args.hub_netns[:-len("-hub")]
         self.hosts = [f"{args.subnet}.{101 + k}" for k in range(3)]
+        self.netns = [f"{self.tag}-e{k + 1}" for k in range(3)]
         self.endpoints = ",".join(f"{h}:2379" for h in self.hosts)
-        self.down = None  # (member 1-3, restart time) of the member killed now
+        self.down = None  # (member 1-3, when it comes back, how it went: "kill" or "cut")
 
     def flags(self, run_id):
         return ["--rdzv_backend=etcd-v2", f"--rdzv_endpoint={self.endpoints}", f"--rdzv_id={run_id}"]
@@ -98,21 +104,25 @@ class EtcdBackend:
         return set()
 
     def extra_faults(self):
-        return {} if self.down else {"kill_etcd_member": self.kill_member}
+        return {} if self.down else {"kill_etcd_member": self.kill_member, "cut_etcd_link": self.cut_member}
 
     def cluster(self, *words, check=True):
-        r = sh("ip", "netns", "exec", self.args.hub_netns, self.script, words[0], self.dir, *words[1:])
+        r = sh(self.script, words[0], self.dir, *words[1:])
         if check and r.returncode != 0:
             raise SystemExit(f"chaos: FAIL: scripts/etcd-cluster {' '.join(words)} exited {r.returncode}: "
                              f"{r.stdout.strip()[-600:]}")
         return r
 
+    def veth(self, member):
+        return f"e{member}b{self.args.veth_suffix}"
+
     def start(self):
-        # (The members reach each other on the hub's own addresses: through its loopback.)
-        sh("ip", "-n", self.args.hub_netns, "link", "set", "lo", "up")
-        for h in self.hosts:
-            sh("ip", "-n", self.args.hub_netns, "addr", "add", f"{h}/24", "dev", "br0")
-        r = self.cluster("start", "--hosts", ",".join(self.hosts), check=False)
+        for k in range(3):
+            r = sh("bash", "-c", 'source "$0"; netns_spoke "$@"', self.netns_sh, self.args.hub_netns, self.netns[k],
+                   self.hosts[k], f"e{k + 1}", self.args.veth_suffix)
+            if r.returncode != 0:
+                raise SystemExit(f"chaos: FAIL: cannot wire etcd member {k + 1}'s namespace: {r.stdout.strip()}")
+        r = self.cluster("start", "--hosts", ",".join(self.hosts), "--netns", ",".join(self.netns), check=False)
         if r.returncode == 77:  # etcd is not installed: ctest's skip
             print(f"SKIP: {r.stdout.strip()}", flush=True)
             raise SystemExit(77)
@@ -120,27 +130,42 @@ class EtcdBackend:
             raise SystemExit(f"chaos: FAIL: scripts/etcd-cluster start exited {r.returncode}: {r.stdout.strip()[-600:]}")
         log(f"etcd: 3 members at {self.endpoints}")
 
-    def kill_member(self, soak):
+    def strike(self, soak, kind, what):
         member = soak.rng.randint(1, 3)
         leader = self.cluster("leader", check=False).stdout.strip()
-        self.cluster("kill", str(member))
-        self.down = (member, now() + soak.rng.uniform(2, 6))
-        soak.faults["kill_etcd_member"] += 1
-        soak.fault_log.append((time.time() * 1000, "kill_etcd_member", -1))
-        log(f"FAULT {sum(soak.faults.values()):3d} kill_etcd_member member {member}"
-            f"{' (the leader)' if leader == str(member) else ''}: kill -9")
+        hold = soak.rng.uniform(2, 6)
+        if kind == "kill_etcd_member":
+            self.cluster("kill", str(member))
+        else:
+            sh("ip", "-n", self.args.hub_netns, "link", "set", self.veth(member), "down")
+        self.down = (member, now() + hold, kind)
+        soak.faults[kind] += 1
+        soak.fault_log.append((time.time() * 1000, kind, -1))
+        log(f"FAULT {sum(soak.faults.values()):3d} {kind} member {member}"
+            f"{' (the leader)' if leader == str(member) else ''}: {what} for {hold:.1f} s")
+
+    def kill_member(self, soak):
+        self.strike(soak, "kill_etcd_member", "kill -9")
+
+    def cut_member(self, soak):
+        self.strike(soak, "cut_etcd_link", "link down")
 
     def tick(self, force=False):
         if self.down and (force or now() >= self.down[1]):
-            self.cluster("restart", str(self.down[0]))
-            log(f"           etcd member {self.down[0]}: restarted")
+            member, _, kind = self.down
+            if kind == "kill_etcd_member":
+                self.cluster("restart", str(member))
+                log(f"           etcd member {member}: restarted")
+            else:
+                sh("ip", "-n", self.args.hub_netns, "link", "set", self.veth(member), "up")
+                log(f"           etcd member {member}: link up")
             self.down = None
 
     def keys_left(self, run_ids):
         """The job's keys still in etcd (its prefix is /ddprun/rdzv/<run id>/)."""
         left = []
         for run_id in run_ids:
-            r = sh("ip", "netns", "exec", self.args.hub_netns, "env", "ETCDCTL_API=3", "etcdctl",
+            r = sh("ip", "netns", "exec", self.netns[0], "env", "ETCDCTL_API=3", "etcdctl",
                    f"--endpoints={self.endpoints}", "--dial-timeout=3s", "--command-timeout=5s", "get", "--prefix",
                    "--keys-only", f"/ddprun/rdzv/{run_id}/")
             if r.returncode != 0:
@@ -821,7 +846,7 @@ def main():
         print(f"job time {job:.0f} s against {clean:.0f} s uninterrupted ({clean_step * 1000:.0f} ms a step): "
               f"{(job - clean) / n_faults:.1f} s lost per fault on average")
     for kind, losses in sorted(lost_by_kind.items()):
-        print(f"  {kind:11s} x{len(losses):3d}: time lost (fault to the first new step, less one step) median "
+        print(f"  {kind:16s} x{len(losses):3d}: time lost (fault to the first new step, less one step) median "
               f"{statistics.median(losses):.1f} s, max {max(losses):.1f} s")
     print(f"bitwise: {pure_ok} step(s) at 4 nodes throughout matched the uninterrupted run; "
           f"{replay_ok} replayed step(s) matched their first run")

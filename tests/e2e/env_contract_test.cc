@@ -61,8 +61,10 @@ TEST_CASE("workers get torchrun's environment contract", "[e2e][env]") {
 }
 
 TEST_CASE("master_port and rdzv_id reach the workers and a user OMP_NUM_THREADS is kept", "[e2e][env]") {
-  auto r = run({ddprunPath(), "--nproc_per_node=2", "--master_port=29731", "--rdzv_id=myjob", "--no_python",
-                testWorkerPath(), "env"},
+  // A fixed port: in a network namespace of the test's own (scripts/in-private-netns), where
+  // nothing else can hold it.
+  auto r = run({sourceDir() + "/scripts/in-private-netns", ddprunPath(), "--nproc_per_node=2", "--master_port=29731",
+                "--rdzv_id=myjob", "--no_python", testWorkerPath(), "env"},
                {{"OMP_NUM_THREADS", "3"}});
   REQUIRE(r.finished);
   REQUIRE(r.exit_code == 0);

@@ -30,21 +30,27 @@ netns_remove_all() {
 # prefix, so that two scripts' veths never share a name; SUFFIX: the caller's pid).
 # Usage: netns_star TAG NODES SUBNET P SUFFIX
 netns_star() {
-  local tag=$1 nodes=$2 subnet=$3 p=$4 suffix=$5 hub="$1-hub" k ns
+  local tag=$1 nodes=$2 subnet=$3 p=$4 suffix=$5 hub="$1-hub" k
   ip netns add "$hub"
   ip -n "$hub" link add br0 type bridge
   ip -n "$hub" link set br0 up
   for k in $(seq 0 $((nodes - 1))); do
-    ns="$tag-n$k"
-    ip netns add "$ns"
-    ip link add "$p${k}a$suffix" type veth peer name "$p${k}b$suffix"
-    ip link set "$p${k}a$suffix" netns "$ns"
-    ip link set "$p${k}b$suffix" netns "$hub"
-    ip -n "$ns" link set "$p${k}a$suffix" name eth0
-    ip -n "$ns" addr add "$subnet.$((k + 1))/24" dev eth0
-    ip -n "$ns" link set eth0 up
-    ip -n "$ns" link set lo up
-    ip -n "$hub" link set "$p${k}b$suffix" master br0
-    ip -n "$hub" link set "$p${k}b$suffix" up
+    netns_spoke "$hub" "$tag-n$k" "$subnet.$((k + 1))" "$p$k" "$suffix"
   done
+}
+
+# One more namespace NS on the star's bridge: eth0 at ADDR/24, its veth's hub end <NAME>b<SUFFIX>.
+# Usage: netns_spoke HUB NS ADDR NAME SUFFIX
+netns_spoke() {
+  local hub=$1 ns=$2 addr=$3 name=$4 suffix=$5
+  ip netns add "$ns"
+  ip link add "${name}a$suffix" type veth peer name "${name}b$suffix"
+  ip link set "${name}a$suffix" netns "$ns"
+  ip link set "${name}b$suffix" netns "$hub"
+  ip -n "$ns" link set "${name}a$suffix" name eth0
+  ip -n "$ns" addr add "$addr/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  ip -n "$hub" link set "${name}b$suffix" master br0
+  ip -n "$hub" link set "${name}b$suffix" up
 }
