@@ -105,6 +105,7 @@ class DynamicRendezvous::Impl {
   Seat joinStatic(int round, Clock::TimePoint deadline);
   int restartCountFor(int round);
   void publishWorkerStore(int round, int world_size);
+  std::optional<std::string> awaitMaster(int round);
   std::string rpcSecret(int round, int participants) const;
   // The keep-alive hook's tick, if there is one (on the watcher's thread).
   void tickKeepAlive();
@@ -406,7 +407,12 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
       result.world_size = seat.world_size;
       result.restart_count = restartCountFor(round);
       if (result.group_rank == 0) publishWorkerStore(round, result.world_size);
-      std::string master = client_->get(key(round, "master"));
+      const std::optional<std::string> published = awaitMaster(round);
+      if (!published) {
+        ++round;  // the round ended before its workers could start: on to the next
+        continue;
+      }
+      const std::string& master = *published;
       auto colon = master.rfind(':');
       result.master_addr = master.substr(0, colon);
       const char* port_end = master.data() + master.size();
@@ -477,6 +483,41 @@ void DynamicRendezvous::Impl::publishWorkerStore(int round, int world_size) {
   options.expected_clients = static_cast<size_t>(world_size);  // torch 2.x: one connection per rank
   worker_store_ = env_.host(options);
   client_->set(key(round, "master"), advertise_address_ + ":" + std::to_string(worker_store_->port()));
+}
+
+// The round's master address, once its group-rank-0 node has published it. That node can die
+// between the round's close and the publication, before it keeps alive in the round: the
+// others would wait for an address that never comes (and, past read_timeout, every agent of
+// the job would fail, the store's host included). So the wait gets the window a silent node
+// gets in a round (keep_alive_interval x keep_alive_max_attempt): past it, that node is
+// evicted. nullopt, then or when the round ended meanwhile for another reason, sends this node
+// to the next round.
+std::optional<std::string> DynamicRendezvous::Impl::awaitMaster(int round) {
+  const std::string master = key(round, "master");
+  const std::string end = key(round, "end");
+  const auto window = settings_.keep_alive_interval * settings_.keep_alive_max_attempt;
+  const auto give_up = clock_.now() + window;
+  for (;;) {
+    try {
+      // (At least 1 ms: a wait of 0 has no end.)
+      client_->wait({master}, std::clamp<std::chrono::milliseconds>(remaining(give_up), std::chrono::milliseconds(1),
+                                                                    settings_.keep_alive_interval));
+      return client_->get(master);
+    } catch (const StoreTimeout&) {
+    }
+    if (client_->check({end})) {
+      log_->info("round {} ended before its workers' store was published ({}); joining the next", round,
+                 client_->get(end));
+      return std::nullopt;
+    }
+    if (clock_.now() >= give_up) {
+      const std::string name = decode(client_->get(key(round, "node/1"))).name;
+      log_->warn("node {} (group rank 0 of round {}) published no workers' store within {:.1f} s; evicting it", name,
+                 round, std::chrono::duration<double>(window).count());
+      client_->compareSet(end, "", RoundEnd::evict(name).format());
+      return std::nullopt;
+    }
+  }
 }
 
 void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
