@@ -62,9 +62,13 @@ assert exits and exits[0]["signal"] == "SIGKILL" and exits[0]["failed"], exits
 }
 
 TEST_CASE("with restarts spent the report names the expired timer's scope and rank with the stacks", "[e2e][timer]") {
+  // ddprun keeps its temporary run directory for the stacks: in this TMPDIR, removed at the end.
+  TempDir tmp;
+  auto env = kTimersOn;
+  env["TMPDIR"] = tmp.path();
   auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--max_restarts=0", "--no_python", testWorkerPath(),
                 "timer", "epoch_7", "300", "60000", "0", "1"},
-               kTimersOn, 90s);
+               env, 90s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
@@ -118,6 +122,7 @@ TEST_CASE("bad lines on the timer pipe are skipped with a warning and the pipe i
       testWorkerPath() + " timer after_garbage 300 60000 0 1";
   auto env = kTimersOn;
   env["TORCHELASTIC_TIMER_FILE"] = pipe;  // as torchrun: a name in ddprun's environment is used
+  env["TMPDIR"] = dir.path();             // the run directory kept for the expired timer's stacks
   auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", "/bin/sh", "-c", script}, env, 90s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);

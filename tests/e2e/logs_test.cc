@@ -71,8 +71,10 @@ TEST_CASE("tee prefixes console lines with the global rank and never splits a li
 
 // Issue 39, defect 14: each CRLF line also printed an empty "[rank0]:" line.
 TEST_CASE("tee prints a CRLF line once and keeps a bare carriage return inside its line", "[e2e][logs]") {
+  TempDir tmp;  // --tee without --log_dir keeps the logs under TMPDIR, as torchrun does
   auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--tee=3", "--no_python", "/usr/bin/printf",
-                "a\\r\\nb\\r\\n10%%\\r20%%\\n"});
+                "a\\r\\nb\\r\\n10%%\\r20%%\\n"},
+               {{"TMPDIR", tmp.path()}});
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -81,9 +83,10 @@ TEST_CASE("tee prints a CRLF line once and keeps a bare carriage return inside i
 }
 
 TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is honoured", "[e2e][logs]") {
+  TempDir tmp;  // --tee without --log_dir keeps the logs under TMPDIR, as torchrun does
   auto r = run(
       {ddprunPath(), "--nproc_per_node=2", "--role=trainer", "--tee=1", "--no_python", testWorkerPath(), "lines", "2"},
-      {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "<${role_name}|${local_rank}|$rank> "}});
+      {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "<${role_name}|${local_rank}|$rank> "}, {"TMPDIR", tmp.path()}});
   REQUIRE(r.finished);
   REQUIRE(r.exit_code == 0);
   CHECK(countOf(r.out, "<trainer|1|1> rank 1 line") == 2);
