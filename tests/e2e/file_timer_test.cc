@@ -83,6 +83,16 @@ TEST_CASE("with restarts spent the report names the expired timer's scope and ra
   } else {
     CHECK_THAT(r.err, Catch::Contains(kNoToolNote));
   }
+  // The run directory stays for the stacks, without the job's RPC secrets.
+  std::vector<std::filesystem::path> kept;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
+    if (entry.path().filename().string().rfind("ddprun-", 0) == 0) kept.push_back(entry.path());
+  }
+  REQUIRE(kept.size() == 1);
+  CHECK_THAT(r.err, Catch::Contains("keeping the run directory " + kept[0].string() + " for the stacks"));
+  CHECK(std::filesystem::is_directory(kept[0] / "attempt_0" / "0"));
+  CHECK_FALSE(std::filesystem::exists(kept[0] / "attempt_0" / "0" / "rpc_secret"));
+  CHECK_FALSE(std::filesystem::exists(kept[0] / "attempt_0" / "1" / "rpc_secret"));
 }
 
 TEST_CASE("a file timer released in time kills nothing", "[e2e][timer]") {
