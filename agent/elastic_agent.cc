@@ -291,8 +291,8 @@ void ElasticAgent::Impl::setUp() {
   if (layout_->isTemporary() && guard_) guard_->watchDirectory(layout_->runDir());
   if (config_.python_workers && config_.python_stacks) {
     try {
-      writePythonHook(layout_->runDir() + "/python_hook");
-      setup.python_hook_dir = layout_->runDir() + "/python_hook";
+      writePythonHook(layout_->pythonHookDir());
+      setup.python_hook_dir = layout_->pythonHookDir();
     } catch (const SystemError& e) {
       log_->warn("no Python stacks when a collective fails: {}", e.what());
     }

@@ -103,7 +103,7 @@ void WorkerGroup::startOne(size_t i, const std::string& cgroup) {
   worker.python_faulthandler =
       config_.python_workers && faulthandler != request.env.end() && !faulthandler->second.empty();
   if (!rdzv.rpc_secret.empty()) {
-    const std::string secret_file = dir + "/rpc_secret";
+    const std::string secret_file = LogLayout::secretFile(dir);
     writeSecretFile(secret_file, rdzv.rpc_secret);
     request.env[env::kRpcSecretFile] = secret_file;
   }

@@ -57,9 +57,24 @@ LogLayout::LogLayout(const std::optional<std::string>& log_dir, const std::strin
 }
 
 LogLayout::~LogLayout() {
-  if (!remove_on_exit_) return;
   std::error_code ec;
-  fs::remove_all(run_dir_, ec);
+  if (remove_on_exit_) {
+    fs::remove_all(run_dir_, ec);
+    return;
+  }
+  // The directory stays for its logs, events and stacks; the job's secrets and hook go. Error
+  // codes throughout: nothing may throw out of a destructor.
+  fs::remove_all(pythonHookDir(), ec);
+  const fs::directory_iterator end;
+  for (fs::directory_iterator attempt(run_dir_, ec); !ec && attempt != end; attempt.increment(ec)) {
+    if (attempt->path().filename().string().rfind("attempt_", 0) != 0) continue;
+    std::error_code worker_ec;
+    for (fs::directory_iterator worker(attempt->path(), worker_ec); !worker_ec && worker != end;
+         worker.increment(worker_ec)) {
+      std::error_code remove_ec;
+      fs::remove(secretFile(worker->path().string()), remove_ec);
+    }
+  }
 }
 
 std::string LogLayout::attemptDir(int attempt) const {

@@ -1,8 +1,11 @@
 // Where a run's per-worker files live:
 //   <log_dir>/<run_id>_<unique>/attempt_<k>/<local_rank>/{stdout.log,stderr.log,error.json,stacks.txt}
 //   <log_dir>/<run_id>_<unique>/attempt_<k>/filtered_{stdout,stderr}.log (--duplicate_*_filters)
+//   <log_dir>/<run_id>_<unique>/python_hook/ (ddprun's hook for Python workers)
 // Without --log_dir the same tree is made under $TMPDIR and, unless the user asked for
 // redirected or teed output (or ddprun took a hung worker's stacks into it), removed when the run ends.
+// A run directory that stays loses, when the run ends, what only the running job needed: each
+// worker's rpc_secret (a secret of the job's own has no business outliving it) and the hook.
 #pragma once
 
 #include <optional>
@@ -32,6 +35,10 @@ class LogLayout {
   static std::string stdoutFile(const std::string& worker_dir) { return worker_dir + "/stdout.log"; }
   static std::string stderrFile(const std::string& worker_dir) { return worker_dir + "/stderr.log"; }
   static std::string errorFile(const std::string& worker_dir) { return worker_dir + "/error.json"; }
+  // The worker's RPC secret (DDPRUN_RPC_SECRET_FILE), removed when the run ends.
+  static std::string secretFile(const std::string& worker_dir) { return worker_dir + "/rpc_secret"; }
+  // ddprun's sitecustomize.py for Python workers, removed when the run ends.
+  std::string pythonHookDir() const { return run_dir_ + "/python_hook"; }
   // torchrun's names for the --duplicate_*_filters files, in the attempt directory.
   static std::string filteredStdoutFile(const std::string& attempt_dir) { return attempt_dir + "/filtered_stdout.log"; }
   static std::string filteredStderrFile(const std::string& attempt_dir) { return attempt_dir + "/filtered_stderr.log"; }

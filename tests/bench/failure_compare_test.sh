@@ -10,8 +10,12 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 peer=()
 [[ -n "${DDPRUN_TEST_PYTHON:-}" ]] && peer=(DDPRUN_BENCH_PEER_PYTHON="$DDPRUN_TEST_PYTHON")
+# The launchers' TMPDIR: ddprun keeps its run directory for the stacks of the rank it stopped as
+# hung, torchrun its torchelastic_* log directory; both go with this one.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 rc=0
-out=$(env "${peer[@]}" DDPRUN_BIN_DIR="$1" timeout 600 "$root/bench/failure_compare" --backend gloo --timeout 5 \
+out=$(env "${peer[@]}" DDPRUN_BIN_DIR="$1" TMPDIR="$tmp" timeout 600 "$root/bench/failure_compare" --backend gloo --timeout 5 \
   --cases skip,mismatch_op,sigkill) || rc=$?
 echo "$out"
 ((rc == 0)) || fail "failure_compare exited $rc"

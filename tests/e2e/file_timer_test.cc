@@ -62,9 +62,13 @@ assert exits and exits[0]["signal"] == "SIGKILL" and exits[0]["failed"], exits
 }
 
 TEST_CASE("with restarts spent the report names the expired timer's scope and rank with the stacks", "[e2e][timer]") {
+  // ddprun keeps its temporary run directory for the stacks: in this TMPDIR, removed at the end.
+  TempDir tmp;
+  auto env = kTimersOn;
+  env["TMPDIR"] = tmp.path();
   auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--max_restarts=0", "--no_python", testWorkerPath(),
                 "timer", "epoch_7", "300", "60000", "0", "1"},
-               kTimersOn, 90s);
+               env, 90s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
@@ -79,6 +83,16 @@ TEST_CASE("with restarts spent the report names the expired timer's scope and ra
   } else {
     CHECK_THAT(r.err, Catch::Contains(kNoToolNote));
   }
+  // The run directory stays for the stacks, without the job's RPC secrets.
+  std::vector<std::filesystem::path> kept;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
+    if (entry.path().filename().string().rfind("ddprun-", 0) == 0) kept.push_back(entry.path());
+  }
+  REQUIRE(kept.size() == 1);
+  CHECK_THAT(r.err, Catch::Contains("keeping the run directory " + kept[0].string() + " for the stacks"));
+  CHECK(std::filesystem::is_directory(kept[0] / "attempt_0" / "0"));
+  CHECK_FALSE(std::filesystem::exists(kept[0] / "attempt_0" / "0" / "rpc_secret"));
+  CHECK_FALSE(std::filesystem::exists(kept[0] / "attempt_0" / "1" / "rpc_secret"));
 }
 
 TEST_CASE("a file timer released in time kills nothing", "[e2e][timer]") {
@@ -118,6 +132,7 @@ TEST_CASE("bad lines on the timer pipe are skipped with a warning and the pipe i
       testWorkerPath() + " timer after_garbage 300 60000 0 1";
   auto env = kTimersOn;
   env["TORCHELASTIC_TIMER_FILE"] = pipe;  // as torchrun: a name in ddprun's environment is used
+  env["TMPDIR"] = dir.path();             // the run directory kept for the expired timer's stacks
   auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", "/bin/sh", "-c", script}, env, 90s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);

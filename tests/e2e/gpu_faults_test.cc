@@ -40,6 +40,7 @@ TEST_CASE("a worker killed by SIGABRT after a CUDA illegal memory access gets it
   TempDir dir;
   auto env = fakeGpus(dir);
   env["CUDA_VISIBLE_DEVICES"] = "2,1";  // local rank 1 uses GPU 1
+  env["TMPDIR"] = dir.path();           // --tee without --log_dir keeps the logs under TMPDIR
   // As torch's NCCL watchdog dies: the error on stderr, then abort().
   auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--tee=2", "--no_python", "sh", "-c",
                 "if [ $LOCAL_RANK = 1 ]; then "

@@ -169,7 +169,8 @@ TEST_CASE("hang_timeout over workers without a flight recorder says once that it
 
 TEST_CASE("a kill -9 of ddprun leaves no flight recorder directory on /dev/shm", "[e2e][hang]") {
   const std::string id = "hang-kill9-" + std::to_string(::getpid());
-  auto argv = ddprunArgs(id, 2, "30", TempDir().path());
+  TempDir logs;
+  auto argv = ddprunArgs(id, 2, "30", logs.path());
   for (const char* a : {"1000", "50", "0", "0", "0", "0"}) argv.push_back(a);
   TestProcess ddprun(argv);
   REQUIRE(ddprun.waitForOutput("step 2 rank=", 60s));

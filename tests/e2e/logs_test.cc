@@ -1,4 +1,5 @@
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <sstream>
 
@@ -71,8 +72,10 @@ TEST_CASE("tee prefixes console lines with the global rank and never splits a li
 
 // Issue 39, defect 14: each CRLF line also printed an empty "[rank0]:" line.
 TEST_CASE("tee prints a CRLF line once and keeps a bare carriage return inside its line", "[e2e][logs]") {
+  TempDir tmp;  // --tee without --log_dir keeps the logs under TMPDIR, as torchrun does
   auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--tee=3", "--no_python", "/usr/bin/printf",
-                "a\\r\\nb\\r\\n10%%\\r20%%\\n"});
+                "a\\r\\nb\\r\\n10%%\\r20%%\\n"},
+               {{"TMPDIR", tmp.path()}});
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -81,9 +84,10 @@ TEST_CASE("tee prints a CRLF line once and keeps a bare carriage return inside i
 }
 
 TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is honoured", "[e2e][logs]") {
+  TempDir tmp;  // --tee without --log_dir keeps the logs under TMPDIR, as torchrun does
   auto r = run(
       {ddprunPath(), "--nproc_per_node=2", "--role=trainer", "--tee=1", "--no_python", testWorkerPath(), "lines", "2"},
-      {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "<${role_name}|${local_rank}|$rank> "}});
+      {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "<${role_name}|${local_rank}|$rank> "}, {"TMPDIR", tmp.path()}});
   REQUIRE(r.finished);
   REQUIRE(r.exit_code == 0);
   CHECK(countOf(r.out, "<trainer|1|1> rank 1 line") == 2);
@@ -127,6 +131,36 @@ TEST_CASE("error files and attempts live under --log_dir", "[e2e][logs]") {
   CHECK_THAT(readFile(run_dir + "/attempt_0/0/error.json"), Catch::Contains("broken"));
   CHECK_THAT(readFile(run_dir + "/attempt_1/0/error.json"), Catch::Contains("broken"));
   CHECK_THAT(r.err, Catch::Contains(run_dir + "/attempt_1/0/error.json"));
+}
+
+TEST_CASE("a run directory that stays keeps no RPC secret or Python hook once the run ends", "[e2e][logs]") {
+  TempDir dir;
+  // Each worker shows that its secret and ddprun's hook were there while it ran.
+  const std::string script = dir.file("secret.py");
+  std::ofstream(script) << "import os\n"
+                           "path = os.environ['DDPRUN_RPC_SECRET_FILE']\n"
+                           "run_dir = os.path.dirname(os.path.dirname(os.path.dirname(path)))\n"
+                           "hook = os.path.isfile(os.path.join(run_dir, 'python_hook', 'sitecustomize.py'))\n"
+                           "print(f\"rank {os.environ['RANK']} secret={os.path.getsize(path) > 0} hook={hook} "
+                           "file={path}\", flush=True)\n";
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir", dir.file("logs"), script},
+               {{"PYTHON", "/usr/bin/python3"}}, 60s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("rank 0 secret=True hook=True file="));
+  CHECK_THAT(r.out, Catch::Contains("rank 1 secret=True hook=True file="));
+  const auto at = r.out.find(" file=") + 6;
+  const std::string secret = r.out.substr(at, r.out.find('\n', at) - at);
+  const fs::path run_dir = fs::path(secret).parent_path().parent_path().parent_path();
+  CHECK(run_dir.parent_path() == fs::path(dir.file("logs")));
+  REQUIRE(fs::is_directory(run_dir));
+  CHECK_FALSE(fs::exists(run_dir / "python_hook"));
+  std::vector<std::string> secrets;
+  for (const auto& entry : fs::recursive_directory_iterator(run_dir)) {
+    if (entry.path().filename() == "rpc_secret") secrets.push_back(entry.path().string());
+  }
+  CHECK(secrets.empty());
 }
 
 TEST_CASE("without --log_dir the temporary run directory is removed at the end", "[e2e][logs]") {

@@ -29,6 +29,8 @@ tag="ddpt$$"
 netns_require "$tag"
 
 work=$(mktemp -d)
+# The agents' TMPDIR: the hang scenario's node keeps its run directory for the stacks it took.
+export TMPDIR=$work
 hub="$tag-hub"
 nodes=4
 cleanup() {

@@ -81,9 +81,11 @@ TEST_CASE("a torch file timer released in time kills nothing", "[e2e][torch]") {
 
 TEST_CASE("with --no_python_faulthandler the timer's own signal kills and the report names the scope", "[e2e][torch]") {
   TempDir dir;
+  auto env = kEnv;
+  env["TMPDIR"] = dir.path();  // the run directory kept for the expired timer's stacks
   auto r =
       run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--no_python_faulthandler", writeScript(dir, 1.0), "1"},
-          kEnv, 240s);
+          env, 240s);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);

@@ -1,2 +1,61 @@
-#define CATCH_CONFIG_MAIN
+// main() of every Catch2 test executable. The tests run with TMPDIR set to a fresh directory
+// of this process's own, so that whatever they (and the ddprun jobs, workers and Python they
+// start) leave in TMPDIR is seen: ddprun removes its temporary run directory, timer pipe and
+// hook at the end of every run (issue 36), and a test that makes ddprun keep one on purpose
+// (a hung worker's stacks, --tee without --log_dir) points TMPDIR at a TempDir of its own.
+// Anything still there at the end is named on stderr and fails the executable, then removed.
+// The orphan guard of a ddprun killed with SIGKILL removes its run directory a moment after
+// the agent died, so leftovers get a bounded while to go first.
+#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> entriesOf(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) names.push_back(entry.path().filename().string());
+  return names;
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  const char* outer = std::getenv("TMPDIR");
+  std::string templ = std::string(outer && *outer ? outer : "/tmp") + "/ddprun-tests-XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) {
+    std::perror(("tests: mkdtemp(" + templ + ")").c_str());
+    return 1;
+  }
+  const std::string tmp = templ;
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+
+  int rc = Catch::Session().run(argc, argv);
+
+  std::vector<std::string> left = entriesOf(tmp);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    left = entriesOf(tmp);
+  }
+  if (!left.empty()) {
+    std::string names;
+    for (const auto& name : left) names += " " + name;
+    std::fprintf(stderr, "tests: left behind in TMPDIR (%s):%s\n", tmp.c_str(), names.c_str());
+    if (rc == 0) rc = 1;
+  }
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  return rc;
+}
