@@ -601,7 +601,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
           }
           failures = 0;
         } catch (const StoreError& e) {
-          if (stop_watching_ || lease) throw;
+          if (stop_watching_) throw;
           const bool timed_out = dynamic_cast<const StoreTimeout*>(&e) != nullptr;
           if (!(own_store && timed_out) && ++failures >= settings_.keep_alive_max_attempt) throw;
           if (own_store && timed_out) {

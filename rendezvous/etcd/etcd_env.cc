@@ -14,6 +14,12 @@ using std::chrono::milliseconds;
 // cluster is one clear error soon, not a join_timeout later.
 constexpr milliseconds kReachTimeout{10000};
 
+// The least time one etcd operation gets, whatever read_timeout says: enough to ride out the
+// leader's loss (etcd's election timeout, 1 s by default, an election or two) after a silent
+// member's attempt. With less, every agent re-forming at that moment failed at once and the
+// job ended (the 30-minute etcd soak: the leader's link cut while a node rejoined).
+constexpr milliseconds kOperationFloor{10000};
+
 std::string conf(const RendezvousConfig& config, const char* key) {
   const auto it = config.conf.find(key);
   return it == config.conf.end() ? std::string() : it->second;
@@ -60,7 +66,8 @@ EtcdEnv::EtcdEnv(const RendezvousConfig& config) {
 }
 
 std::unique_ptr<StoreClient> EtcdEnv::connect(const StoreClientOptions& options) {
-  auto store = std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix, options.timeout);
+  auto store =
+      std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix, std::max(options.timeout, kOperationFloor));
   store->probe(std::min(options.connect_timeout, kReachTimeout));
   return store;
 }
@@ -74,7 +81,8 @@ Clock& EtcdEnv::clock() { return RendezvousEnv::real().clock(); }
 std::string EtcdEnv::nodeName() { return RendezvousEnv::real().nodeName(); }
 
 std::unique_ptr<RoundLiveness> EtcdEnv::liveness(const RoundLivenessSpec& spec) {
-  auto store = std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix, read_timeout_);
+  auto store =
+      std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix, std::max(read_timeout_, kOperationFloor));
   return std::make_unique<EtcdRoundLease>(std::move(store), spec);
 }
 

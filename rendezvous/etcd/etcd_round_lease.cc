@@ -1,6 +1,7 @@
 #include "rendezvous/etcd/etcd_round_lease.h"
 
 #include "common/logging.h"
+#include "rendezvous/etcd/etcd_http.h"
 
 namespace ddprun::rendezvous::etcd {
 
@@ -50,14 +51,25 @@ void EtcdRoundLease::watchSuccessor() {
   auto log = logger("rendezvous");
   try {
     bool gone = false;
-    try {
-      // The successor writes its key when it starts watching the round, right after it
-      // formed; one that has not within a TTL is as gone as one whose lease lapsed.
-      const KeyValue kv = store_->waitFor(spec_.successor_key,
-                                          std::chrono::steady_clock::now() + spec_.ttl + spec_.keep_alive_interval);
-      gone = store_->waitDeleted(spec_.successor_key, kv.mod_revision, Deadline::max());
-    } catch (const StoreTimeout&) {
-      gone = true;
+    for (;;) {
+      try {
+        // The successor writes its key when it starts watching the round, right after it
+        // formed; one that has not within a TTL is as gone as one whose lease lapsed.
+        const KeyValue kv = store_->waitFor(spec_.successor_key,
+                                            std::chrono::steady_clock::now() + spec_.ttl + spec_.keep_alive_interval);
+        gone = store_->waitDeleted(spec_.successor_key, kv.mod_revision, Deadline::max());
+        break;
+      } catch (const EtcdUnavailable& e) {
+        // No member answered (a leader election, a member cut off): that says nothing of the
+        // successor. Try again, with a fresh window for its key, once the cluster answers.
+        std::unique_lock lock(mutex_);
+        if (stop_) return;
+        log->warn("cannot watch node {}'s etcd lease ({}); trying again", spec_.successor_name, e.what());
+        if (wake_.wait_for(lock, spec_.keep_alive_interval, [this] { return stop_; })) return;
+      } catch (const StoreTimeout&) {
+        gone = true;
+        break;
+      }
     }
     {
       std::lock_guard lock(mutex_);

@@ -358,15 +358,21 @@ class Soak:
 
     # ---- progress from the step logs -------------------------------------------------------
     def newest_step(self, logs):
-        files = glob.glob(os.path.join(logs, "steps.*"))
-        if not files:
-            return 0
-        newest = max(files, key=lambda p: os.stat(p).st_mtime)
-        with open(newest, "rb") as f:
-            f.seek(max(0, os.stat(newest).st_size - 400))
-            tail = f.read().decode(errors="replace")
-        steps = re.findall(r" step=(\d+)", tail)
-        return int(steps[-1]) if steps else 0
+        """The highest step any rank has logged. (The newest file alone is no measure: a rank
+        that has just started has only its start line there.)"""
+        best = 0
+        for path in glob.glob(os.path.join(logs, "steps.*")):
+            try:
+                size = os.stat(path).st_size
+                with open(path, "rb") as f:
+                    f.seek(max(0, size - 400))
+                    tail = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            steps = re.findall(r" step=(\d+)", tail)
+            if steps:
+                best = max(best, int(steps[-1]))
+        return best
 
     def sample_rss(self):
         for node in self.nodes:

@@ -197,6 +197,32 @@ TEST_CASE("the leader frozen (SIGSTOP: partitioned) mid-round costs the job noth
   }
 }
 
+TEST_CASE("the leader frozen while the job re-forms costs no agent, with a read_timeout shorter than an election",
+          "[etcd]") {
+  EtcdCluster cluster;
+  REQUIRE_ETCD(cluster);
+  REQUIRE(cluster.makeLeader(1));
+  TempDir dir;
+  Job job = newJob(cluster, dir, "frozen-reform");
+  // 1 s per store operation, less than a silent leader's attempt and an election: each etcd
+  // operation gets at least 10 s (etcd_env.cc), or every agent fails at once here.
+  job.extra_conf = "read_timeout=1";
+  std::vector<std::unique_ptr<TestProcess>> agents;
+  agents.push_back(agent(job, 2, 3));
+  agents.push_back(agent(job, 2, 3));
+  for (auto& a : agents) REQUIRE(a->waitForOutput("groups=2", 60s));
+  const int pid = cluster.pid(1);
+  REQUIRE(pid > 1);
+  ::kill(pid, SIGSTOP);
+  agents.push_back(agent(job, 2, 3));  // a third joins: every agent re-forms while the others elect
+  for (auto& a : agents) {
+    INFO(a->err());
+    CHECK(a->waitForOutput("groups=3", 60s));
+  }
+  ::kill(pid, SIGCONT);
+  finishJob(job, agents);
+}
+
 TEST_CASE("agents form a job over TLS with client certificates", "[etcd]") {
   EtcdCluster cluster(true);
   REQUIRE_ETCD(cluster);
