@@ -66,8 +66,8 @@ EtcdEnv::EtcdEnv(const RendezvousConfig& config) {
 }
 
 std::unique_ptr<StoreClient> EtcdEnv::connect(const StoreClientOptions& options) {
-  auto store =
-      std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix, std::max(options.timeout, kOperationFloor));
+  auto store = std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix,
+                                           std::max(options.timeout, kOperationFloor));
   store->probe(std::min(options.connect_timeout, kReachTimeout));
   return store;
 }

@@ -106,10 +106,11 @@ TEST_CASE("state machine: a node arriving during last call joins the round and o
   }
 }
 
-TEST_CASE("state machine: a group rank 0 that dies before publishing the workers' store is evicted and the others "
-          "form the next round",
-          "[rdzv]") {
-  Job job(2, 3);  // MIN 2: round 1 closes only with both a and b in it, whatever their order
+TEST_CASE(
+    "state machine: a group rank 0 that dies before publishing the workers' store is evicted and the others "
+    "form the next round",
+    "[rdzv]") {
+  Job job(2, 3);             // MIN 2: round 1 closes only with both a and b in it, whatever their order
   Node& a = job.add("a:1");  // hosts the store
   Node& b = job.add("b:2");
   Node& x = job.add("x:3");
