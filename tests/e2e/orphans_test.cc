@@ -24,6 +24,27 @@ std::vector<pid_t> pidsIn(const std::string& file) {
   return pids;
 }
 
+// True once none of `pids` runs, within `limit`.
+bool allGone(const std::vector<pid_t>& pids, std::chrono::milliseconds limit) {
+  return eventually(
+      [&] {
+        for (pid_t pid : pids) {
+          if (processAlive(pid)) return false;
+        }
+        return true;
+      },
+      limit);
+}
+
+// The entries of `dir` whose names start with `prefix`.
+std::vector<std::string> entriesStartingWith(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path());
+  }
+  return found;
+}
+
 }  // namespace
 
 TEST_CASE("kill -9 of ddprun leaves no worker or grandchild running", "[e2e][orphans]") {
@@ -40,14 +61,7 @@ TEST_CASE("kill -9 of ddprun leaves no worker or grandchild running", "[e2e][orp
     REQUIRE(ddprun.wait(10s));
     CHECK(ddprun.termSignal() == SIGKILL);
   }
-  CHECK(eventually(
-      [&] {
-        for (pid_t pid : pids) {
-          if (processAlive(pid)) return false;
-        }
-        return true;
-      },
-      10s));
+  CHECK(allGone(pids, 10s));
 }
 
 TEST_CASE("a worker's background child does not outlive a successful job", "[e2e][orphans]") {
@@ -211,14 +225,7 @@ void killDuringDaemons(bool no_cgroups) {
     REQUIRE(ddprun.wait(10s));
     CHECK(ddprun.termSignal() == SIGKILL);
   }
-  const bool gone = eventually(
-      [&] {
-        for (pid_t pid : pids) {
-          if (processAlive(pid)) return false;
-        }
-        return true;
-      },
-      10s);
+  const bool gone = allGone(pids, 10s);
   for (pid_t pid : pids) {
     if (processAlive(pid)) ::kill(pid, SIGKILL);  // leave nothing behind, pass or fail
   }
@@ -255,14 +262,7 @@ void succeedWithDaemons(bool no_cgroups) {
   CHECK(r.exit_code == 0);
   auto pids = pidsIn(pid_file);
   REQUIRE(pids.size() == 3);
-  const bool gone = eventually(
-      [&] {
-        for (pid_t pid : pids) {
-          if (processAlive(pid)) return false;
-        }
-        return true;
-      },
-      5s);
+  const bool gone = allGone(pids, 5s);
   for (pid_t pid : pids) {
     if (processAlive(pid)) ::kill(pid, SIGKILL);
   }
@@ -334,27 +334,14 @@ TEST_CASE("kill -9 of ddprun without --log_dir leaves no temporary run directory
     REQUIRE(ddprun.waitForOutput("ready rank=", 20s, 2));
     pids = pidsIn(tmp.file("pids"));
     // The run directory, with each worker's files (and rpc_secret where there is one).
-    const auto runDirs = [&] {
-      std::vector<std::string> dirs;
-      for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
-        if (entry.path().filename().string().rfind("ddprun-", 0) == 0) dirs.push_back(entry.path());
-      }
-      return dirs;
-    };
+    const auto runDirs = [&] { return entriesStartingWith(tmp.path(), "ddprun-"); };
     REQUIRE(runDirs().size() == 1);
     ::kill(ddprun.pid(), SIGKILL);
     REQUIRE(ddprun.wait(10s));
     CHECK(ddprun.termSignal() == SIGKILL);
     CHECK(eventually([&] { return runDirs().empty(); }, 10s));
   }
-  CHECK(eventually(
-      [&] {
-        for (pid_t pid : pids) {
-          if (processAlive(pid)) return false;
-        }
-        return true;
-      },
-      10s));
+  CHECK(allGone(pids, 10s));
 }
 
 // The file timers' pipe (TORCHELASTIC_ENABLE_FILE_TIMER=1, in $TMPDIR) goes with a killed agent
@@ -362,13 +349,7 @@ TEST_CASE("kill -9 of ddprun without --log_dir leaves no temporary run directory
 TEST_CASE("kill -9 of ddprun with file timers leaves no timer pipe in TMPDIR", "[e2e][orphans]") {
   TempDir tmp;
   std::vector<pid_t> pids;
-  const auto pipes = [&] {
-    std::vector<std::string> found;
-    for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
-      if (entry.path().filename().string().rfind("watchdog_timer_", 0) == 0) found.push_back(entry.path());
-    }
-    return found;
-  };
+  const auto pipes = [&] { return entriesStartingWith(tmp.path(), "watchdog_timer_"); };
   {
     TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", testWorkerPath(),
                         "grandchild", tmp.file("pids")},
@@ -381,12 +362,5 @@ TEST_CASE("kill -9 of ddprun with file timers leaves no timer pipe in TMPDIR", "
     CHECK(ddprun.termSignal() == SIGKILL);
     CHECK(eventually([&] { return pipes().empty(); }, 10s));
   }
-  CHECK(eventually(
-      [&] {
-        for (pid_t pid : pids) {
-          if (processAlive(pid)) return false;
-        }
-        return true;
-      },
-      10s));
+  CHECK(allGone(pids, 10s));
 }
