@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/sha256.h"
+#include "rendezvous/dynamic_rendezvous_impl.h"
 #include "rendezvous/local_addresses.h"
 #include "rendezvous/rendezvous_env.h"
 #include "rendezvous/token_auth.h"
@@ -25,25 +26,17 @@ using std::chrono::milliseconds;
 
 constexpr int kStaticDefaultPort = 29500;
 constexpr int kC10dDefaultPort = 29400;
-// The most one read of a quick connection may carry: its keys are round keys and records,
-// kilobytes; hang summaries are at most a megabyte (rendezvous/job_board.cc).
-constexpr size_t kMaxQuickReplyBytes = 16 << 20;
 
 bool isIpLiteral(const std::string& host) {
   in6_addr buf{};
   return ::inet_pton(AF_INET, host.c_str(), &buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), &buf) == 1;
 }
 
-// One participant's entry in a round: "<node name>|<address>|<nproc>".
-struct NodeEntry {
-  std::string name;
-  std::string address;
-  int nproc = 0;
-};
+}  // namespace
 
-std::string encode(const NodeEntry& e) { return e.name + "|" + e.address + "|" + std::to_string(e.nproc); }
+std::string encodeEntry(const NodeEntry& e) { return e.name + "|" + e.address + "|" + std::to_string(e.nproc); }
 
-NodeEntry decode(const std::string& text) {
+NodeEntry decodeEntry(const std::string& text) {
   NodeEntry e;
   auto a = text.find('|');
   auto b = text.find('|', a == std::string::npos ? a : a + 1);
@@ -56,132 +49,6 @@ NodeEntry decode(const std::string& text) {
   if (ec != std::errc() || end != last || e.nproc < 1) throw RendezvousError("malformed node entry '" + text + "'");
   return e;
 }
-
-}  // namespace
-
-class DynamicRendezvous::Impl {
- public:
-  Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env);
-  ~Impl() { stopWatching(); }
-
-  RendezvousResult nextRound();
-  void watch(std::function<void(RoundEvent)> on_event);
-  std::string endRound(const RoundEnd& end);
-  void markDone();
-  void stopWatching();
-  void finish();
-  void interrupt();
-  void sitOut();
-  std::optional<std::string> jobEndedWhileAway();
-  std::optional<RoundPlace> currentRound() const;
-  JobSite site() const;
-  void onKeepAlive(std::function<void()> tick);
-
-  std::unique_ptr<RendezvousEnv> owned_env_;  // etcd's env; the TCP one is never destroyed
-  std::string node_name_;
-  std::string store_host_;
-  int store_port_ = 0;
-  std::unique_ptr<HostedStore> host_server_;
-
- private:
-  // Time left until `deadline` on the env's clock; at least 1 ms, so that a wait that
-  // starts at the deadline still asks the store once.
-  milliseconds remaining(Clock::TimePoint deadline) const {
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - clock_.now());
-    return left.count() > 0 ? left : milliseconds(1);
-  }
-  std::string key(int round, const std::string& name) const {
-    return prefix_ + "r" + std::to_string(round) + "/" + name;
-  }
-  // Where this node stands in a round it tried to join.
-  struct Seat {
-    bool late = false;     // arrived after the round closed: try the next one
-    int index = 0;         // 1-based arrival order (static: node_rank + 1)
-    int participants = 0;  // nodes in the round
-    int rank_base = 0;     // RANK of this node's local rank 0
-    int world_size = 0;    // all workers of the round
-  };
-  Seat join(int round, Clock::TimePoint deadline);
-  Seat joinStatic(int round, Clock::TimePoint deadline);
-  int restartCountFor(int round);
-  void publishWorkerStore(int round, int world_size);
-  std::optional<std::string> awaitMaster(int round);
-  std::string rpcSecret(int round, int participants) const;
-  // The keep-alive hook's tick, if there is one (on the watcher's thread).
-  void tickKeepAlive();
-  static bool jobOver(const std::string& reason) {
-    const auto end = RoundEnd::parse(reason);
-    return end && end->endsJob();
-  }
-  RendezvousError error(int round, const std::string& what) const {
-    return RendezvousError(
-        fmt::format("round {} of job '{}' (store {}): {}", round, config_.run_id, storeText(), what));
-  }
-
- public:
-  // "host:port" of the TCP store; "etcd a:2379,b:2379" for etcd's members.
-  std::string storeText() const {
-    return store_port_ == 0 && outlives_job_ ? store_host_ : store_host_ + ":" + std::to_string(store_port_);
-  }
-
- private:
-  StoreClientOptions clientOptions(milliseconds connect_timeout) const {
-    StoreClientOptions o;
-    o.host = store_host_;
-    o.port = store_port_;
-    o.timeout = settings_.read_timeout;
-    o.connect_timeout = connect_timeout;
-    o.token = token_;
-    return o;
-  }
-
-  // Sitting out, and the parts beside the rounds: give up within a couple of keep-alive
-  // intervals.
-  StoreClientOptions quickClientOptions() const {
-    StoreClientOptions o = clientOptions(settings_.keep_alive_interval);
-    o.timeout = std::min(settings_.read_timeout, 2 * settings_.keep_alive_interval);
-    // Records, round keys and hang summaries are kilobytes; a longer value is not read.
-    o.max_reply_bytes = kMaxQuickReplyBytes;
-    return o;
-  }
-
-  RendezvousEnv& env_;
-  Clock& clock_;
-  RendezvousConfig config_;
-  RendezvousSettings settings_;
-  int nproc_;
-  std::string token_;
-  std::string prefix_;
-  std::string advertise_address_;
-  // The store is not an agent's and outlives the job (etcd): the last node out removes
-  // the job's keys (PROTOCOL.md: "etcd").
-  bool outlives_job_ = false;
-  std::shared_ptr<spdlog::logger> log_;
-  std::unique_ptr<StoreClient> client_;
-  std::unique_ptr<HostedStore> worker_store_;
-
-  // The current round, as this node took part in it.
-  bool in_round_ = false;
-  int round_ = -1;
-  int group_rank_ = 0;
-  int participants_ = 0;
-  int restart_count_ = 0;
-  std::mutex end_mutex_;
-  std::string end_reason_;  // of round_, once known
-
-  std::thread watcher_;
-  std::unique_ptr<StoreClient> watcher_client_;
-  std::atomic<bool> stop_watching_{false};
-
-  std::mutex keep_alive_mutex_;  // held while the hook runs, so that it can be removed safely
-  std::function<void()> on_keep_alive_;
-
-  // While sitting out: asks whether the job ended, and gives up quickly when the store is
-  // gone (the main client would keep reconnecting for join_timeout).
-  std::unique_ptr<StoreClient> away_client_;
-  bool sat_out_ = false;  // left its last round for a cooldown and has not joined since
-  int final_round_ = -1;  // the round whose end ended the job while this node sat out
-};
 
 DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env)
     : env_(env),
@@ -292,7 +159,7 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::joinStatic(int round, Clo
   Seat seat;
   seat.index = config_.node_rank + 1;
   seat.participants = n;
-  client_->set(key(round, "node/" + std::to_string(seat.index)), encode({node_name_, advertise_address_, nproc_}));
+  client_->set(key(round, "node/" + std::to_string(seat.index)), encodeEntry({node_name_, advertise_address_, nproc_}));
   std::vector<std::string> all;
   for (int i = 1; i <= n; ++i) all.push_back(key(round, "node/" + std::to_string(i)));
   try {
@@ -305,7 +172,7 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::joinStatic(int round, Clo
   }
   auto entries = client_->multiGet(all);
   for (int i = 0; i < n; ++i) {
-    int nproc = decode(entries[i]).nproc;
+    int nproc = decodeEntry(entries[i]).nproc;
     if (i < seat.index - 1) seat.rank_base += nproc;
     seat.world_size += nproc;
   }
@@ -328,7 +195,7 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::Ti
   const int64_t ticket = client_->add(key(round, "count"), kOneNode + nproc_);
   seat.index = nodesOf(ticket);
   seat.rank_base = workersOf(ticket) - nproc_;
-  client_->set(key(round, "node/" + std::to_string(seat.index)), encode({node_name_, advertise_address_, nproc_}));
+  client_->set(key(round, "node/" + std::to_string(seat.index)), encodeEntry({node_name_, advertise_address_, nproc_}));
   if (seat.index == max_nodes) {
     client_->compareSet(closed, "", std::to_string(ticket));
   } else if (seat.index >= min_nodes && seat.index < max_nodes) {
@@ -511,118 +378,13 @@ std::optional<std::string> DynamicRendezvous::Impl::awaitMaster(int round) {
       return std::nullopt;
     }
     if (clock_.now() >= give_up) {
-      const std::string name = decode(client_->get(key(round, "node/1"))).name;
+      const std::string name = decodeEntry(client_->get(key(round, "node/1"))).name;
       log_->warn("node {} (group rank 0 of round {}) published no workers' store within {:.1f} s; evicting it", name,
                  round, std::chrono::duration<double>(window).count());
       client_->compareSet(end, "", RoundEnd::evict(name).format());
       return std::nullopt;
     }
   }
-}
-
-void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
-  stopWatching();
-  stop_watching_ = false;
-  try {
-    // The watcher's operations are the keep-alives, which torch bounds by heartbeat_timeout.
-    StoreClientOptions options = clientOptions(settings_.read_timeout);
-    options.timeout = settings_.heartbeat_timeout.value_or(settings_.read_timeout);
-    watcher_client_ = env_.connect(options);
-  } catch (const StoreError& e) {
-    on_event(RoundEvent{RoundEvent::Kind::kStoreLost, round_, e.what()});
-    return;
-  }
-  const int round = round_;
-  const int n = participants_;
-  const int me = group_rank_;
-  watcher_ = std::thread([this, on_event = std::move(on_event), round, n, me] {
-    StoreClient& store = *watcher_client_;
-    const std::string end = key(round, "end");
-    const std::string my_beat = key(round, "hb/" + std::to_string(me));
-    const int successor = (me + 1) % n;
-    int64_t last_seen = -1;
-    int misses = 0;
-    // Failed keep-alive attempts in a row (a timed-out or broken store operation). One is not
-    // a lost store: a loaded machine can hold a reply past heartbeat_timeout, and the
-    // connection is made afresh on the next attempt. The store is lost after as many failures
-    // in a row as the others allow this node missed keep-alives (keep_alive_max_attempt); on the
-    // store's own host a timeout never counts (the store is in this process: a slow reply is
-    // CPU starvation, and taking it for a loss would end the whole job).
-    int failures = 0;
-    const bool own_store = host_server_ != nullptr;
-    try {
-      // etcd: keep-alives on a lease (round_liveness.h); TCP: the counters below.
-      std::unique_ptr<RoundLiveness> lease;
-      if (outlives_job_) {
-        RoundLivenessSpec spec;
-        spec.own_key = key(round, "alive/" + std::to_string(me));
-        if (n > 1) {
-          spec.successor_key = key(round, "alive/" + std::to_string(successor));
-          spec.successor_name = decode(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
-          spec.evict_reason = RoundEnd::evict(spec.successor_name).format();
-        }
-        spec.end_key = end;
-        spec.keep_alive_interval = settings_.keep_alive_interval;
-        spec.ttl = settings_.keep_alive_interval * settings_.keep_alive_max_attempt;
-        lease = env_.liveness(spec);
-      }
-      if (!lease) store.add(my_beat, 1);
-      tickKeepAlive();
-      for (;;) {
-        try {
-          try {
-            store.wait({end}, settings_.keep_alive_interval);
-            std::string reason = store.get(end);
-            {
-              std::lock_guard lock(end_mutex_);
-              end_reason_ = reason;
-            }
-            if (!stop_watching_) on_event(RoundEvent{RoundEvent::Kind::kEnded, round, reason});
-            return;
-          } catch (const StoreTimeout&) {
-            if (stop_watching_) return;
-          }
-          if (lease) {
-            tickKeepAlive();
-            continue;
-          }
-          store.add(my_beat, 1);
-          tickKeepAlive();
-          if (n >= 2) {
-            // Each node watches the next one's keep-alives: linear cost over the job.
-            int64_t seen = store.add(key(round, "hb/" + std::to_string(successor)), 0);
-            misses = seen == last_seen ? misses + 1 : 0;
-            last_seen = seen;
-            if (misses >= settings_.keep_alive_max_attempt) {
-              std::string name = decode(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
-              log_->warn("node {} missed {} keep-alives; evicting it", name, misses);
-              store.compareSet(end, "", RoundEnd::evict(name).format());
-            }
-          }
-          failures = 0;
-        } catch (const StoreError& e) {
-          if (stop_watching_) throw;
-          const bool timed_out = dynamic_cast<const StoreTimeout*>(&e) != nullptr;
-          if (!(own_store && timed_out) && ++failures >= settings_.keep_alive_max_attempt) throw;
-          if (own_store && timed_out) {
-            log_->warn("keep-alive to this host's own rendezvous store timed out ({}); trying again", e.what());
-          } else {
-            log_->warn("keep-alive to the rendezvous store failed ({} of {} in a row): {}; trying again", failures,
-                       settings_.keep_alive_max_attempt, e.what());
-          }
-        }
-      }
-    } catch (const StoreError& e) {
-      if (!stop_watching_) on_event(RoundEvent{RoundEvent::Kind::kStoreLost, round, e.what()});
-    }
-  });
-}
-
-void DynamicRendezvous::Impl::stopWatching() {
-  stop_watching_ = true;
-  if (watcher_client_) watcher_client_->interrupt();
-  if (watcher_.joinable()) watcher_.join();
-  watcher_client_.reset();
 }
 
 std::string DynamicRendezvous::Impl::endRound(const RoundEnd& end) {
@@ -683,16 +445,6 @@ void DynamicRendezvous::Impl::interrupt() {
   client_->interrupt();
   stop_watching_ = true;
   if (watcher_client_) watcher_client_->interrupt();
-}
-
-void DynamicRendezvous::Impl::tickKeepAlive() {
-  std::lock_guard lock(keep_alive_mutex_);
-  if (on_keep_alive_) on_keep_alive_();
-}
-
-void DynamicRendezvous::Impl::onKeepAlive(std::function<void()> tick) {
-  std::lock_guard lock(keep_alive_mutex_);
-  on_keep_alive_ = std::move(tick);
 }
 
 std::optional<RoundPlace> DynamicRendezvous::Impl::currentRound() const {
