@@ -135,14 +135,16 @@ TEST_CASE("error files and attempts live under --log_dir", "[e2e][logs]") {
 
 TEST_CASE("a run directory that stays keeps no RPC secret or Python hook once the run ends", "[e2e][logs]") {
   TempDir dir;
-  // Each worker shows that its secret and ddprun's hook were there while it ran.
+  // Each worker shows that its secret and ddprun's hook were there while it ran. The workers
+  // share ddprun's stdout: each line is one write, or the two ranks' lines can meet (print()
+  // under PYTHONUNBUFFERED writes the newline apart).
   const std::string script = dir.file("secret.py");
   std::ofstream(script) << "import os\n"
                            "path = os.environ['DDPRUN_RPC_SECRET_FILE']\n"
                            "run_dir = os.path.dirname(os.path.dirname(os.path.dirname(path)))\n"
                            "hook = os.path.isfile(os.path.join(run_dir, 'python_hook', 'sitecustomize.py'))\n"
-                           "print(f\"rank {os.environ['RANK']} secret={os.path.getsize(path) > 0} hook={hook} "
-                           "file={path}\", flush=True)\n";
+                           "os.write(1, f\"rank {os.environ['RANK']} secret={os.path.getsize(path) > 0} hook={hook} "
+                           "file={path}\\n\".encode())\n";
   auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir", dir.file("logs"), script},
                {{"PYTHON", "/usr/bin/python3"}}, 60s);
   REQUIRE(r.finished);

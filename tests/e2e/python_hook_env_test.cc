@@ -12,16 +12,21 @@ using namespace ddprun::testing;
 
 namespace {
 
-// Prints the variables and whether the user's sitecustomize ran (it sets USER_SITE_RAN).
+// Prints the variables and whether the user's sitecustomize ran (it sets USER_SITE_RAN). The
+// workers share ddprun's stdout: the lines go in one write (under 4 KiB, so whole), or the two
+// ranks' lines can meet (print() under PYTHONUNBUFFERED writes each newline apart).
 std::string writeScript(const TempDir& dir) {
   const std::string path = dir.file("env.py");
-  std::ofstream(path) << "import os, sys, sitecustomize\n"
-                         "for name in ['TORCH_NCCL_TRACE_BUFFER_SIZE', 'TORCH_FR_BUFFER_SIZE', "
-                         "'TORCH_NCCL_DUMP_ON_TIMEOUT', 'TORCH_NCCL_DEBUG_INFO_TEMP_FILE', 'TORCH_FR_DUMP_TEMP_FILE',"
-                         " 'DDPRUN_PYTHON_STACKS_DIR']:\n"
-                         "    print(f\"rank {os.environ['RANK']} {name}={os.environ.get(name, '<unset>')}\")\n"
-                         "print(f\"rank {os.environ['RANK']} user_site={getattr(sitecustomize, 'USER_SITE_RAN', "
-                         "False)} hook_on_path={any(p.endswith('/python_hook') for p in sys.path)}\")\n";
+  std::ofstream(path)
+      << "import os, sys, sitecustomize\n"
+         "lines = []\n"
+         "for name in ['TORCH_NCCL_TRACE_BUFFER_SIZE', 'TORCH_FR_BUFFER_SIZE', "
+         "'TORCH_NCCL_DUMP_ON_TIMEOUT', 'TORCH_NCCL_DEBUG_INFO_TEMP_FILE', 'TORCH_FR_DUMP_TEMP_FILE',"
+         " 'DDPRUN_PYTHON_STACKS_DIR']:\n"
+         "    lines.append(f\"rank {os.environ['RANK']} {name}={os.environ.get(name, '<unset>')}\\n\")\n"
+         "lines.append(f\"rank {os.environ['RANK']} user_site={getattr(sitecustomize, 'USER_SITE_RAN', "
+         "False)} hook_on_path={any(p.endswith('/python_hook') for p in sys.path)}\\n\")\n"
+         "os.write(1, ''.join(lines).encode())\n";
   std::filesystem::create_directories(dir.file("usersite"));
   std::ofstream(dir.file("usersite/sitecustomize.py")) << "USER_SITE_RAN = True\n";
   return path;

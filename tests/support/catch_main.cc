@@ -33,7 +33,10 @@ std::vector<std::string> entriesOf(const std::string& dir) {
 
 int main(int argc, char* argv[]) {
   const char* outer = std::getenv("TMPDIR");
-  std::string templ = std::string(outer && *outer ? outer : "/tmp") + "/ddprun-tests-XXXXXX";
+  // Named after the executable, so that a directory left by a process that never got to the
+  // end (killed, or gone through exec or _exit) says whose it was.
+  std::string templ = std::string(outer && *outer ? outer : "/tmp") + "/ddprun-tests-" +
+                      fs::path(argc > 0 ? argv[0] : "test").filename().string() + "-XXXXXX";
   if (::mkdtemp(templ.data()) == nullptr) {
     std::perror(("tests: mkdtemp(" + templ + ")").c_str());
     return 1;
