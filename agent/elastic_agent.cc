@@ -293,6 +293,9 @@ void ElasticAgent::Impl::setUp() {
     try {
       writePythonHook(layout_->pythonHookDir());
       setup.python_hook_dir = layout_->pythonHookDir();
+      // A run directory that stays (--log_dir, or kept for a hung worker's stacks) loses the
+      // hook at the end; if ddprun is killed first, the guard removes it.
+      if (guard_) guard_->watchDirectory(layout_->pythonHookDir());
     } catch (const SystemError& e) {
       log_->warn("no Python stacks when a collective fails: {}", e.what());
     }

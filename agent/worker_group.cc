@@ -105,6 +105,9 @@ void WorkerGroup::startOne(size_t i, const std::string& cgroup) {
   if (!rdzv.rpc_secret.empty()) {
     const std::string secret_file = LogLayout::secretFile(dir);
     writeSecretFile(secret_file, rdzv.rpc_secret);
+    // Removed at the end even where the run directory stays; if ddprun is killed first, the
+    // guard removes it.
+    if (guard_) guard_->watchDirectory(secret_file);
     request.env[env::kRpcSecretFile] = secret_file;
   }
 

@@ -3,10 +3,10 @@
 // tiny guard process that learns over a pipe what to kill: each worker's process group, the agent's cgroup directory
 // (all workers' cgroups are below it), and each process that left its worker's group (by pid and start time; with
 // cgroups too, since a process can leave its cgroup as well); and what to remove: the flight recorder's directory on
-// /dev/shm, a temporary run directory (rpc_secret files included) and the file timers' pipe. When the agent dies for
-// any reason the pipe reaches EOF and the guard SIGKILLs all of it still registered, removes the directories and the
-// cgroups, then exits. The guard ignores terminal signals and sits in its own session so that group signals aimed at
-// the agent do not take it down first.
+// /dev/shm, a temporary run directory, the workers' rpc_secret files and Python hook (which go even from a run
+// directory that stays) and the file timers' pipe. When the agent dies for any reason the pipe reaches EOF and the
+// guard SIGKILLs all of it still registered, removes the directories and the cgroups, then exits. The guard ignores
+// terminal signals and sits in its own session so that group signals aimed at the agent do not take it down first.
 // Thread-safety: none; only the agent's main thread (its event loop) registers and forgets.
 #pragma once
 

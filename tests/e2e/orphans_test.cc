@@ -344,6 +344,48 @@ TEST_CASE("kill -9 of ddprun without --log_dir leaves no temporary run directory
   CHECK(allGone(pids, 10s));
 }
 
+// A run directory that stays (--log_dir here; one kept for a hung worker's stacks is the same)
+// keeps its logs when ddprun is killed, but not the job's RPC secrets or ddprun's Python hook.
+TEST_CASE("kill -9 of ddprun with --log_dir leaves the run directory without RPC secrets or Python hook",
+          "[e2e][orphans]") {
+  TempDir tmp;
+  const std::string script = tmp.file("sleeper.py");
+  std::ofstream(script) << "import os, time\n"
+                           "with open(os.environ['PIDS'], 'a') as f:\n"
+                           "    f.write(f'{os.getpid()}\\n')\n"
+                           "os.write(1, f\"ready rank={os.environ['RANK']}\\n\".encode())\n"
+                           "time.sleep(60)\n";
+  const std::string logs = tmp.file("logs");
+  const auto leftovers = [&] {
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(logs)) {
+      const std::string name = entry.path().filename().string();
+      if (name == "rpc_secret" || name == "python_hook") found.push_back(entry.path().string());
+    }
+    return found;
+  };
+  std::vector<pid_t> pids;
+  {
+    TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir", logs, script},
+                       {{"PYTHON", "/usr/bin/python3"}, {"PIDS", tmp.file("pids")}});
+    REQUIRE(ddprun.waitForOutput("ready rank=", 30s, 2));
+    pids = pidsIn(tmp.file("pids"));
+    // Both workers' secrets and the hook are there while the job runs.
+    REQUIRE(leftovers().size() == 3);
+    ::kill(ddprun.pid(), SIGKILL);
+    REQUIRE(ddprun.wait(10s));
+    CHECK(ddprun.termSignal() == SIGKILL);
+    const bool scrubbed = eventually([&] { return leftovers().empty(); }, 10s);
+    for (const std::string& path : leftovers()) WARN("left behind: " << path);
+    CHECK(scrubbed);
+  }
+  CHECK(allGone(pids, 10s));
+  const auto runs = entriesStartingWith(logs, "");
+  REQUIRE(runs.size() == 1);
+  CHECK(std::filesystem::is_directory(runs[0] + "/attempt_0/0"));
+  CHECK(std::filesystem::is_directory(runs[0] + "/attempt_0/1"));
+}
+
 // The file timers' pipe (TORCHELASTIC_ENABLE_FILE_TIMER=1, in $TMPDIR) goes with a killed agent
 // too: the chaos soak found one FIFO left per agent killed with kill -9 (issue 36).
 TEST_CASE("kill -9 of ddprun with file timers leaves no timer pipe in TMPDIR", "[e2e][orphans]") {
