@@ -27,9 +27,10 @@ install(TARGETS ${runtime_targets} EXPORT ddprunTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
 # Headers keep their paths from the project root ("worker_runtime/distributed.h"), which
 # include each other that way.
-# rendezvous/etcd is the agent's (ddprun_rendezvous_etcd, not installed): its headers stay out.
+# rendezvous/etcd is the agent's (ddprun_rendezvous_etcd, not installed): its headers stay out,
+# and so do the *_impl.h headers, a library's insides shared by its own .cc files.
 install(DIRECTORY common rendezvous worker_runtime DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun
-  COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "etcd" EXCLUDE)
+  COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "etcd" EXCLUDE PATTERN "*_impl.h" EXCLUDE)
 install(EXPORT ddprunTargets NAMESPACE ddprun:: FILE ddprunTargets.cmake DESTINATION ${DDPRUN_CMAKE_DIR}
   COMPONENT dev)
 
