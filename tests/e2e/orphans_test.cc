@@ -45,6 +45,13 @@ std::vector<std::string> entriesStartingWith(const std::string& dir, const std::
   return found;
 }
 
+// kill -9 of the ddprun under test; returns once it is reaped.
+void killNine(TestProcess& ddprun) {
+  ::kill(ddprun.pid(), SIGKILL);
+  REQUIRE(ddprun.wait(10s));
+  CHECK(ddprun.termSignal() == SIGKILL);
+}
+
 }  // namespace
 
 TEST_CASE("kill -9 of ddprun leaves no worker or grandchild running", "[e2e][orphans]") {
@@ -57,9 +64,7 @@ TEST_CASE("kill -9 of ddprun leaves no worker or grandchild running", "[e2e][orp
     pids = pidsIn(dir.file("pids"));
     REQUIRE(pids.size() == 4);
     for (pid_t pid : pids) REQUIRE(processAlive(pid));
-    ::kill(ddprun.pid(), SIGKILL);
-    REQUIRE(ddprun.wait(10s));
-    CHECK(ddprun.termSignal() == SIGKILL);
+    killNine(ddprun);
   }
   CHECK(allGone(pids, 10s));
 }
@@ -221,9 +226,7 @@ void killDuringDaemons(bool no_cgroups) {
         CHECK(ddprun.waitForOutput("the orphan guard now watches pid " + std::to_string(pids[i]) + ":", 10s));
       }
     }
-    ::kill(ddprun.pid(), SIGKILL);
-    REQUIRE(ddprun.wait(10s));
-    CHECK(ddprun.termSignal() == SIGKILL);
+    killNine(ddprun);
   }
   const bool gone = allGone(pids, 10s);
   for (pid_t pid : pids) {
@@ -315,9 +318,7 @@ TEST_CASE("kill -9 of ddprun stops a daemon that left both its process group and
     CHECK_THAT(ddprun.err(), Catch::Contains("workers are contained by cgroups under " + cgroup_dir + "/ddprun-"));
     // The agent's scan finds it even with cgroups on; kill -9 comes after it told the guard.
     CHECK(ddprun.waitForOutput("the orphan guard now watches pid " + std::to_string(daemon_pid) + ":", 10s));
-    ::kill(ddprun.pid(), SIGKILL);
-    REQUIRE(ddprun.wait(10s));
-    CHECK(ddprun.termSignal() == SIGKILL);
+    killNine(ddprun);
   }
   const bool gone = eventually([&] { return !processAlive(daemon_pid); }, 10s);
   if (!gone) ::kill(daemon_pid, SIGKILL);  // leave nothing behind, pass or fail
@@ -336,9 +337,7 @@ TEST_CASE("kill -9 of ddprun without --log_dir leaves no temporary run directory
     // The run directory, with each worker's files (and rpc_secret where there is one).
     const auto runDirs = [&] { return entriesStartingWith(tmp.path(), "ddprun-"); };
     REQUIRE(runDirs().size() == 1);
-    ::kill(ddprun.pid(), SIGKILL);
-    REQUIRE(ddprun.wait(10s));
-    CHECK(ddprun.termSignal() == SIGKILL);
+    killNine(ddprun);
     CHECK(eventually([&] { return runDirs().empty(); }, 10s));
   }
   CHECK(allGone(pids, 10s));
@@ -372,9 +371,7 @@ TEST_CASE("kill -9 of ddprun with --log_dir leaves the run directory without RPC
     pids = pidsIn(tmp.file("pids"));
     // Both workers' secrets and the hook are there while the job runs.
     REQUIRE(leftovers().size() == 3);
-    ::kill(ddprun.pid(), SIGKILL);
-    REQUIRE(ddprun.wait(10s));
-    CHECK(ddprun.termSignal() == SIGKILL);
+    killNine(ddprun);
     const bool scrubbed = eventually([&] { return leftovers().empty(); }, 10s);
     for (const std::string& path : leftovers()) WARN("left behind: " << path);
     CHECK(scrubbed);
@@ -399,9 +396,7 @@ TEST_CASE("kill -9 of ddprun with file timers leaves no timer pipe in TMPDIR", "
     REQUIRE(ddprun.waitForOutput("ready rank=", 20s, 1));
     pids = pidsIn(tmp.file("pids"));
     REQUIRE(pipes().size() == 1);
-    ::kill(ddprun.pid(), SIGKILL);
-    REQUIRE(ddprun.wait(10s));
-    CHECK(ddprun.termSignal() == SIGKILL);
+    killNine(ddprun);
     CHECK(eventually([&] { return pipes().empty(); }, 10s));
   }
   CHECK(allGone(pids, 10s));
