@@ -28,6 +28,10 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
     const std::string end = key(round, "end");
     const std::string my_beat = key(round, "hb/" + std::to_string(me));
     const int successor = (me + 1) % n;
+    // The successor's host:pid, from its entry in the round (for end reasons and the log).
+    const auto successorName = [&] {
+      return decodeEntry(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
+    };
     int64_t last_seen = -1;
     int misses = 0;
     // Failed keep-alive attempts in a row (a timed-out or broken store operation). One is not
@@ -46,7 +50,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
         spec.own_key = key(round, "alive/" + std::to_string(me));
         if (n > 1) {
           spec.successor_key = key(round, "alive/" + std::to_string(successor));
-          spec.successor_name = decodeEntry(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
+          spec.successor_name = successorName();
           spec.evict_reason = RoundEnd::evict(spec.successor_name).format();
         }
         spec.end_key = end;
@@ -82,7 +86,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
             misses = seen == last_seen ? misses + 1 : 0;
             last_seen = seen;
             if (misses >= settings_.keep_alive_max_attempt) {
-              std::string name = decodeEntry(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
+              const std::string name = successorName();
               log_->warn("node {} missed {} keep-alives; evicting it", name, misses);
               store.compareSet(end, "", RoundEnd::evict(name).format());
             }
@@ -90,9 +94,9 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
           failures = 0;
         } catch (const StoreError& e) {
           if (stop_watching_) throw;
-          const bool timed_out = dynamic_cast<const StoreTimeout*>(&e) != nullptr;
-          if (!(own_store && timed_out) && ++failures >= settings_.keep_alive_max_attempt) throw;
-          if (own_store && timed_out) {
+          const bool own_store_slow = own_store && dynamic_cast<const StoreTimeout*>(&e) != nullptr;
+          if (!own_store_slow && ++failures >= settings_.keep_alive_max_attempt) throw;
+          if (own_store_slow) {
             log_->warn("keep-alive to this host's own rendezvous store timed out ({}); trying again", e.what());
           } else {
             log_->warn("keep-alive to the rendezvous store failed ({} of {} in a row): {}; trying again", failures,
