@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/unique_fd.h"
+#include "common/worker_file.h"
 
 namespace ddprun {
 
@@ -219,10 +220,11 @@ std::optional<FlightRingSnapshot> readFlightRingFile(const std::string& path, st
     if (error) *error = what;
     return std::nullopt;
   };
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return fail(fmt::format("open {}: {}", path, std::strerror(errno)));
+  // A worker makes the files in the ring directory: a FIFO there must not block the agent.
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return fail(fmt::format("stat {}: {}", path, std::strerror(errno)));
+  std::string problem;
+  const UniqueFd fd = openWorkerFile(path, st, &problem);
+  if (!fd) return fail(problem);
   const auto bytes = static_cast<size_t>(st.st_size);
   if (bytes < sizeof(FlightRingHeader)) return fail(fmt::format("{}: {} bytes is too short for a ring", path, bytes));
   void* memory = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd.get(), 0);

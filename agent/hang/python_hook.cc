@@ -1,14 +1,19 @@
 #include "agent/hang/python_hook.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
-#include <fstream>
+#include <string_view>
 
 #include "common/env_names.h"
 #include "common/error.h"
+#include "common/logging.h"
+#include "common/unique_fd.h"
+#include "common/worker_file.h"
 
 namespace ddprun::agent {
 
@@ -71,14 +76,32 @@ _ddprun_chain()
 }
 
 void writePythonHook(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    throw SystemError("mkdir " + dir, errno);
+  // Every Python worker runs what this directory holds, so it must be the one made here: one
+  // that is already there may be another user's (a run directory swapped in an unsafe
+  // parent) or a worker's of an earlier run, with a sitecustomize.py of its own.
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    const int err = errno;
+    if (err == EEXIST) throw SystemError("mkdir " + dir, err, "; ddprun makes its Python hook's directory itself");
+    throw SystemError("mkdir " + dir, err);
+  }
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir_fd) throw SystemError("open " + dir, errno);
+  struct stat st {};
+  if (::fstat(dir_fd.get(), &st) != 0) throw SystemError("fstat " + dir, errno);
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    throw SystemError("open " + dir, EPERM, "; not the private directory ddprun has just made");
   }
   const std::string path = dir + "/sitecustomize.py";
-  std::ofstream out(path, std::ios::trunc);
-  out << pythonHookSource();
-  out.close();
-  if (!out) throw SystemError("write " + path, EIO);
+  UniqueFd fd(::openat(dir_fd.get(), "sitecustomize.py", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) throw SystemError("create " + path, errno);
+  std::string_view rest = pythonHookSource();
+  while (!rest.empty()) {
+    const ssize_t n = ::write(fd.get(), rest.data(), rest.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw SystemError("write " + path, errno);
+    rest.remove_prefix(static_cast<size_t>(n));
+  }
+  if (const int err = fd.close(); err != 0) throw SystemError("write " + path, err);
 }
 
 void addPythonHook(std::map<std::string, std::string>& env, const std::string& hook_dir,
@@ -136,7 +159,10 @@ std::string readPythonException(const std::string& stacks_dir) {
   std::filesystem::file_time_type newest_time{};
   for (pid_t pid : pidsWithPrefix(stacks_dir, "py_exception.")) {
     const std::string path = pythonExceptionFile(stacks_dir, pid);
+    // The time only orders the candidates; readSmallFile checks the file it opens.
     std::error_code ec;
+    const auto status = std::filesystem::symlink_status(path, ec);
+    if (ec || !std::filesystem::is_regular_file(status)) continue;
     const auto t = std::filesystem::last_write_time(path, ec);
     if (ec || (!newest.empty() && t < newest_time)) continue;
     newest = path;
@@ -146,12 +172,9 @@ std::string readPythonException(const std::string& stacks_dir) {
 }
 
 std::string readSmallFile(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::string text(max_bytes, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(max_bytes));
-  text.resize(static_cast<size_t>(in.gcount()));
-  return text;
+  WorkerFile file = readWorkerFile(path, max_bytes);
+  if (!file.ok() && !file.missing()) logger("agent")->warn("{}", file.problem);
+  return std::move(file.bytes);
 }
 
 }  // namespace ddprun::agent

@@ -24,7 +24,9 @@ inline constexpr int kPythonStacksSignal = SIGURG;
 // The text of the sitecustomize.py.
 const std::string& pythonHookSource();
 
-// Writes `dir`/sitecustomize.py (making `dir`, mode 0700). Throws SystemError.
+// Makes `dir` (mode 0700) and writes sitecustomize.py into it. Throws SystemError, also when
+// `dir` exists already: what it holds would run in every Python worker, so ddprun uses only
+// a directory it has just made itself.
 void writePythonHook(const std::string& dir);
 
 // Adds the hook to a worker's environment: `hook_dir` first on PYTHONPATH, the stacks
@@ -43,10 +45,14 @@ std::vector<pid_t> registeredPythonPids(const std::string& stacks_dir);
 std::string pythonStacksFile(const std::string& stacks_dir, pid_t pid);
 std::string pythonExceptionFile(const std::string& stacks_dir, pid_t pid);
 
-// The last exception traceback any process of the worker saved in `stacks_dir` ("" if none).
+// The last exception traceback any process of the worker saved in `stacks_dir` ("" if none),
+// at most 1 MiB of it. Only regular files count. Never blocks, never throws.
 std::string readPythonException(const std::string& stacks_dir);
 
-// At most `max_bytes` of the file at `path`; "" when it cannot be read.
+// At most `max_bytes` of the file at `path`; "" when it cannot be read. The path is a
+// worker's (py_stacks.<pid>, py_exception.<pid>): read with readWorkerFile
+// (common/worker_file.h), so a FIFO, a device or a symbolic link there is not read (and
+// a warning says so) instead of blocking the agent. Never blocks, never throws.
 std::string readSmallFile(const std::string& path, size_t max_bytes = size_t{1} << 20);
 
 }  // namespace ddprun::agent

@@ -1,15 +1,18 @@
 #include "agent/hang/python_stacks.h"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 
 #include <fmt/format.h>
+
+#include "common/worker_file.h"
 
 namespace ddprun::agent {
 namespace {
 
 constexpr size_t kMaxLine = 300;
+// The most of a source file read for one line of it.
+constexpr size_t kMaxSourceBytes = size_t{4} << 20;
 
 std::vector<std::string_view> splitLines(std::string_view text) {
   std::vector<std::string_view> lines;
@@ -235,12 +238,14 @@ std::optional<HangVerdict> pythonHangVerdict(const std::vector<RankFrames>& rank
 
 std::string sourceLine(const PyFrame& frame) {
   if (frame.line <= 0 || frame.file.empty() || frame.file.front() == '<') return {};
-  std::ifstream in(frame.file);
-  std::string line;
-  for (int i = 0; i < frame.line && std::getline(in, line); ++i) {
-    if (i + 1 == frame.line) return std::string(trim(line).substr(0, kMaxLine));
-  }
-  return {};
+  // The path comes from a worker's traceback: it may name a FIFO or a device. Links are
+  // followed (installed and built sources are often links), but only to a regular file.
+  const WorkerFile source = readWorkerFile(frame.file, kMaxSourceBytes, WorkerFileLinks::kFollow);
+  const std::vector<std::string_view> lines = splitLines(source.bytes);
+  // A line cut by the bound is not the source line.
+  const size_t whole = source.cut && !lines.empty() ? lines.size() - 1 : lines.size();
+  if (static_cast<size_t>(frame.line) > whole) return {};
+  return std::string(trim(lines[static_cast<size_t>(frame.line) - 1]).substr(0, kMaxLine));
 }
 
 std::string formatTraceback(const std::vector<PyFrame>& frames) {

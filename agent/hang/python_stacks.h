@@ -70,7 +70,9 @@ std::string describeFrame(const PyFrame& frame, std::string_view source = {});
 std::optional<HangVerdict> pythonHangVerdict(const std::vector<RankFrames>& ranks,
                                              std::string (*source_of)(const PyFrame&) = nullptr);
 
-// The text of line `frame.line` of `frame.file`, trimmed; "" when it cannot be read.
+// The text of line `frame.line` of `frame.file`, trimmed; "" when it cannot be read, is not
+// a regular file (a FIFO named in a traceback is not opened for reading, so this never
+// blocks), or lies beyond its first 4 MiB.
 std::string sourceLine(const PyFrame& frame);
 
 // `frames` as a traceback's lines, `File "f.py", line 12, in main` each with its source line

@@ -1,25 +1,38 @@
 #include "agent/ops/error_file.h"
 
-#include <filesystem>
-#include <fstream>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #define BOOST_BIND_GLOBAL_PLACEHOLDERS
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 
+#include "common/text_escape.h"
+#include "common/worker_file.h"
+
 namespace ddprun::agent {
 
 std::optional<WorkerErrorRecord> readErrorFile(const std::string& path) {
-  std::error_code ec;
-  if (path.empty() || !std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0) {
-    return std::nullopt;
+  if (path.empty()) return std::nullopt;
+  // The worker chose what is at this path: the bytes are read with the reader that never
+  // blocks on a FIFO nor follows a link, and parsed from memory.
+  const WorkerFile file = readWorkerFile(path, kMaxErrorFileBytes);
+  if (file.missing() || (file.ok() && file.bytes.empty())) return std::nullopt;
+  WorkerErrorRecord record;
+  if (!file.ok()) {
+    record.message = "(error file " + file.problem + ")";
+    return record;
+  }
+  if (file.cut) {
+    record.message = fmt::format("(error file {}: more than the {} bytes an error file may have; not read)",
+                                 printable(path), kMaxErrorFileBytes);
+    return record;
   }
   namespace pt = boost::property_tree;
-  WorkerErrorRecord record;
   try {
     pt::ptree root;
-    std::ifstream in(path);
+    std::istringstream in(file.bytes);
     pt::read_json(in, root);
     const auto& message = root.get_child("message");
     if (message.empty()) {

@@ -5,6 +5,7 @@
 // A bare {"message": "text"} is accepted too.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -16,9 +17,14 @@ struct WorkerErrorRecord {
   std::optional<double> timestamp;  // seconds since the epoch, when the file has one.
 };
 
+// The most of an error file read: a traceback of thousands of frames fits many times.
+inline constexpr size_t kMaxErrorFileBytes = size_t{4} << 20;
+
 // Returns nothing when the file does not exist or is empty (the worker wrote no error).
 // A file that exists but cannot be parsed yields a record whose message says so, so a
-// report never hides that the worker tried to say something. Does not throw.
+// report never hides that the worker tried to say something; so does one that is not a
+// regular file (a FIFO, a device, a symbolic link: never opened for a blocking read) or
+// holds more than kMaxErrorFileBytes. Never blocks, never throws.
 std::optional<WorkerErrorRecord> readErrorFile(const std::string& path);
 
 }  // namespace ddprun::agent

@@ -6,11 +6,11 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
 
 #include <fmt/format.h>
 
 #include "common/text_escape.h"
+#include "common/worker_file.h"
 
 namespace ddprun::agent {
 
@@ -289,30 +289,24 @@ FlightDump parseFlightDump(std::string_view bytes, const std::string& what, cons
 }
 
 FlightDump readFlightDumpFile(const std::string& path, int rank, const PickleLimits& limits) {
+  // One open that never waits (a FIFO renamed over the dump after a stat would block an
+  // open by path), checked on the descriptor, and a read bounded even if the file grows.
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    throw FlightDumpError(fmt::format("{}: cannot read it: {}", path, std::strerror(errno)));
-  }
-  // A FIFO or a device would block the read or never end.
-  if (!S_ISREG(st.st_mode)) throw FlightDumpError(fmt::format("{}: not a regular file", path));
+  int err = 0;
+  const UniqueFd fd = openWorkerFile(path, st, nullptr, &err);
+  if (err == EINVAL) throw FlightDumpError(fmt::format("{}: not a regular file", path));
+  if (err == ELOOP) throw FlightDumpError(fmt::format("{}: a symbolic link, not followed", path));
+  if (!fd) throw FlightDumpError(fmt::format("{}: cannot read it: {}", path, std::strerror(err)));
   if (static_cast<uint64_t>(st.st_size) > limits.max_bytes) {
     throw FlightDumpError(
         fmt::format("{}: {} bytes, more than the {} a dump may have", path, st.st_size, limits.max_bytes));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FlightDumpError(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));
-  std::string bytes;
-  bytes.reserve(static_cast<size_t>(st.st_size));
-  // Bounded even if the file grows while it is read.
-  char buffer[1 << 16];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    bytes.append(buffer, static_cast<size_t>(in.gcount()));
-    if (bytes.size() > limits.max_bytes) {
-      throw FlightDumpError(fmt::format("{}: more than the {} bytes a dump may have", path, limits.max_bytes));
-    }
+  const WorkerFile file = readWorkerFd(fd.get(), st, path, limits.max_bytes);
+  if (!file.ok()) throw FlightDumpError(fmt::format("{}: read failed: {}", path, std::strerror(file.error)));
+  if (file.cut) {
+    throw FlightDumpError(fmt::format("{}: more than the {} bytes a dump may have", path, limits.max_bytes));
   }
-  if (in.bad()) throw FlightDumpError(fmt::format("{}: read failed", path));
-  FlightDump dump = parseFlightDump(bytes, path, limits);
+  FlightDump dump = parseFlightDump(file.bytes, path, limits);
   dump.rank = rank;
   return dump;
 }

@@ -1,5 +1,6 @@
 #include "agent/hang/flight_dir.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/support/bounded_call.h"
 #include "tests/support/test_process.h"
 
 namespace ddprun::agent {
@@ -78,6 +80,21 @@ TEST_CASE("a flight directory that cannot be made says why and reads nothing") {
   CHECK_THAT(dir.problem(), Catch::Contains("mkdir /nonexistent/parent/ddprun_flight-job-"));
   CHECK(dir.read().empty());
   dir.clear();
+}
+
+TEST_CASE("a FIFO or a link named like a ring does not block the agent's read of the flight directory") {
+  using namespace std::chrono_literals;
+  testing::TempDir parent;
+  FlightDir dir("job", parent.path());
+  REQUIRE(!dir.path().empty());
+  REQUIRE(::mkfifo((dir.path() + "/" + flightRingFileName(0, 0)).c_str(), 0600) == 0);
+  REQUIRE(::symlink("/dev/zero", (dir.path() + "/" + flightRingFileName(1, 0)).c_str()) == 0);
+  auto none = [](const std::vector<FlightRingSnapshot>& rings) { return rings.empty(); };
+  CHECK(testing::callWithin(
+            10s, [&] { return dir.read(); }, none) == testing::BoundedCall::kReturned);
+  std::string error;
+  CHECK_FALSE(readFlightRingFile(dir.path() + "/" + flightRingFileName(0, 0), &error));
+  CHECK(error == dir.path() + "/" + flightRingFileName(0, 0) + ": a FIFO, not a regular file; not read");
 }
 
 }  // namespace ddprun::agent

@@ -1,6 +1,14 @@
 #include "agent/hang/python_stacks.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
 #include <catch2/catch.hpp>
+
+#include "tests/support/bounded_call.h"
+#include "tests/support/test_process.h"
 
 namespace ddprun::agent {
 namespace {
@@ -194,6 +202,31 @@ TEST_CASE("a frame is described with its source line when one is given", "[unit]
   CHECK(describeFrame({"/job/a.py", 11, "<module>"}, "time.sleep(60)") == "/job/a.py:11 in <module>: time.sleep(60)");
   CHECK(sourceLine({"/nonexistent/x.py", 3, "f"}).empty());
   CHECK(sourceLine({"<stdin>", 3, "f"}).empty());
+}
+
+TEST_CASE("a source line is read from a file or a link to one, never from a FIFO a traceback names", "[unit]") {
+  using namespace std::chrono_literals;
+  testing::TempDir dir;
+  std::ofstream(dir.file("train.py")) << "import time\n  time.sleep(60)  \n";
+  CHECK(sourceLine({dir.file("train.py"), 2, "<module>"}) == "time.sleep(60)");
+  CHECK(sourceLine({dir.file("train.py"), 3, "<module>"}).empty());
+  REQUIRE(::symlink(dir.file("train.py").c_str(), dir.file("linked.py").c_str()) == 0);
+  CHECK(sourceLine({dir.file("linked.py"), 1, "<module>"}) == "import time");
+  // A worker's traceback may name any path: a FIFO there must not block the agent.
+  REQUIRE(::mkfifo(dir.file("fifo.py").c_str(), 0600) == 0);
+  auto empty = [](const std::string& line) { return line.empty(); };
+  CHECK(testing::callWithin(
+            10s,
+            [&] {
+              return sourceLine({dir.file("fifo.py"), 1, "f"});
+            },
+            empty) == testing::BoundedCall::kReturned);
+  CHECK(testing::callWithin(
+            10s,
+            [&] {
+              return sourceLine({"/dev/zero", 1, "f"});
+            },
+            empty) == testing::BoundedCall::kReturned);
 }
 
 }  // namespace

@@ -1,9 +1,13 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include <catch2/catch.hpp>
 
 #include "agent/ops/error_file.h"
 #include "agent/ops/failure_report.h"
+#include "tests/support/bounded_call.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::agent;
@@ -53,6 +57,32 @@ TEST_CASE("missing, empty, bare and broken error files", "[error_file]") {
   auto broken = readErrorFile(dir.file("broken.json"));
   REQUIRE(broken);
   CHECK_THAT(broken->message, Catch::Contains("not valid JSON"));
+}
+
+TEST_CASE("an error file that is a FIFO, a link or too large is reported, never read into a hang", "[error_file]") {
+  using namespace std::chrono_literals;
+  ddprun::testing::TempDir dir;
+  const std::string fifo = dir.file("error.json");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto says = [](const std::string& needle) {
+    return [needle](const std::optional<WorkerErrorRecord>& r) {
+      return r && r->message.find(needle) != std::string::npos;
+    };
+  };
+  CHECK(ddprun::testing::callWithin(
+            10s, [&] { return readErrorFile(fifo); }, says("a FIFO, not a regular file")) ==
+        ddprun::testing::BoundedCall::kReturned);
+  auto record = readErrorFile(fifo);
+  REQUIRE(record);
+  CHECK(record->message == "(error file " + fifo + ": a FIFO, not a regular file; not read)");
+  REQUIRE(::symlink("/dev/zero", dir.file("zero.json").c_str()) == 0);
+  CHECK(ddprun::testing::callWithin(
+            10s, [&] { return readErrorFile(dir.file("zero.json")); }, says("a symbolic link, not followed")) ==
+        ddprun::testing::BoundedCall::kReturned);
+  std::ofstream(dir.file("huge.json")) << "{\"message\": \"" << std::string(kMaxErrorFileBytes, 'x') << "\"}";
+  auto huge = readErrorFile(dir.file("huge.json"));
+  REQUIRE(huge);
+  CHECK_THAT(huge->message, Catch::Contains("more than the 4194304 bytes an error file may have"));
 }
 
 TEST_CASE("the earliest failure is the root cause and error-file timestamps decide", "[failure_report]") {
