@@ -6,6 +6,9 @@
 #include <fstream>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "agent/placement/nvml_session.h"
 #include "common/env_names.h"
 #include "common/env_reader.h"
 #include "common/error.h"
@@ -14,6 +17,9 @@
 namespace ddprun::launcher {
 namespace fs = std::filesystem;
 namespace {
+
+// The most workers one node runs, however --nproc_per_node names them.
+constexpr int kMaxWorkers = 1 << 16;
 
 int countCudaVisibleDevices(std::string_view list) {
   int count = 0;
@@ -66,7 +72,11 @@ DeviceSources DeviceSources::fromHost() {
 
 int visibleGpuCount(const DeviceSources& sources) {
   if (sources.cuda_visible_devices) return countCudaVisibleDevices(*sources.cuda_visible_devices);
-  if (std::optional<int> count = nvmlDeviceCount(sources.nvml_library)) return *count;
+  if (std::optional<unsigned> count = nvmlDeviceCount(sources.nvml_library)) {
+    // A broken or forged NVML's 0xffffffff would be -1 workers as an int, 0x7fffffff two billion.
+    if (*count > agent::kMaxGpusPerNode) throw UsageError(agent::nvmlCountRefused(sources.nvml_library, *count));
+    return static_cast<int>(*count);
+  }
   return countEntries(fs::path(sources.proc_root) / "driver/nvidia/gpus");
 }
 
@@ -99,24 +109,39 @@ int cpuCount() {
 }
 
 int resolveNprocPerNode(std::string_view text, const DeviceSources& sources) {
-  if (text == "cpu") return cpuCount();
+  // A named count is bounded as a number is, and its errors say which name it was.
+  auto bounded = [&](int count, const char* devices) {
+    if (count > kMaxWorkers) {
+      throw UsageError(fmt::format("--nproc_per_node={}: {} {} are visible, more than {} workers per node", text, count,
+                                   devices, kMaxWorkers));
+    }
+    return count;
+  };
+  auto gpus = [&] {
+    try {
+      return visibleGpuCount(sources);
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("--nproc_per_node={}: {}", text, e.what()));
+    }
+  };
+  if (text == "cpu") return bounded(cpuCount(), "CPUs");
   if (text == "auto") {
     // torchrun's auto takes whichever accelerator torch finds, else the CPUs.
-    if (int gpus = visibleGpuCount(sources); gpus > 0) return gpus;
-    if (int xpus = visibleXpuCount(sources); xpus > 0) return xpus;
-    return cpuCount();
+    if (int n = gpus(); n > 0) return bounded(n, "GPUs");
+    if (int n = visibleXpuCount(sources); n > 0) return bounded(n, "XPUs");
+    return bounded(cpuCount(), "CPUs");
   }
   if (text == "gpu") {
-    int gpus = visibleGpuCount(sources);
-    if (gpus == 0) throw UsageError("--nproc_per_node=gpu: no GPU is visible on this host");
-    return gpus;
+    const int n = gpus();
+    if (n == 0) throw UsageError("--nproc_per_node=gpu: no GPU is visible on this host");
+    return bounded(n, "GPUs");
   }
   if (text == "xpu") {
-    int xpus = visibleXpuCount(sources);
-    if (xpus == 0) throw UsageError("--nproc_per_node=xpu: no XPU is visible on this host");
-    return xpus;
+    const int n = visibleXpuCount(sources);
+    if (n == 0) throw UsageError("--nproc_per_node=xpu: no XPU is visible on this host");
+    return bounded(n, "XPUs");
   }
-  return parseInt("--nproc_per_node", text, 1, 1 << 16, "a positive integer, auto, cpu, gpu or xpu");
+  return parseInt("--nproc_per_node", text, 1, kMaxWorkers, "a positive integer, auto, cpu, gpu or xpu");
 }
 
 }  // namespace ddprun::launcher

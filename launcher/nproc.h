@@ -24,7 +24,8 @@ struct DeviceSources {
 
 // NVIDIA GPUs this process may use: the entries of CUDA_VISIBLE_DEVICES when it is set
 // (up to the first invalid one, as CUDA reads it), else NVML's device count, else the
-// entries of /proc/driver/nvidia/gpus. 0 when there is no driver.
+// entries of /proc/driver/nvidia/gpus. 0 when there is no driver. Throws UsageError naming
+// NVML when it reports more than agent::kMaxGpusPerNode GPUs (a broken or forged library).
 int visibleGpuCount(const DeviceSources& sources = DeviceSources::fromHost());
 
 // Intel GPUs (XPUs): the entries of ZE_AFFINITY_MASK when it is set and not empty, else
@@ -35,8 +36,9 @@ int visibleXpuCount(const DeviceSources& sources = DeviceSources::fromHost());
 int cpuCount();
 
 // "auto" (NVIDIA GPUs if any, else XPUs if any, else CPUs), "cpu", "gpu", "xpu", or a
-// positive integer. Throws UsageError for anything else, and for "gpu" or "xpu" on a host
-// without such devices.
+// positive integer, at most 65536 whichever it is. Throws UsageError for anything else, for
+// "gpu" or "xpu" on a host without such devices, for a count over 65536, and for an NVML
+// that reports more than agent::kMaxGpusPerNode GPUs.
 int resolveNprocPerNode(std::string_view text, const DeviceSources& sources = DeviceSources::fromHost());
 
 }  // namespace ddprun::launcher

@@ -14,7 +14,7 @@ using NvmlShutdown = int (*)();
 
 }  // namespace
 
-std::optional<int> nvmlDeviceCount(const std::string& library) {
+std::optional<unsigned> nvmlDeviceCount(const std::string& library) {
   void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     logger("launcher")->debug("NVML not available ({}); counting GPUs without it", ::dlerror());
@@ -23,7 +23,7 @@ std::optional<int> nvmlDeviceCount(const std::string& library) {
   auto init = reinterpret_cast<NvmlInit>(::dlsym(handle, "nvmlInit_v2"));
   auto get_count = reinterpret_cast<NvmlGetCount>(::dlsym(handle, "nvmlDeviceGetCount_v2"));
   auto shutdown = reinterpret_cast<NvmlShutdown>(::dlsym(handle, "nvmlShutdown"));
-  std::optional<int> count;
+  std::optional<unsigned> count;
   if (!init || !get_count || !shutdown) {
     logger("launcher")->debug("{} lacks the NVML functions ddprun needs; counting GPUs without it", library);
   } else if (int rc = init(); rc != 0) {
@@ -31,7 +31,7 @@ std::optional<int> nvmlDeviceCount(const std::string& library) {
   } else {
     unsigned int n = 0;
     if (int rc = get_count(&n); rc == 0) {
-      count = static_cast<int>(n);
+      count = n;
     } else {
       logger("launcher")->debug("nvmlDeviceGetCount_v2 failed (NVML error {})", rc);
     }

@@ -51,9 +51,12 @@ class Nvml {
 
   bool ready() const { return ready_; }
 
+  // The PCI addresses of every GPU, in NVML's order; nothing when NVML cannot say. Throws
+  // DdprunError when NVML claims more than kMaxGpusPerNode: each would be asked for.
   std::optional<std::vector<std::string>> allDevices() const {
     unsigned count = 0;
     if (count_(&count) != 0) return std::nullopt;
+    if (count > kMaxGpusPerNode) throw DdprunError(nvmlCountRefused(nvmlLibrary(), count));
     std::vector<std::string> addresses;
     for (unsigned i = 0; i < count; ++i) {
       NvmlDevice device = nullptr;

@@ -18,7 +18,8 @@ namespace ddprun::agent {
 // for a process with this environment; empty when there are none (or
 // CUDA_VISIBLE_DEVICES hides them all). A fake topology root (CpuTopology::isRealHost()
 // false) is read from <root>/proc/driver/nvidia/gpus/ only. Throws DdprunError naming
-// CUDA_VISIBLE_DEVICES when an entry cannot be matched to a GPU.
+// CUDA_VISIBLE_DEVICES when an entry cannot be matched to a GPU, and naming NVML when it
+// reports more than kMaxGpusPerNode GPUs (agent/placement/nvml_session.h).
 std::vector<std::string> visibleGpuPciAddresses(const CpuTopology& topology);
 
 }  // namespace ddprun::agent

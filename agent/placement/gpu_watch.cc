@@ -61,7 +61,13 @@ std::string GpuWatch::beforeStart() {
   if (!nvml.ready()) {
     if (!nvml_said_) {
       nvml_said_ = true;
-      log->debug("GPU health not checked: no NVML ({})", nvml_problem_);
+      // No NVML is a host without NVIDIA GPUs, and no news; an NVML that answers nonsense is
+      // a broken driver, which the user is told of.
+      if (nvml.refused()) {
+        log->warn("GPU health not checked: {}", nvml_problem_);
+      } else {
+        log->debug("GPU health not checked: no NVML ({})", printable(nvml_problem_));
+      }
     }
     return {};
   }

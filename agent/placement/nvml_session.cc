@@ -3,10 +3,12 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "common/env_names.h"
+#include "common/text_escape.h"
 
 namespace ddprun::agent {
 namespace {
@@ -40,10 +42,14 @@ std::string nvmlLibrary() {
   return library && *library ? library : kDefaultNvmlLibrary;
 }
 
+std::string nvmlCountRefused(const std::string& library, unsigned count) {
+  return fmt::format("NVML ({}) reports {} GPUs (more than {}): refusing", printable(library), count, kMaxGpusPerNode);
+}
+
 std::string describeGpu(const GpuIdentity& gpu) {
   std::string names;
-  if (!gpu.uuid.empty()) names = gpu.uuid;
-  if (!gpu.bus_id.empty()) names += (names.empty() ? "PCI " : ", PCI ") + gpu.bus_id;
+  if (!gpu.uuid.empty()) names = printable(gpu.uuid);
+  if (!gpu.bus_id.empty()) names += (names.empty() ? "PCI " : ", PCI ") + printable(gpu.bus_id);
   return names.empty() ? fmt::format("GPU {}", gpu.index) : fmt::format("GPU {} ({})", gpu.index, names);
 }
 
@@ -71,6 +77,13 @@ NvmlSession::NvmlSession(const std::string& library) {
     problem_ = "nvmlInit_v2 failed: " + errorText(rc);
     return;
   }
+  // Asked once: every later walk over the GPUs is bounded by what is checked here.
+  if (unsigned n = 0; count_(&n) == kNvmlSuccess && n > kMaxGpusPerNode) {
+    problem_ = nvmlCountRefused(library, n);
+    refused_ = true;
+    shutdown_();
+    return;
+  }
   ready_ = true;
 }
 
@@ -82,13 +95,14 @@ NvmlSession::~NvmlSession() {
 
 std::string NvmlSession::errorText(int rc) const {
   const char* text = error_string_ ? error_string_(rc) : nullptr;
-  return text ? fmt::format("{} (NVML error {})", text, rc) : fmt::format("NVML error {}", rc);
+  return text ? fmt::format("{} (NVML error {})", printable(text), rc) : fmt::format("NVML error {}", rc);
 }
 
 unsigned NvmlSession::count() const {
   unsigned count = 0;
   if (!ready_ || count_(&count) != kNvmlSuccess) return 0;
-  return count;
+  // NVML counts again on each call: a count that grew past the bound since is not walked either.
+  return std::min(count, kMaxGpusPerNode);
 }
 
 int NvmlSession::handle(unsigned index, Device** device) const {

@@ -15,6 +15,15 @@ namespace ddprun::agent {
 // The library the loader finds on every host with an NVIDIA driver.
 inline constexpr const char* kDefaultNvmlLibrary = "libnvidia-ml.so.1";
 
+// The most GPUs ddprun believes NVML about, in the agent (placement, health) and in
+// --nproc_per_node=gpu/auto alike. A node has at most tens; a larger count is a broken or
+// forged NVML, and walking it (4 billion indices for 0xffffffff) would hang the caller.
+inline constexpr unsigned kMaxGpusPerNode = 1024;
+
+// "NVML (<library>) reports <count> GPUs (more than 1024): refusing", the one line said of an
+// NVML whose count is over kMaxGpusPerNode.
+std::string nvmlCountRefused(const std::string& library, unsigned count);
+
 // $DDPRUN_NVML_LIBRARY when set and not empty (a path or a name: a driver outside the
 // loader's path, or the tests' fake NVML), else kDefaultNvmlLibrary.
 std::string nvmlLibrary();
@@ -31,7 +40,8 @@ struct GpuIdentity {
   unsigned domain = 0, bus = 0, device = 0;  // valid when bus_id is not empty
 };
 
-// "GPU 0 (GPU-8a7f..., PCI 00000000:3B:00.0)", leaving out what NVML could not say.
+// "GPU 0 (GPU-8a7f..., PCI 00000000:3B:00.0)", leaving out what NVML could not say; NVML's
+// strings escaped (common/text_escape.h), as the driver's library is not to write to a terminal.
 std::string describeGpu(const GpuIdentity& gpu);
 
 struct GpuProblem {
@@ -56,12 +66,17 @@ class NvmlSession {
   NvmlSession(const NvmlSession&) = delete;
   NvmlSession& operator=(const NvmlSession&) = delete;
 
-  // Opened and initialised, with the required functions.
+  // Opened and initialised, with the required functions, and a device count of at most
+  // kMaxGpusPerNode.
   bool ready() const { return ready_; }
+  // Not ready because NVML answered what no driver would (a count over kMaxGpusPerNode):
+  // a host whose NVML is broken, which the caller tells the user of; not ready otherwise is
+  // a host without NVML, which is common and no news.
+  bool refused() const { return refused_; }
   // Why not ready ("libnvidia-ml.so.1: cannot open shared object file", "nvmlInit_v2
-  // failed: Driver Not Loaded"); empty when ready.
+  // failed: Driver Not Loaded", nvmlCountRefused()); empty when ready.
   const std::string& problem() const { return problem_; }
-  // The GPUs NVML sees; 0 when not ready or the count fails.
+  // The GPUs NVML sees (at most kMaxGpusPerNode); 0 when not ready or the count fails.
   unsigned count() const;
   // What NVML says of GPU `index`; the fields it cannot say stay empty.
   GpuIdentity identify(unsigned index) const;
@@ -69,9 +84,9 @@ class NvmlSession {
   // pending retired pages, pending or failed row remapping.
   GpuHealth health(unsigned index) const;
   // The index of the GPU whose UUID starts with `uuid` (CUDA_VISIBLE_DEVICES may shorten
-  // it), when exactly one does.
+  // it), when exactly one does. Asks NVML about each of count() GPUs.
   std::optional<unsigned> indexOfUuid(std::string_view uuid) const;
-  // "GPU is lost (NVML error 15)".
+  // "GPU is lost (NVML error 15)", NVML's text escaped.
   std::string errorText(int rc) const;
 
  private:
@@ -80,6 +95,7 @@ class NvmlSession {
 
   void* lib_ = nullptr;
   bool ready_ = false;
+  bool refused_ = false;
   std::string problem_;
   int (*init_)() = nullptr;
   int (*shutdown_)() = nullptr;

@@ -181,3 +181,62 @@ TEST_CASE("a Python worker's uncaught CUDA error, saved by ddprun's hook, names 
                                     hostName() + ": RuntimeError: CUDA error: uncorrectable ECC error encountered"));
   CHECK_THAT(readFile(dir.file("events.jsonl")), Catch::Contains("\"source\":\"python_exception\""));
 }
+
+// A broken driver's nvmlDeviceGetCount_v2: 2^32-1 once resolved gpu to -1 workers (ddprun waited
+// forever, silent) and 2^31-1 resolved auto to 2,147,483,647 workers.
+TEST_CASE("nproc_per_node gpu or auto with an NVML claiming billions of GPUs exits 2 with one line",
+          "[e2e][gpu][bad-input]") {
+  TempDir dir;
+  auto env = fakeGpus(dir);
+  env["MARKER"] = dir.file("started");
+  for (const std::string count : {"4294967295", "2147483647"}) {
+    for (const std::string value : {"gpu", "auto"}) {
+      env["FAKE_NVML_COUNT"] = count;
+      auto r = run(
+          {ddprunPath(), "--standalone", "--nproc_per_node=" + value, "--no_python", "sh", "-c", "touch \"$MARKER\""},
+          env, 30s);
+      REQUIRE(r.finished);
+      INFO(r.err);
+      CHECK(r.exit_code == 2);
+      CHECK(r.err == "ddprun: error: --nproc_per_node=" + value + ": NVML (" + DDPRUN_FAKE_NVML + ") reports " + count +
+                         " GPUs (more than 1024): refusing\n");
+      CHECK_FALSE(fileExists(dir.file("started")));
+    }
+  }
+}
+
+// With a UUID in CUDA_VISIBLE_DEVICES the agent once looked it up through every index NVML
+// claimed (0xfffffff0: no worker started within 30 s). The health check is skipped, with a
+// warning naming NVML, and the job runs as it would without NVML.
+TEST_CASE("CUDA_VISIBLE_DEVICES=GPU-1234 with an NVML claiming 0xfffffff0 GPUs starts its worker at once",
+          "[e2e][gpu][bad-input]") {
+  TempDir dir;
+  auto env = fakeGpus(dir);
+  env["FAKE_NVML_COUNT"] = "4294967280";
+  env["CUDA_VISIBLE_DEVICES"] = "GPU-1234";
+  env["MARKER"] = dir.file("started");
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", "sh", "-c", "touch \"$MARKER\""},
+               env, 30s);
+  REQUIRE(r.finished);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(fileExists(dir.file("started")));
+  CHECK(countOf(r.err, "GPU health not checked: NVML (" + std::string(DDPRUN_FAKE_NVML) +
+                           ") reports 4294967280 GPUs (more than 1024): refusing") == 1);
+}
+
+TEST_CASE("a GPU whose NVML UUID holds escape sequences is named escaped in the sick line", "[e2e][gpu][bad-input]") {
+  TempDir dir;
+  auto env = fakeGpus(dir);
+  env["FAKE_NVML_UUID0"] = "GPU-\x1b]0;PWN\x07\x1b[2J";
+  env["FAKE_NVML_RETIRED_PENDING"] = "0";
+  env["CUDA_VISIBLE_DEVICES"] = "0";
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=1", "--no_python", "true"}, env, 60s);
+  REQUIRE(r.finished);
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("GPU 0 (GPU-\\x1b]0;PWN\\x07\\x1b[2J, PCI 00000000:10:00.0) of host " + hostName() +
+                                    " is sick: memory pages are pending retirement"));
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK(r.err.find('\x07') == std::string::npos);
+}

@@ -132,3 +132,35 @@ TEST_CASE("auto takes NVIDIA GPUs then XPUs then CPUs", "[nproc][unit]") {
   CHECK(resolveNprocPerNode("auto", s) == 2);
   CHECK_THAT(errorOf("tpu", s), Catch::Contains("auto, cpu, gpu or xpu"));
 }
+
+// A driver that answers nvmlDeviceGetCount_v2 with garbage: unsigned 2^32-1 once became -1
+// (gpu resolved to -1 workers and waited forever) and 2^31-1 became 2,147,483,647 workers.
+TEST_CASE("gpu and auto refuse an NVML that claims billions of GPUs, with one line naming it",
+          "[nproc][unit][bad-input]") {
+  TempDir dir;
+  DeviceSources s = emptyHost(dir);
+  s.nvml_library = DDPRUN_FAKE_NVML;
+  for (const std::string count : {"4294967295", "2147483647", "4294967280", "1025"}) {
+    ScopedEnv forged("FAKE_NVML_COUNT", count);
+    for (const std::string value : {"gpu", "auto"}) {
+      CHECK(errorOf(value, s) == "--nproc_per_node=" + value + ": NVML (" + DDPRUN_FAKE_NVML + ") reports " + count +
+                                     " GPUs (more than 1024): refusing");
+    }
+  }
+  ScopedEnv most("FAKE_NVML_COUNT", "1024");
+  CHECK(resolveNprocPerNode("gpu", s) == 1024);
+  CHECK(resolveNprocPerNode("auto", s) == 1024);
+}
+
+TEST_CASE("a named --nproc_per_node is bounded as a number is", "[nproc][unit][bad-input]") {
+  TempDir dir;
+  DeviceSources s = emptyHost(dir);
+  std::string list = "0";
+  for (int i = 1; i < 65537; ++i) list += ",0";
+  s.cuda_visible_devices = list;
+  CHECK(errorOf("gpu", s) == "--nproc_per_node=gpu: 65537 GPUs are visible, more than 65536 workers per node");
+  CHECK(errorOf("auto", s) == "--nproc_per_node=auto: 65537 GPUs are visible, more than 65536 workers per node");
+  s.cuda_visible_devices = std::nullopt;
+  s.ze_affinity_mask = list;
+  CHECK(errorOf("xpu", s) == "--nproc_per_node=xpu: 65537 XPUs are visible, more than 65536 workers per node");
+}

@@ -1,7 +1,9 @@
 // A stand-in for libnvidia-ml.so.1, opened at run time like the driver's (DDPRUN_NVML_LIBRARY
 // points ddprun at it). Its answers come from the environment of the process that opens it:
-//   FAKE_NVML_COUNT           the number of GPUs (default 3); "fail": nvmlInit_v2 fails with
-//                             NVML's "driver not loaded" (9)
+//   FAKE_NVML_COUNT           the number of GPUs (default 3), any 32-bit count (4294967295 too:
+//                             a broken driver's); "fail": nvmlInit_v2 fails with NVML's "driver
+//                             not loaded" (9)
+//   FAKE_NVML_UUID0           GPU 0's UUID instead of the one below (a hostile driver's string)
 //   FAKE_NVML_LOST            GPUs (indices, comma-separated) that are lost: every call on
 //                             them returns NVML_ERROR_GPU_IS_LOST (15)
 //   FAKE_NVML_RETIRED_PENDING GPUs with retired pages pending
@@ -41,6 +43,16 @@ bool listed(const char* name, unsigned index) {
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
   }
   return false;
+}
+
+// GPU k's UUID; FAKE_NVML_UUID0 replaces GPU 0's.
+void uuidOf(unsigned index, char* uuid, unsigned length) {
+  const char* forged = std::getenv("FAKE_NVML_UUID0");
+  if (index == 0 && forged) {
+    std::snprintf(uuid, length, "%s", forged);
+  } else {
+    std::snprintf(uuid, length, "GPU-fa4e0000-0000-0000-0000-%012x", index);
+  }
 }
 
 int count(unsigned* out) {
@@ -92,22 +104,30 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned int index, Device* device) {
 int nvmlDeviceGetUUID(Device device, char* uuid, unsigned int length) {
   const unsigned index = indexOf(device);
   if (listed("FAKE_NVML_LOST", index)) return kGpuIsLost;
-  std::snprintf(uuid, length, "GPU-fa4e0000-0000-0000-0000-%012x", index);
+  uuidOf(index, uuid, length);
   return kSuccess;
 }
 
 int nvmlDeviceGetHandleByUUID(const char* uuid, Device* device) {
   unsigned n = 0;
   if (count(&n) != kSuccess) return kUninitialized;
-  for (unsigned i = 0; i < n; ++i) {
-    char name[96];
-    std::snprintf(name, sizeof name, "GPU-fa4e0000-0000-0000-0000-%012x", i);
-    if (std::strcmp(name, uuid) == 0) {
-      *device = handleOf(i);
-      return kSuccess;
-    }
+  // Read the index out of the UUID rather than walk the GPUs: a test's count may be 2^32-1.
+  char name[96];
+  uuidOf(0, name, sizeof name);
+  unsigned index = 0;
+  if (std::strcmp(name, uuid) != 0) {
+    constexpr std::string_view kPrefix = "GPU-fa4e0000-0000-0000-0000-";
+    const std::string_view text(uuid);
+    if (text.size() != kPrefix.size() + 12 || text.substr(0, kPrefix.size()) != kPrefix) return kInvalidArgument;
+    const char* hex = uuid + kPrefix.size();
+    const auto [end, ec] = std::from_chars(hex, hex + 12, index, 16);
+    if (ec != std::errc() || end != hex + 12) return kInvalidArgument;
+    uuidOf(index, name, sizeof name);
+    if (std::strcmp(name, uuid) != 0) return kInvalidArgument;  // GPU 0 renamed, or upper case
   }
-  return kInvalidArgument;
+  if (index >= n) return kInvalidArgument;
+  *device = handleOf(index);
+  return kSuccess;
 }
 
 int nvmlDeviceGetPciInfo_v3(Device device, PciInfo* info) {

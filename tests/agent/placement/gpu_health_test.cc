@@ -133,3 +133,39 @@ TEST_CASE("each local rank's GPU is entry LOCAL_RANK of CUDA_VISIBLE_DEVICES, or
   CHECK(indices("MIG-0c7d4a9b-a1b2-5c6d-8e9f-0123456789ab", 1) == V{std::nullopt});
   CHECK(distinctGpus(localRankGpus(nvml, "1,1,0", 3)) == std::vector<unsigned>{1, 0});
 }
+
+// An NVML that claims billions of GPUs once had every UUID lookup walk them all (minutes of
+// NVML calls before a worker started): past kMaxGpusPerNode the session is not used at all.
+TEST_CASE("an NVML that claims more than 1024 GPUs is refused with one line naming it", "[gpu_health][bad-input]") {
+  FakeGpus gpus;
+  for (const std::string count : {"4294967295", "2147483647", "4294967280", "1025"}) {
+    ScopedEnv forged("FAKE_NVML_COUNT", count);
+    NvmlSession nvml(DDPRUN_FAKE_NVML);
+    CHECK_FALSE(nvml.ready());
+    CHECK(nvml.refused());
+    CHECK(nvml.problem() ==
+          std::string("NVML (") + DDPRUN_FAKE_NVML + ") reports " + count + " GPUs (more than 1024): refusing");
+    CHECK(nvml.count() == 0);
+    CHECK_FALSE(nvml.indexOfUuid("GPU-1234"));
+    CHECK(localRankGpus(nvml, "GPU-1234", 1).front().index == std::nullopt);
+  }
+  ScopedEnv most("FAKE_NVML_COUNT", "1024");
+  NvmlSession nvml(DDPRUN_FAKE_NVML);
+  CHECK(nvml.ready());
+  CHECK_FALSE(nvml.refused());
+  CHECK(nvml.count() == kMaxGpusPerNode);
+  CHECK(nvml.indexOfUuid("GPU-fa4e0000-0000-0000-0000-0000000003ff") == 1023u);
+}
+
+TEST_CASE("NVML's strings are shown escaped in a GPU's name and its sick line", "[gpu_health][bad-input]") {
+  FakeGpus gpus;
+  ScopedEnv forged("FAKE_NVML_UUID0", "GPU-\x1b]0;PWN\x07\x1b[2J");
+  ScopedEnv retired("FAKE_NVML_RETIRED_PENDING", "0");
+  NvmlSession nvml(DDPRUN_FAKE_NVML);
+  const GpuHealth h = nvml.health(0);
+  CHECK(h.gpu.uuid == "GPU-\x1b]0;PWN\x07\x1b[2J");  // as NVML said it: matched against CUDA_VISIBLE_DEVICES
+  CHECK(describeGpu(h.gpu) == "GPU 0 (GPU-\\x1b]0;PWN\\x07\\x1b[2J, PCI 00000000:10:00.0)");
+  CHECK(sickLine(h, "node7") ==
+        "GPU 0 (GPU-\\x1b]0;PWN\\x07\\x1b[2J, PCI 00000000:10:00.0) of host node7 is sick: memory pages are pending "
+        "retirement (an uncorrectable ECC error; the GPU needs a reset)");
+}

@@ -200,3 +200,21 @@ TEST_CASE("GPUs come in PCI order, picked and reordered by CUDA_VISIBLE_DEVICES"
     ::unsetenv("CUDA_VISIBLE_DEVICES");
   }
 }
+
+// allDevices() once asked NVML for the PCI address of every index it claimed, 4 billion of them.
+TEST_CASE("an NVML that claims billions of GPUs is an error naming it, not a walk over them",
+          "[unit][numa][bad-input]") {
+  ScopedEnv root("DDPRUN_TOPOLOGY_ROOT", std::nullopt);  // the real host: NVML is asked
+  ScopedEnv library("DDPRUN_NVML_LIBRARY", DDPRUN_FAKE_NVML);
+  ScopedEnv count("FAKE_NVML_COUNT", "4294967280");
+  ScopedEnv lost("FAKE_NVML_LOST", std::nullopt);
+  for (const std::optional<std::string> visible : {std::optional<std::string>(), std::optional<std::string>("0")}) {
+    ScopedEnv cuda("CUDA_VISIBLE_DEVICES", visible);
+    CHECK_THROWS_WITH(visibleGpuPciAddresses(CpuTopology::fromEnvironment()),
+                      Catch::Equals(std::string("NVML (") + DDPRUN_FAKE_NVML +
+                                    ") reports 4294967280 GPUs (more than 1024): refusing"));
+  }
+  ScopedEnv sane("FAKE_NVML_COUNT", "2");
+  ScopedEnv cuda("CUDA_VISIBLE_DEVICES", "1,GPU-fa4e0000-0000-0000-0000-000000000000");
+  CHECK(visibleGpuPciAddresses(CpuTopology::fromEnvironment()) == Strings{"0000:20:00.0", "0000:10:00.0"});
+}
