@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/text_escape.h"
+
 namespace ddprun {
 namespace {
 
@@ -40,11 +42,12 @@ std::vector<std::string> socketInodes(int port) {
   return listening;
 }
 
+// Escaped: a process names itself (prctl, exec's argv[0]), with escape codes if it likes.
 std::string commandName(const std::string& pid) {
   std::ifstream in("/proc/" + pid + "/comm");
   std::string name;
   std::getline(in, name);
-  return name;
+  return printable(name);
 }
 
 // The pid whose descriptor table holds socket:[inode], or "".

@@ -7,9 +7,10 @@
 namespace ddprun {
 
 // "pid 1234 (python3)" for the process with a TCP socket (IPv4 or IPv6) on local `port` in
-// /proc/net/tcp*: a listener first, else a connection from that port. "" where /proc does not
-// show one (a socket bound but not yet listening is not listed there): another network
-// namespace, or a process of another user whose descriptors this one cannot read.
+// /proc/net/tcp*: a listener first, else a connection from that port; its command name
+// escaped (common/text_escape.h), as a process names itself. "" where /proc does not show one (a socket bound but not
+// yet listening is not listed there): another network namespace, or a process of another user whose descriptors this
+// one cannot read.
 std::string portHolder(int port);
 
 // The text to append to an "address in use" error for `port`: ", held by pid 1234 (python3)"

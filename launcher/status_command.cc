@@ -13,6 +13,7 @@
 #include "agent/ops/event_log.h"
 #include "common/error.h"
 #include "common/json_writer.h"
+#include "common/text_escape.h"
 #include "launcher/subcommand_args.h"
 #include "launcher/worker_stacks.h"
 #include "rendezvous/etcd/etcd_env.h"
@@ -59,6 +60,25 @@ std::string ago(int64_t then_ms, int64_t now_ms) {
   return fmt::format("{:.1f}s ago", std::max<int64_t>(0, now_ms - then_ms) / 1000.0);
 }
 
+// The columns of `text`, valid UTF-8 as printable() leaves it: one per character.
+size_t columns(std::string_view text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+// A table cell from a store's record: escaped, and cut to kStatusCellColumns ("..." in its
+// last three), so that one forged field widens neither its column nor every line.
+std::string cell(std::string_view raw) {
+  std::string text = printable(raw);
+  if (columns(text) <= kStatusCellColumns) return text;
+  // Cut where the character after the first kStatusCellColumns - 3 starts.
+  size_t end = 0;
+  for (size_t kept = 0; end < text.size(); ++end) {
+    if ((text[end] & 0xC0) != 0x80 && kept++ == kStatusCellColumns - 3) break;
+  }
+  text.resize(end);
+  return text + "...";
+}
+
 std::string rankRange(const AgentRecord& a) {
   if (a.round < 0 || a.nproc <= 0) return "-";
   if (a.nproc == 1) return std::to_string(a.rank_base);
@@ -70,12 +90,14 @@ std::string rankRange(const AgentRecord& a) {
 bool isStatusCommand(int argc, const char* const* argv) { return argc >= 2 && std::string_view(argv[1]) == "status"; }
 
 std::string formatStatusTable(const JobStatus& s) {
-  std::string out = fmt::format("job {}  store {}  ", s.run_id, s.store);
+  // The store's text is escaped wherever it shows: the run id and store come from the user
+  // or an events file, the end reason and the records from whoever can write to the store.
+  std::string out = fmt::format("job {}  store {}  ", printable(s.run_id), printable(s.store));
   if (s.round < 0) {
     out += "no round yet\n";
   } else {
     out += fmt::format("round {} {}", s.round, s.round_state);
-    if (s.round_state == "ended") out += " (" + s.end_reason + ")";
+    if (s.round_state == "ended") out += " (" + cell(s.end_reason) + ")";
     if (s.nodes_in_round > 0) out += fmt::format("  nodes {}  world size {}", s.nodes_in_round, s.world_size);
     out += fmt::format("  restarts {}/{}\n", s.restarts, s.max_restarts);
   }
@@ -86,18 +108,19 @@ std::string formatStatusTable(const JobStatus& s) {
     if (a.state == "cooldown" && a.cooldown_until_ms > s.now_ms) {
       beat += fmt::format(" (back in {:.1f}s)", (a.cooldown_until_ms - s.now_ms) / 1000.0);
     }
-    rows.push_back({a.node, a.address, shownState(a, s.now_ms), a.round < 0 ? "-" : std::to_string(a.round),
-                    a.group_rank < 0 ? "-" : std::to_string(a.group_rank), rankRange(a), std::to_string(a.restarts),
-                    std::to_string(a.consecutive_failures), beat});
+    rows.push_back({cell(a.node), cell(a.address), cell(shownState(a, s.now_ms)),
+                    a.round < 0 ? "-" : std::to_string(a.round), a.group_rank < 0 ? "-" : std::to_string(a.group_rank),
+                    rankRange(a), std::to_string(a.restarts), std::to_string(a.consecutive_failures), beat});
   }
   std::vector<size_t> width(rows.front().size(), 0);
   for (const auto& row : rows) {
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], columns(row[i]));
   }
   for (const auto& row : rows) {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
-      line += i + 1 < row.size() ? fmt::format("{:<{}}  ", row[i], width[i]) : row[i];
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - columns(row[i]) + 2, ' ');
     }
     out += line + "\n";
   }
@@ -214,7 +237,9 @@ namespace {
 int printStatus(const JobStatus& status, bool json, const std::string& log_dir) {
   std::string text = json ? formatStatusJson(status) : formatStatusTable(status);
   if (!json && !log_dir.empty()) {
-    if (auto verdict = lastHangVerdict(newestEventsFile(log_dir))) text += "last hang verdict: " + *verdict + "\n";
+    // A worker's words can be part of a verdict (its stack's source line).
+    if (auto verdict = lastHangVerdict(newestEventsFile(log_dir)))
+      text += "last hang verdict: " + printable(*verdict) + "\n";
   }
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;

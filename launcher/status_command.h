@@ -6,6 +6,7 @@
 // stacks of that agent's running workers (launcher/worker_stacks.h).
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -22,7 +23,14 @@ bool isStatusCommand(int argc, const char* const* argv);
 // cannot be reached or knows no such job.
 int runStatusCommand(int argc, const char* const* argv);
 
-// The table and the JSON object printed for `status` (exposed for tests).
+// The widest a cell of the status table gets, in characters: a longer node name, address,
+// state or end reason (a record anyone who can write to the store may forge) shows as its
+// first 61 characters and "...". A table is then at most about 9 x 66 columns wide.
+inline constexpr size_t kStatusCellColumns = 64;
+
+// The table and the JSON object printed for `status` (exposed for tests). The table shows the
+// store's text escaped (common/text_escape.h) and cut to kStatusCellColumns; the JSON object
+// holds it whole, JSON-escaped.
 std::string formatStatusTable(const rendezvous::JobStatus& status);
 std::string formatStatusJson(const rendezvous::JobStatus& status);
 

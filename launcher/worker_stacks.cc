@@ -20,6 +20,7 @@
 #include "agent/process/proc_stat.h"
 #include "agent/process/process_signals.h"
 #include "common/error.h"
+#include "common/text_escape.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -68,7 +69,8 @@ std::string notOurAgent(pid_t pid) {
   // A ddprun rebuilt or upgraded while it runs still is one.
   constexpr std::string_view kDeleted = " (deleted)";
   if (name.size() > kDeleted.size() && name.ends_with(kDeleted)) name.resize(name.size() - kDeleted.size());
-  if (name != "ddprun") return "is " + name + ", not a ddprun agent";
+  // Escaped: anyone may name a program with escape codes and have it run under that pid.
+  if (name != "ddprun") return "is " + printable(name) + ", not a ddprun agent";
   return {};
 }
 
@@ -134,11 +136,12 @@ int printWorkerStacks(const std::string& events_file) {
   if (!in) throw UsageError("status --stacks: cannot read " + events_file);
   EventsAgent agent = readEventsAgent(in);
   auto none = [&](const std::string& why) {
-    std::fprintf(stderr, "ddprun status --stacks: %s (%s)\n", why.c_str(), events_file.c_str());
+    std::fprintf(stderr, "ddprun status --stacks: %s (%s)\n", why.c_str(), printable(events_file).c_str());
     return 1;
   };
   if (agent.exited || agent.pid == 0) return none("the agent has exited");
-  if (agent.host != hostName()) return none("the agent runs on " + agent.host + ", not here; run this there");
+  if (agent.host != hostName())
+    return none("the agent runs on " + printable(agent.host) + ", not here; run this there");
   if (agent::signalProcess(agent.pid, 0) == ESRCH) {
     return none("the agent (pid " + std::to_string(agent.pid) + ") is gone");
   }

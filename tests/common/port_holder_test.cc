@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -52,4 +53,17 @@ TEST_CASE("a free port or an impossible one has no holder and no suffix", "[port
   CHECK(ddprun::portHolderSuffix(port).empty());
   CHECK(ddprun::portHolder(0).empty());
   CHECK(ddprun::portHolder(70000).empty());
+}
+
+// /proc/<pid>/comm is whatever the process named itself (prctl, or exec's argv[0]): a holder
+// named with a title-setting and a screen-clearing sequence must not reach the terminal so.
+TEST_CASE("the holder's command name is shown escaped", "[port_holder][bad-input]") {
+  int port = 0;
+  const auto fd = boundSocket(port);
+  const std::string own = ownName();
+  // This thread is the process's first, whose name /proc/<pid>/comm shows.
+  REQUIRE(::prctl(PR_SET_NAME, "\x1b]0;PWN\x07\x1b[2J", 0, 0, 0) == 0);
+  const std::string holder = ddprun::portHolder(port);
+  ::prctl(PR_SET_NAME, own.c_str(), 0, 0, 0);
+  CHECK(holder == "pid " + std::to_string(::getpid()) + " (\\x1b]0;PWN\\x07\\x1b[2J)");
 }

@@ -2,7 +2,10 @@
 // job; status reads their records from the rendezvous store (or finds the store through
 // an agent's --log_dir) and shows each node, its ranks and heartbeat, the round and the
 // restarts; a killed agent shows as lost once the others have re-formed without it.
+#include <unistd.h>
+
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -154,4 +157,70 @@ TEST_CASE("status against a store that claims a 4 GiB value exits 3 with one lin
   CHECK_THAT(r.err, Catch::Contains("reply claims a value of 4294967296 bytes"));
   CHECK_THAT(r.err, Catch::Contains(store.endpoint()));
   CHECK_THAT(r.err, !Catch::Contains("bad_alloc"));
+}
+
+// Records anyone who can write to the store may forge: escape codes in a node's name, address
+// and state once reached the terminal as they were, and one 2 MB address widened every line
+// of the table to 2 MB.
+TEST_CASE("status prints forged records escaped and cut to 64 columns", "[e2e][ops][bad-input]") {
+  const std::string evil = "\x1b]0;PWN\x07\x1b[2J";
+  // v1|node|address|state|round|group|rank base|nproc|restarts|max restarts|heartbeat|keep-alive
+  // |attempts|failures|cooldown until|exit code; a heartbeat in the future: never lost.
+  auto record = [](const std::string& node, const std::string& address, const std::string& state) {
+    return "v1|" + node + "|" + address + "|" + state + "|0|0|0|1|0|0|9000000000000000|1000|3|0|0|-1";
+  };
+  const std::string forged = record("n" + evil + ":1", "10.0.0.1" + evil, "running" + evil);
+  const std::string huge = record("big:2", std::string(2 << 20, 'a'), "running");
+  HostileStore store([&](const HostileRequest& r) -> std::optional<HostileReply> {
+    const auto is = [&](const std::string& key, const std::string& suffix) { return key.ends_with(suffix); };
+    if (r.command == 5) return std::string(1, is(r.keys.at(0), "/agents") ? '\0' : '\1');  // CHECK: only the list
+    if (r.command == 6) return std::string(1, '\0');                                       // WAIT: stop waiting
+    if (r.command == 3 && is(r.keys.at(0), "/agents")) return HostileStore::value("n" + evil + ":1\nbig:2\n");
+    if (r.command == 10) {  // MULTI_GET: the records
+      std::string values;
+      for (const std::string& key : r.keys) values += HostileStore::value(is(key, "big:2") ? huge : forged);
+      return values;
+    }
+    return std::nullopt;
+  });
+  auto r = status({"--rdzv_endpoint=" + store.endpoint(), "--rdzv_id=job"});
+  REQUIRE(r.finished);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find('\x1b') == std::string::npos);
+  CHECK(r.out.find('\x07') == std::string::npos);
+  const std::string shown = "\\x1b]0;PWN\\x07\\x1b[2J";
+  CHECK_THAT(r.out, Catch::Contains("n" + shown + ":1  "));
+  CHECK_THAT(r.out, Catch::Contains("10.0.0.1" + shown + "  "));
+  CHECK_THAT(r.out, Catch::Contains("running" + shown + "  "));
+  CHECK_THAT(r.out, Catch::Contains(std::string(61, 'a') + "...  "));
+  // A title line and four lines of at most nine 64-column cells.
+  CHECK(r.out.size() < 4 * 9 * 66 + 200);
+}
+
+// status --stacks names the program running as the events file's agent, from /proc/<pid>/exe:
+// a program named with escape codes once had them printed as they were.
+TEST_CASE("status --stacks names a program that is not an agent escaped", "[e2e][ops][bad-input]") {
+  TempDir dir;
+  const std::string program = dir.file("x\x1b]0;PWN\x07\x1b[2Jsleep");
+  std::filesystem::copy_file("/bin/sleep", program);
+  std::filesystem::permissions(program, std::filesystem::perms::owner_all);
+  TestProcess impostor({program, "60"});
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string node = std::string(host) + ":" + std::to_string(impostor.pid());
+  std::ofstream(dir.file("events.jsonl"))
+      << R"({"time":"t","unix_ms":1,"event":"agent_start","node":")" << node << R"(","run_id":"r","store":"h:1"})"
+      << "\n"
+      << R"({"time":"t","unix_ms":2,"event":"worker_start","node":")" << node
+      << R"(","run_id":"r","rank":0,"local_rank":0,"pid":1,"attempt":0})"
+      << "\n";
+  auto r = status({"--stacks", "--log_dir=" + dir.path()});
+  impostor.signal(SIGKILL);
+  CHECK(impostor.wait(10s));
+  REQUIRE(r.finished);
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("is x\\x1b]0;PWN\\x07\\x1b[2Jsleep, not a ddprun agent"));
+  CHECK(r.err.find('\x1b') == std::string::npos);
 }

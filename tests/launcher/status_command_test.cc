@@ -263,3 +263,68 @@ TEST_CASE("status shows the last hang verdict of the events file", "[status]") {
   REQUIRE(verdict);
   CHECK(*verdict == "attempt 2: hang: rank 1 is not in a collective, at /j.py:10 in <module>: time.sleep(60)");
 }
+
+namespace {
+
+JobStatus statusOf(std::vector<AgentRecord> agents) {
+  JobStatus s;
+  s.run_id = "job";
+  s.store = "127.0.0.1:1";
+  s.now_ms = wallClockMillis();
+  s.agents = std::move(agents);
+  return s;
+}
+
+std::vector<std::string> linesOf(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(text.substr(start, end - start));
+  }
+  return lines;
+}
+
+}  // namespace
+
+// One forged 2 MB address once widened its column, and so every line of the table: rows x
+// the widest cell (2 GB printed for 1,000 records).
+TEST_CASE("status cuts every cell to 64 columns, so one huge field cannot widen every line", "[status][bad-input]") {
+  std::vector<AgentRecord> agents;
+  AgentRecord big = record("big:1", "running", 0, 0, 0);
+  big.address = std::string(2 << 20, 'a');
+  agents.push_back(big);
+  for (int i = 0; i < 20; ++i) agents.push_back(record("n:" + std::to_string(i), "running", 0, 0, 0));
+  AgentRecord wide = record("", "running", 0, 0, 0);
+  for (int i = 0; i < 100; ++i) wide.node += "\xc3\xa9";  // é: two bytes, one column
+  agents.push_back(wide);
+  const std::string table = launcher::formatStatusTable(statusOf(agents));
+  const std::vector<std::string> lines = linesOf(table);
+  REQUIRE(lines.size() == 2 + agents.size());
+  // Nine columns of at most 64 and the two spaces between them (two bytes for an é).
+  size_t longest = 0;
+  for (const std::string& line : lines) longest = std::max(longest, line.size());
+  CHECK(longest <= 9 * (64 + 2) + 64);
+  CHECK_THAT(table, Catch::Contains(std::string(61, 'a') + "...  "));
+  CHECK(table.find(std::string(62, 'a')) == std::string::npos);
+  std::string cut_node;
+  for (int i = 0; i < 61; ++i) cut_node += "\xc3\xa9";
+  CHECK_THAT(table, Catch::Contains(cut_node + "...  "));
+}
+
+TEST_CASE("status shows a record's node, address and state, and the round's end, escaped", "[status][bad-input]") {
+  const std::string evil = "\x1b]0;PWN\x07\x1b[2J";
+  const std::string shown = "\\x1b]0;PWN\\x07\\x1b[2J";
+  AgentRecord r = record("n" + evil + ":1", "running" + evil, 0, 0, 0);
+  r.address = "10.0.0.1" + evil;
+  JobStatus s = statusOf({r});
+  s.round = 0;
+  s.round_state = "ended";
+  s.end_reason = "fail:" + evil;
+  const std::string table = launcher::formatStatusTable(s);
+  CHECK(table.find('\x1b') == std::string::npos);
+  CHECK(table.find('\x07') == std::string::npos);
+  CHECK_THAT(table, Catch::Contains("(fail:" + shown + ")"));
+  CHECK_THAT(table, Catch::Contains("n" + shown + ":1  "));
+  CHECK_THAT(table, Catch::Contains("10.0.0.1" + shown + "  "));
+  CHECK_THAT(table, Catch::Contains("running" + shown + "  "));
+}
