@@ -3,15 +3,22 @@
 // TORCH_NCCL_DEBUG_INFO_TEMP_FILE in the worker's environment), told apart from a file that
 // was already there when the worker started (a prefix the user set may hold an older job's
 // dumps), read once its size holds still between two looks (torch writes it in place), and
-// parsed with agent/hang/torch_trace/. The agent looks (poll) from its event loop, a bounded few
-// seconds, and then judges with dumpVerdict when every rank's dump was read.
+// parsed with agent/hang/torch_trace/ on a thread of its own, so that a dump, whatever it
+// holds, never stalls the agent's event loop (its signals, its workers' output): the reader
+// is bounded in memory (PickleLimits: some times the file's size) and time (linear), and a
+// read in flight is cancelled when the TorchDumps is destroyed. The agent looks (poll) from
+// its event loop, a bounded few seconds, and then judges with dumpVerdict when every rank's
+// dump was read.
 //
-// Not thread-safe; file-system reads only (stat, and reading a dump of at most
-// PickleLimits' size).
+// Not thread-safe: one thread calls it (its reading thread is its own); poll and the
+// accessors make file-system stats only and never wait for a read.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,17 +48,31 @@ struct ExpectedDump {
   FileStamp before;  // when the worker started
 };
 
+// How a dump is read: readFlightDumpFile, or a test's stand-in. Called on the reading thread;
+// it throws FlightDumpError for a dump that cannot be read, and stops soon once
+// limits.cancel is set.
+using DumpReader = std::function<FlightDump(const std::string& path, int rank, const PickleLimits& limits)>;
+
 class TorchDumps {
  public:
-  explicit TorchDumps(std::vector<ExpectedDump> expected);
+  explicit TorchDumps(std::vector<ExpectedDump> expected, DumpReader reader = readFlightDumpFile);
+  // Cancels the read in flight, if any, and joins the reading thread: within milliseconds,
+  // whatever the dump holds.
+  ~TorchDumps();
+  TorchDumps(const TorchDumps&) = delete;
+  TorchDumps& operator=(const TorchDumps&) = delete;
 
   // A rank whose dump was written since its worker started; nullopt when none. One stat per rank.
   std::optional<int> written() const;
 
-  // Looks once: reads each written dump whose size did not change since the previous look.
+  // Looks once: takes the reads that finished, and hands each written dump whose size did not
+  // change since the previous look to the reading thread (read in order, one at a time).
   // Returns true when every rank's dump was read or found unreadable (at a size that held).
-  // Never throws beyond std::bad_alloc.
+  // Never waits for a read; never throws beyond std::bad_alloc.
   bool poll();
+  // Waits until no read is in flight, at most `limit`, and takes the reads that finished;
+  // returns whether none is left in flight. For tests, and for a caller with nothing else to do.
+  bool waitForReads(std::chrono::milliseconds limit);
 
   // The ranks whose dump was written (read or not), ascending.
   std::vector<int> writtenRanks() const;
@@ -59,7 +80,8 @@ class TorchDumps {
   std::vector<FlightDump> dumps() const;
   // The ranks without a written dump, ascending.
   std::vector<int> missing() const;
-  // "rank 1: <why>" for each dump that could not be read; empty when none.
+  // "rank 1: <why>" for each dump that could not be read (or is still being written, or read);
+  // empty when none.
   std::vector<std::string> unreadable() const;
   // The newest modification time of the dumps read (CLOCK_REALTIME ns), 0 when none: when
   // the waiting stopped, for the verdict's "has waited in it for".
@@ -73,11 +95,17 @@ class TorchDumps {
     bool seen = false;         // looked at once since it was written
     uintmax_t tried_size = 0;  // the size last parsed
     bool tried = false;
+    bool reading = false;  // handed to the reading thread, not yet back
     std::optional<FlightDump> dump;
     std::string error;
     int64_t mtime_ns = 0;
   };
+  class Reads;  // the reading thread and what goes to it and back (torch_dumps.cc)
+  void take();  // the finished reads, into their slots
+
   std::vector<Slot> slots_;
+  DumpReader reader_;
+  std::unique_ptr<Reads> reads_;  // started with the first read
 };
 
 }  // namespace ddprun::agent

@@ -319,7 +319,7 @@ std::string encodeDumpSummary(const std::string& node, const std::vector<LocalDu
     std::set<std::tuple<std::string, std::string, std::vector<int>>> sent;
     bool fits = true;
     for (const LocalDump& d : sorted) {
-      LocalDump compact{compactDump(d.dump, before, after), d.local_rank, d.finished};
+      LocalDump compact{compactDump(d.dump, before, after), d.local_rank, d.finished, {}};
       auto sent_before = sent;
       const std::string lines = rankLines(compact, sent);
       if (out.size() + lines.size() > max_bytes) {

@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <limits>
+#include <map>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -23,17 +26,59 @@ const char* flightEntryStateName(FlightEntryState state) {
   return "?";
 }
 
+const std::vector<FlightFrame>& FlightFrames::get() const {
+  static const std::vector<FlightFrame> kNone;
+  return frames_ ? *frames_ : kNone;
+}
+
+void FlightFrames::push_back(FlightFrame frame) {
+  std::vector<FlightFrame> frames = get();
+  frames.push_back(std::move(frame));
+  frames_ = std::make_shared<const std::vector<FlightFrame>>(std::move(frames));
+}
+
 namespace {
 
 // Reads typed fields out of the pickle's values; every mismatch is a FlightDumpError that
-// names the file, the entry and the key.
+// names the file, the entry and the key. What the dump takes is counted as it is built (each
+// copy of a string the pickle shares, each string scanned), within the limits' budget: a value
+// that the pickle memoizes once and names in every entry costs its size in each.
 class Reader {
  public:
-  explicit Reader(const std::string& what) : what_(what) {}
+  Reader(const std::string& what, const PickleLimits& limits, size_t pickle_bytes)
+      : what_(what),
+        limits_(limits),
+        budget_(limits.dump_bytes_floor + std::min(pickle_bytes, std::numeric_limits<size_t>::max() / 64) *
+                                              std::min<size_t>(limits.dump_bytes_per_byte, 64)),
+        pickle_bytes_(pickle_bytes) {}
 
   [[noreturn]] void fail(const std::string& where, const std::string& message) const {
     throw FlightDumpError(fmt::format("{}: {}{}", what_, where.empty() ? "" : where + ": ", message));
   }
+
+  // `bytes` more of the dump (or of work on it): beyond the budget the dump is unreadable.
+  void charge(size_t bytes, const std::string& where) const {
+    if (bytes > budget_ || spent_ > budget_ - bytes) {
+      fail(where, fmt::format("the dump would take more than {} bytes ({} times the pickle's {} bytes, plus {}), more "
+                              "than a flight-recorder dump ever does",
+                              budget_, limits_.dump_bytes_per_byte, pickle_bytes_, limits_.dump_bytes_floor));
+    }
+    spent_ += bytes;
+  }
+  void checkCancel() const {
+    if (limits_.cancel && limits_.cancel->load(std::memory_order_relaxed)) {
+      throw FlightDumpError(fmt::format("{}: cancelled", what_));
+    }
+  }
+  // A string value's copy, charged.
+  std::string text(const PickleRef& v, const std::string& where) const {
+    const std::string_view s = v.asString();
+    charge(sizeof(std::string) + s.size(), where);
+    return std::string(s);
+  }
+  const PickleLimits& limits() const { return limits_; }
+  // How many things of `each` bytes the budget has room for.
+  size_t room(size_t each) const { return (budget_ - spent_) / each; }
 
   PickleRef need(const PickleRef& dict, std::string_view key, PickleKind kind, const std::string& where) const {
     auto v = dict.get(key);
@@ -63,6 +108,7 @@ class Reader {
     for (size_t i = 0; i < list.size(); ++i) {
       PickleRef shape = list.at(i);
       expect(shape, PickleKind::kList, fmt::format("{}[{}]", name, i), where);
+      charge(sizeof(std::vector<int64_t>) + shape.size() * sizeof(int64_t), where);
       std::vector<int64_t>& dims = out.emplace_back();
       for (size_t j = 0; j < shape.size(); ++j) {
         expect(shape.at(j), PickleKind::kInt, fmt::format("{}[{}][{}]", name, i, j), where);
@@ -75,13 +121,62 @@ class Reader {
     std::vector<std::string> out;
     for (size_t i = 0; i < list.size(); ++i) {
       expect(list.at(i), PickleKind::kString, fmt::format("{}[{}]", name, i), where);
-      out.push_back(list.at(i).asString());
+      out.push_back(text(list.at(i), where));
     }
     return out;
   }
 
+  // The innermost max_frames frames of the list `v`: one FlightFrames for each distinct stack
+  // (the same strings and lines of the pickle, frame by frame), so that a call site's entries
+  // share theirs, and the list the pickle names again (memoized) is not read again.
+  FlightFrames frames(const PickleRef& v, const std::string& where) const {
+    if (auto it = by_list_.find(v.id()); it != by_list_.end()) return it->second;
+    const size_t kept = std::min(v.size(), limits_.max_frames);
+    struct Refs {
+      std::optional<PickleRef> name, filename, line;
+    };
+    std::vector<Refs> refs;
+    refs.reserve(kept);
+    std::vector<int64_t> key;  // per frame: the name's and file name's values, and the line
+    key.reserve(3 * kept);
+    for (size_t i = 0; i < kept; ++i) {
+      const std::string fwhere = fmt::format("{}: frame {}", where, i);
+      PickleRef f = v.at(i);
+      expect(f, PickleKind::kDict, "it", fwhere);
+      Refs& r = refs.emplace_back();
+      r.name = maybe(f, "name", PickleKind::kString, fwhere);
+      r.filename = maybe(f, "filename", PickleKind::kString, fwhere);
+      r.line = maybe(f, "line", PickleKind::kInt, fwhere);
+      key.push_back(r.name ? int64_t{r.name->id()} : -1);
+      key.push_back(r.filename ? int64_t{r.filename->id()} : -1);
+      key.push_back(r.line ? r.line->asInt() : 0);
+    }
+    charge(64, where);  // the list's entry below
+    auto [it, fresh] = by_stack_.try_emplace(std::move(key));
+    if (fresh) {
+      charge(64 + it->first.size() * sizeof(int64_t) + kept * sizeof(FlightFrame), where);
+      std::vector<FlightFrame> out;
+      out.reserve(kept);
+      for (const Refs& r : refs) {
+        FlightFrame& frame = out.emplace_back();
+        if (r.name) frame.name = text(*r.name, where);
+        if (r.filename) frame.filename = text(*r.filename, where);
+        if (r.line) frame.line = r.line->asInt();
+      }
+      it->second = FlightFrames(std::move(out));
+    }
+    by_list_.emplace(v.id(), it->second);
+    return it->second;
+  }
+
  private:
   const std::string& what_;
+  const PickleLimits& limits_;
+  const size_t budget_;
+  const size_t pickle_bytes_;
+  mutable size_t spent_ = 0;
+  mutable std::unordered_map<uint32_t, FlightFrames> by_list_;     // by the list's value
+  mutable std::map<std::vector<int64_t>, FlightFrames> by_stack_;  // by frames()'s key
 };
 
 // "[0, 1, 2]" (how torch writes a group's ranks) or a list of ints.
@@ -89,6 +184,7 @@ std::vector<int> parseRanks(const PickleRef& v, const Reader& r, const std::stri
   std::vector<int> ranks;
   auto add = [&](int64_t rank) {
     if (rank < 0 || rank > (1 << 24)) r.fail(where, fmt::format("rank {} in 'ranks'", rank));
+    r.charge(sizeof(int), where);
     ranks.push_back(static_cast<int>(rank));
   };
   if (v.kind() == PickleKind::kList || v.kind() == PickleKind::kTuple) {
@@ -97,7 +193,8 @@ std::vector<int> parseRanks(const PickleRef& v, const Reader& r, const std::stri
       add(v.at(i).asInt());
     }
   } else if (v.kind() == PickleKind::kString) {
-    const std::string& s = v.asString();
+    const std::string_view s = v.asString();
+    r.charge(s.size(), where);  // scanned: a group dict named by many keys is scanned for each
     size_t i = 0;
     auto skip = [&] {
       while (i < s.size() && (s[i] == ' ' || s[i] == ',' || s[i] == '[' || s[i] == ']')) ++i;
@@ -150,8 +247,10 @@ void parseProfilingName(FlightEntry& e) {
 FlightEntry parseEntry(const PickleRef& d, size_t index, const Reader& r) {
   const std::string where = fmt::format("entry {}", index);
   r.expect(d, PickleKind::kDict, "it", where);
+  r.checkCancel();
+  r.charge(sizeof(FlightEntry), where);
   FlightEntry e;
-  e.profiling_name = r.need(d, "profiling_name", PickleKind::kString, where).asString();
+  e.profiling_name = r.text(r.need(d, "profiling_name", PickleKind::kString, where), where);
   parseProfilingName(e);
   // torch 2.2 named the collective sequence number `seq_id`.
   if (auto v = r.maybe(d, "collective_seq_id", PickleKind::kInt, where)) {
@@ -168,10 +267,10 @@ FlightEntry parseEntry(const PickleRef& d, size_t index, const Reader& r) {
   if (auto pg = r.maybe(d, "process_group", PickleKind::kList, where)) {
     if (pg->size() < 1) r.fail(where, "'process_group' is empty");
     r.expect(pg->at(0), PickleKind::kString, "'process_group'[0]", where);
-    e.pg_name = pg->at(0).asString();
+    e.pg_name = r.text(pg->at(0), where);
     if (pg->size() > 1) {
       r.expect(pg->at(1), PickleKind::kString, "'process_group'[1]", where);
-      e.pg_desc = pg->at(1).asString();
+      e.pg_desc = r.text(pg->at(1), where);
     }
   } else if (e.pg_id >= 0) {
     e.pg_name = std::to_string(e.pg_id);
@@ -193,7 +292,7 @@ FlightEntry parseEntry(const PickleRef& d, size_t index, const Reader& r) {
   if (auto v = r.maybe(d, "output_dtypes", PickleKind::kList, where)) {
     e.output_dtypes = r.strings(*v, "'output_dtypes'", where);
   }
-  const std::string& state = r.need(d, "state", PickleKind::kString, where).asString();
+  const std::string_view state = r.need(d, "state", PickleKind::kString, where).asString();
   if (state == "scheduled") {
     e.state = FlightEntryState::kScheduled;
   } else if (state == "started") {
@@ -213,18 +312,7 @@ FlightEntry parseEntry(const PickleRef& d, size_t index, const Reader& r) {
     e.time_completed_ns = v->asInt();
   }
   if (auto v = r.maybe(d, "timeout_ms", PickleKind::kInt, where)) e.timeout_ms = v->asInt();
-  if (auto frames = r.maybe(d, "frames", PickleKind::kList, where)) {
-    for (size_t i = 0; i < frames->size(); ++i) {
-      const std::string fwhere = fmt::format("{}: frame {}", where, i);
-      PickleRef f = frames->at(i);
-      r.expect(f, PickleKind::kDict, "it", fwhere);
-      FlightFrame frame;
-      if (auto v = r.maybe(f, "name", PickleKind::kString, fwhere)) frame.name = v->asString();
-      if (auto v = r.maybe(f, "filename", PickleKind::kString, fwhere)) frame.filename = v->asString();
-      if (auto v = r.maybe(f, "line", PickleKind::kInt, fwhere)) frame.line = v->asInt();
-      e.frames.push_back(std::move(frame));
-    }
-  }
+  if (auto frames = r.maybe(d, "frames", PickleKind::kList, where)) e.frames = r.frames(*frames, where);
   return e;
 }
 
@@ -250,7 +338,7 @@ FlightDump parseFlightDump(std::string_view bytes, const std::string& what, cons
       throw FlightDumpError(fmt::format("{}: not a readable pickle: {}", what, e.what()));
     }
   }();
-  const Reader r(what);
+  const Reader r(what, limits, bytes.size());
   const PickleRef root = doc.root();
   if (root.kind() != PickleKind::kDict) {
     r.fail("",
@@ -260,7 +348,7 @@ FlightDump parseFlightDump(std::string_view bytes, const std::string& what, cons
   auto version = root.get("version");
   if (!version) r.fail("", "no 'version': not a flight-recorder dump");
   if (version->kind() == PickleKind::kString) {
-    dump.version = version->asString();
+    dump.version = r.text(*version, "");
   } else if (version->kind() == PickleKind::kInt) {
     dump.version = std::to_string(version->asInt());
   } else if (version->kind() == PickleKind::kFloat) {
@@ -273,18 +361,24 @@ FlightDump parseFlightDump(std::string_view bytes, const std::string& what, cons
       const std::string where = fmt::format("pg_config[{}]", printable(key.asString().substr(0, 80)));
       r.expect(key, PickleKind::kString, "the key", "pg_config");
       r.expect(value, PickleKind::kDict, "it", where);
+      r.checkCancel();
+      r.charge(sizeof(FlightGroupConfig), where);
       FlightGroupConfig group;
-      group.name = key.asString();
-      if (auto v = r.maybe(value, "desc", PickleKind::kString, where)) group.desc = v->asString();
+      group.name = r.text(key, where);
+      if (auto v = r.maybe(value, "desc", PickleKind::kString, where)) group.desc = r.text(*v, where);
       if (auto v = value.get("ranks"); v && !v->isNone()) group.ranks = parseRanks(*v, r, where);
       dump.groups.push_back(std::move(group));
     }
   }
+  bool cut = false;
   if (auto entries = r.maybe(root, "entries", PickleKind::kList, "")) {
-    dump.entries.reserve(entries->size());
-    for (size_t i = 0; i < entries->size(); ++i) dump.entries.push_back(parseEntry(entries->at(i), i, r));
+    // The newest max_entries: a verdict reads where the ranks stand, at the end of the ring.
+    const size_t first = entries->size() > limits.max_entries ? entries->size() - limits.max_entries : 0;
+    cut = first > 0;
+    dump.entries.reserve(std::min(entries->size() - first, r.room(sizeof(FlightEntry))));
+    for (size_t i = first; i < entries->size(); ++i) dump.entries.push_back(parseEntry(entries->at(i), i, r));
   }
-  dump.truncated = !dump.entries.empty() && dump.entries.front().record_id != 0;
+  dump.truncated = cut || (!dump.entries.empty() && dump.entries.front().record_id != 0);
   return dump;
 }
 

@@ -15,6 +15,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +38,34 @@ struct FlightFrame {
   std::string name;      // the function
   std::string filename;  // as Python or the symbolizer gave it
   int64_t line = 0;
+};
+
+// An entry's frames, innermost first: an immutable list shared by the entries whose frames are
+// the same (a call site's entries; in torch's pickle they are the same memoized strings), so
+// that a dump costs its distinct stacks once, not once per entry. Reads as a const vector;
+// push_back and clear copy it first when it is shared.
+class FlightFrames {
+ public:
+  FlightFrames() = default;
+  FlightFrames(std::vector<FlightFrame> frames)  // NOLINT: implicit, as the vector it replaces
+      : frames_(std::make_shared<const std::vector<FlightFrame>>(std::move(frames))) {}
+  FlightFrames(std::initializer_list<FlightFrame> frames) : FlightFrames(std::vector<FlightFrame>(frames)) {}
+
+  const std::vector<FlightFrame>& get() const;
+  operator const std::vector<FlightFrame>&() const { return get(); }  // NOLINT: callSite(e.frames)
+  size_t size() const { return get().size(); }
+  bool empty() const { return get().empty(); }
+  const FlightFrame& operator[](size_t i) const { return get()[i]; }
+  const FlightFrame& front() const { return get().front(); }
+  std::vector<FlightFrame>::const_iterator begin() const { return get().begin(); }
+  std::vector<FlightFrame>::const_iterator end() const { return get().end(); }
+  void push_back(FlightFrame frame);
+  void clear() { frames_.reset(); }
+  // Whether `other` is the same list (shared), not merely equal.
+  bool sharedWith(const FlightFrames& other) const { return frames_ && frames_ == other.frames_; }
+
+ private:
+  std::shared_ptr<const std::vector<FlightFrame>> frames_;
 };
 
 enum class FlightEntryState { kScheduled, kStarted, kCompleted };
@@ -64,8 +94,8 @@ struct FlightEntry {
   int64_t time_created_ns = 0;  // CLOCK_REALTIME of the rank's host
   std::optional<int64_t> time_started_ns;
   std::optional<int64_t> time_completed_ns;
-  int64_t timeout_ms = 0;           // 0: not recorded
-  std::vector<FlightFrame> frames;  // innermost first
+  int64_t timeout_ms = 0;  // 0: not recorded
+  FlightFrames frames;     // innermost first
 };
 
 struct FlightGroupConfig {

@@ -4,7 +4,10 @@
 // one is named. No clock: each poll() is one look.
 #include "agent/hang/torch_dumps.h"
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -14,6 +17,7 @@
 
 using namespace ddprun::agent;
 using namespace ddprun::testing;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -57,13 +61,16 @@ TEST_CASE("a dump counts when written after its worker started, and is read once
   CHECK(dumps.written() == 1);
   CHECK_FALSE(dumps.poll());  // first look at it: not read yet
   CHECK(dumps.dumps().empty());
-  CHECK_FALSE(dumps.poll());  // read; rank 0 still missing
+  CHECK_FALSE(dumps.poll());  // handed to the reading thread; rank 0 still missing
+  REQUIRE(dumps.waitForReads(10s));
   REQUIRE(dumps.dumps().size() == 1);
   CHECK(dumps.dumps()[0].rank == 1);
   CHECK(dumps.missing() == std::vector<int>{0});
 
   writeRank(dir.path(), "behind", 0);
   CHECK_FALSE(dumps.poll());
+  CHECK_FALSE(dumps.poll());
+  REQUIRE(dumps.waitForReads(10s));
   CHECK(dumps.poll());
   CHECK(dumps.missing().empty());
   CHECK(dumps.unreadable().empty());
@@ -85,6 +92,8 @@ TEST_CASE("a dump that grows between two looks is read when it holds still", "[t
   CHECK_FALSE(dumps.poll());
   std::ofstream(path, std::ios::binary | std::ios::trunc) << whole;
   CHECK_FALSE(dumps.poll());  // it grew: not read yet
+  CHECK_FALSE(dumps.poll());  // being read
+  REQUIRE(dumps.waitForReads(10s));
   CHECK(dumps.poll());
   CHECK(dumps.dumps().size() == 1);
   CHECK(dumps.unreadable().empty());
@@ -96,10 +105,63 @@ TEST_CASE("a corrupt dump is named, once, and settles the gathering", "[torch_du
   writeRank(dir.path(), "corrupt", 0);
   writeRank(dir.path(), "corrupt", 1);
   CHECK_FALSE(dumps.poll());
+  CHECK_FALSE(dumps.poll());
+  REQUIRE(dumps.waitForReads(10s));
   CHECK(dumps.poll());
   CHECK(dumps.dumps().size() == 1);
   const auto unreadable = dumps.unreadable();
   REQUIRE(unreadable.size() == 1);
   CHECK_THAT(unreadable[0], Catch::StartsWith("rank 1: " + dir.file("torch_trace_rank_1") + ": "));
   CHECK(dumps.poll());  // not read again at the same size
+}
+
+// Issue 44: a dump that took 30 s to parse froze the agent's event loop (its SIGTERM unanswered)
+// while poll() read it. The reading is a thread's now: poll() hands the dump over and returns,
+// and destroying the gathering cancels the read in flight.
+TEST_CASE("a dump that takes long to read holds up neither poll nor the end of the gathering", "[torch_dumps]") {
+  TempDir dir;
+  std::atomic<bool> started{false};
+  // A stand-in for a reader on a dump that would take minutes: it runs until cancelled.
+  DumpReader slow = [&](const std::string& path, int, const PickleLimits& limits) -> FlightDump {
+    started = true;
+    const auto give_up = std::chrono::steady_clock::now() + 60s;
+    while (!(limits.cancel && limits.cancel->load()) && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(1ms);
+    }
+    throw FlightDumpError(path + ": cancelled");
+  };
+  const auto start = std::chrono::steady_clock::now();
+  {
+    TorchDumps dumps(expect(dir.path(), 1), slow);
+    writeRank(dir.path(), "behind", 0);
+    CHECK_FALSE(dumps.poll());
+    const auto before = std::chrono::steady_clock::now();
+    CHECK_FALSE(dumps.poll());  // handed over
+    CHECK_FALSE(dumps.poll());  // still being read
+    CHECK(std::chrono::steady_clock::now() - before < 2s);
+    CHECK_FALSE(dumps.waitForReads(50ms));
+    CHECK(started);
+    REQUIRE(dumps.unreadable().size() == 1);
+    CHECK(dumps.unreadable()[0] == "rank 0: " + dir.file("torch_trace_rank_0") + ": still being read");
+  }
+  // The destructor cancelled the read and joined the thread, long before the stand-in gives up.
+  CHECK(std::chrono::steady_clock::now() - start < 30s);
+}
+
+TEST_CASE("a dump whose read fails comes back as its error, the others read", "[torch_dumps]") {
+  TempDir dir;
+  DumpReader reader = [](const std::string& path, int rank, const PickleLimits& limits) -> FlightDump {
+    if (rank == 1) throw std::bad_alloc();
+    return readFlightDumpFile(path, rank, limits);
+  };
+  TorchDumps dumps(expect(dir.path(), 2), reader);
+  writeRank(dir.path(), "behind", 0);
+  writeRank(dir.path(), "behind", 1);
+  CHECK_FALSE(dumps.poll());
+  CHECK_FALSE(dumps.poll());
+  REQUIRE(dumps.waitForReads(10s));
+  CHECK(dumps.poll());
+  CHECK(dumps.dumps().size() == 1);
+  CHECK(dumps.unreadable() ==
+        std::vector<std::string>{"rank 1: " + dir.file("torch_trace_rank_1") + ": out of memory while reading it"});
 }

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/agent/hang/torch_trace/capped_child.h"
 #include "tests/agent/hang/torch_trace/dumps_support.h"
 
 namespace ddprun::agent {
@@ -123,6 +124,81 @@ TEST_CASE("flight dump: the call site is the innermost frame outside torch", "[f
   frames.pop_back();
   CHECK(callSite(frames)->name == "all_reduce");
   CHECK_FALSE(callSite({}));
+}
+
+// Issue 44: a 140 KB dump whose one entry dict (with a 100 KB frame name) is memoized and named
+// by 20,000 entries was copied per entry: 2 GB, bad_alloc, no failure report. Its frames are
+// one shared list now, and the copies that remain (its strings per entry) stay within the
+// dump's budget: well under a 256 MiB cap, it reads, each entry sharing the one stack.
+TEST_CASE("flight dump: one entry dict memoized and named by 20,000 entries reads without copying it 20,000 times",
+          "[flight_dump]") {
+  testing::TempDir dir;
+  REQUIRE(testing::writeDumps(dir.path(), "memo_bomb").exit_code == 0);
+  const std::string f = dir.file("nccl_trace_rank_0");
+  const auto run = testing::inCappedChild(size_t{256} << 20, std::chrono::seconds(60), [&] {
+    FlightDump d = readFlightDumpFile(f, 0);
+    const bool shared = d.entries.size() == 20000 && d.entries.back().frames.sharedWith(d.entries.front().frames) &&
+                        d.entries.back().frames[0].name.size() == 100000;
+    return shared ? 0 : 1;
+  });
+  CHECK(run.finished);
+  CHECK(run.exit_code == 0);
+}
+
+TEST_CASE("flight dump: what the entries copy is bounded; beyond it, one error naming the entry", "[flight_dump]") {
+  testing::TempDir dir;
+  REQUIRE(testing::writeDumps(dir.path(), "memo_bomb").exit_code == 0);
+  const std::string f = dir.file("nccl_trace_rank_0");
+  PickleLimits limits;
+  limits.dump_bytes_floor = 1 << 20;  // 1 MiB + 16 x 140 KB: a few thousand entries' copies
+  CHECK_THROWS_WITH(readFlightDumpFile(f, 0, limits),
+                    Catch::Matches(f + ": entry [0-9]+: the dump would take more than 3292448 bytes \\(16 times the "
+                                       "pickle's 140242 bytes, plus 1048576\\), more than a flight-recorder dump "
+                                       "ever does"));
+}
+
+// Issue 44: 0.46 MB whose one entry dict has 100,000 duplicate keys, named by 30,000 entries,
+// took 30 s (each key of each entry a scan of the dict): a large dict is indexed now.
+TEST_CASE("flight dump: a dict of 100,000 duplicate keys named by 30,000 entries reads in seconds", "[flight_dump]") {
+  testing::TempDir dir;
+  REQUIRE(testing::writeDumps(dir.path(), "dup_keys").exit_code == 0);
+  const std::string f = dir.file("nccl_trace_rank_0");
+  const auto run = testing::inCappedChild(size_t{1} << 30, std::chrono::seconds(20), [&] {
+    FlightDump d = readFlightDumpFile(f, 0);
+    return d.entries.size() == 30000 && d.entries.back().op_id == 7 && d.entries.back().op == "all_reduce" ? 0 : 1;
+  });
+  INFO(run.seconds << " s");
+  CHECK(run.finished);
+  CHECK(run.exit_code == 0);
+}
+
+TEST_CASE("flight dump: the newest max_entries entries are kept (marked truncated), the innermost max_frames frames",
+          "[flight_dump]") {
+  testing::TempDir dir;
+  REQUIRE(testing::writeDumps(dir.path(), "behind", "torch").exit_code == 0);
+  PickleLimits limits;
+  limits.max_entries = 1;
+  limits.max_frames = 2;
+  FlightDump d = readFlightDumpFile(dir.file("nccl_trace_rank_0"), 0, limits);
+  REQUIRE(d.entries.size() == 1);
+  CHECK(d.truncated);
+  CHECK(d.entries[0].record_id == 1);
+  CHECK(d.entries[0].frames.size() == 2);
+  CHECK(d.entries[0].frames[1].name == "wrapper");
+}
+
+TEST_CASE("flight dump: entries of one call site share their frames; a cancelled read is one error", "[flight_dump]") {
+  testing::TempDir dir;
+  REQUIRE(testing::writeDumps(dir.path(), "done", "torch").exit_code == 0);
+  const std::string f = dir.file("nccl_trace_rank_0");
+  FlightDump d = readFlightDumpFile(f, 0);
+  REQUIRE(d.entries.size() == 2);
+  // Lines 12 and 14: two stacks, each read once.
+  CHECK_FALSE(d.entries[0].frames.sharedWith(d.entries[1].frames));
+  std::atomic<bool> cancel{true};
+  PickleLimits limits;
+  limits.cancel = &cancel;
+  CHECK_THROWS_WITH(readFlightDumpFile(f, 0, limits), f + ": not a readable pickle: cancelled");
 }
 
 }  // namespace

@@ -252,6 +252,41 @@ class TorchPickler:
         return bytes(self.out)
 
 
+def amplifying(name):
+    """Pickles built to cost far more memory or time than their size (issue 44): None when
+    `name` is none of them. Each is a dump-shaped dict, so that only the reader's bounds stop it."""
+    def s(x):
+        b = x.encode()
+        return b"X" + struct.pack("<I", len(b)) + b
+
+    def entry_head():
+        return (s("profiling_name") + s("nccl:all_reduce") + s("collective_seq_id") + b"K\x01" + s("state") +
+                s("started") + s("process_group") + s("0") + s("default_pg") + b"\x86")
+
+    head = b"\x80\x02}(" + s("version") + s("2.10") + s("entries") + b"]("
+    if name == "memo_bomb":
+        # One entry dict with a 100 KB frame name, memoized, named 20,000 times: 140 KB that a
+        # reader copying it per entry expands to 2 GB.
+        entry = b"}q\x00(" + entry_head() + s("frames") + b"]}(" + s("name") + s("f" * 100_000) + s("filename") + \
+            s("/job/train.py") + s("line") + b"K\x0cuau"
+        return head + entry + b"h\x00" * 19_999 + b"eu."
+    if name == "dup_keys":
+        # One entry dict of 100,000 duplicate keys, named by 30,000 entries: 0.46 MB that a
+        # reader scanning the dict for each key of each entry takes minutes over.
+        entry = b"}q\x00(" + entry_head() + s("op_id") + b"q\x01K\x07q\x02" + b"h\x01h\x02" * 100_000 + b"u"
+        return head + entry + b"h\x00" * 29_999 + b"eu."
+    if name == "tiny_nones":
+        # 64 MB of None, each pushed and popped: a reader keeping a value per opcode needs GBs.
+        return b"\x80\x02" + b"N0" * (32 << 20) + b"}."
+    if name == "tiny_memos":
+        # 96 MB of None memoized and popped: a memo entry per 3 bytes.
+        return b"\x80\x04" + b"N\x940" * (32 << 20) + b"}."
+    if name == "tiny_lists":
+        # 48 MB of empty lists, each appended to the one below: a value and an item per 2 bytes.
+        return b"\x80\x02]" + b"]a" * (24 << 20) + b"}."
+    return None
+
+
 def write(path, data):
     with open(path, "wb") as f:
         f.write(data)
@@ -290,6 +325,11 @@ def main():
         return TorchPickler(tag_lists=a.style == "torch-tagged").dumps(d)
 
     path = lambda r: os.path.join(a.dir, f"{a.prefix}{r}")
+    hostile = amplifying(a.scenario)
+    if hostile is not None:
+        # Rank 0's file alone (a one-rank job): it is the reader that is tested.
+        write(path(0), hostile)
+        return
     bad = {"missing", "corrupt", "truncated", "deep", "huge_string", "evil_global", "not_a_dict", "bad_type"}
     if a.scenario in bad:
         dumps = scenario("behind")

@@ -1,10 +1,12 @@
 #include "agent/hang/torch_trace/pickle_reader.h"
 
+#include <atomic>
 #include <chrono>
 #include <random>
 
 #include <catch2/catch.hpp>
 
+#include "tests/agent/hang/torch_trace/capped_child.h"
 #include "tests/agent/hang/torch_trace/dumps_support.h"
 #include "tests/support/fuzz_run.h"
 
@@ -151,9 +153,12 @@ TEST_CASE("pickle: nesting, stack and value counts are bounded", "[pickle]") {
   PickleLimits limits;
   limits.max_stack = 1000;
   CHECK(errorOf(wide, limits) == "at byte 1003: more than 1000 values on the stack");
+  // None is one shared value: lists are made each time.
+  std::string lists = bytesOf({0x80, 2, "]("});
+  for (int i = 0; i < 2000; ++i) lists += "]";
   limits = {};
   limits.max_values = 100;
-  CHECK(errorOf(wide, limits) == "at byte 103: more than 100 values");
+  CHECK(errorOf(lists, limits) == "at byte 103: more than 100 values");
   limits = {};
   limits.max_bytes = 10;
   CHECK(errorOf(wide, limits) == "2004 bytes, more than the 10 a dump may have");
@@ -194,6 +199,146 @@ TEST_CASE("pickle: mutated and truncated dumps never crash the reader", "[pickle
   }
   INFO(cases << " cases, " << parsed << " parsed");
   CHECK(cases > 0);
+}
+
+// `body` repeated `n` times between a protocol header and `tail`.
+std::string repeated(int protocol, const std::string& body, size_t n, const std::string& tail = "}.") {
+  std::string out = bytesOf({0x80, protocol});
+  out.reserve(out.size() + body.size() * n + tail.size());
+  for (size_t i = 0; i < n; ++i) out += body;
+  return out + tail;
+}
+
+// The exit status of a read of `bytes` in a capped child: 0 read within the bound (checked on
+// the document), 1 over it, 2 a PickleError of memory, 3 another PickleError.
+int readInChild(const std::string& bytes) {
+  try {
+    PickleDocument doc = PickleDocument::parse(bytes);
+    const PickleLimits limits;
+    return doc.memoryBytes() <= limits.memory_per_byte * bytes.size() + limits.memory_floor ? 0 : 1;
+  } catch (const PickleError& e) {
+    return std::string(e.what()).find("bytes of memory") != std::string::npos ? 2 : 3;
+  }
+}
+
+// Issue 44: the reader kept an 80-byte value per opcode (and a hash node per memo entry), 40
+// times the file: 64 MB of "N0" ended in bad_alloc under a 1 GiB cap. A shared None, a memo
+// indexed by id and 16-byte values keep these within 12 times the size (a vector's growth
+// included), under a cap of a little more than that.
+TEST_CASE("pickle: many tiny values read within 12 times the pickle's size, under an address-space cap", "[pickle]") {
+  const size_t n = size_t{2} << 20;
+  const std::pair<const char*, std::string> cases[] = {
+      {"None pushed and popped", repeated(2, "N0", n)},
+      {"None memoized and popped", repeated(4,
+                                            "N\x94"
+                                            "0",
+                                            n)},
+      {"None put in the memo by id", repeated(2, bytesOf({"Nr", 1, 0, 0, 0, "0"}), n)},
+      {"ints pushed and popped", repeated(2,
+                                          "M\x01\x02"
+                                          "0",
+                                          n)},
+      {"short strings", repeated(2,
+                                 "\x8c\x01"
+                                 "a0",
+                                 n)},
+  };
+  for (const auto& [what, bytes] : cases) {
+    INFO(what << ", " << bytes.size() << " bytes");
+    const auto run = testing::inCappedChild(14 * bytes.size() + (size_t{32} << 20), std::chrono::seconds(60),
+                                            [&] { return readInChild(bytes); });
+    CHECK(run.finished);
+    CHECK(run.exit_code == 0);
+  }
+}
+
+TEST_CASE("pickle: a pickle that needs more than 12 times its size ends in one error naming the bound", "[pickle]") {
+  // Each TUPLE1 (one byte) makes a tuple of the one below: 20 bytes a byte, more with growth.
+  const std::string chain = bytesOf({0x80, 2, "N"}) + std::string(size_t{1} << 20, '\x85') + "0}.";
+  CHECK_THAT(errorOf(chain), Catch::Matches("at byte [0-9]+: the pickle needs more than 16777288 bytes of memory \\(12 "
+                                            "times its 1048582 bytes, plus 4194304\\), more than a flight-recorder "
+                                            "dump ever does"));
+  PickleLimits limits;
+  limits.memory_per_byte = 64;
+  CHECK(PickleDocument::parse(chain, limits).root().kind() == PickleKind::kDict);
+}
+
+TEST_CASE("pickle: a key looked up in a dict of many duplicate keys is the last one set, found at once", "[pickle]") {
+  // {"a": 0, "k": 1, "k": 2, ... "k": 200000, "b": 7}, the keys memoized.
+  std::string bytes = bytesOf({0x80, 2, "}(X", 1, 0, 0, 0, "aK", 0, "X", 1, 0, 0, 0, "kq", 1, "J", 1, 0, 0, 0});
+  for (int i = 2; i <= 200000; ++i) {
+    bytes += bytesOf({"h", 1, "J"});
+    for (int b = 0; b < 4; ++b) bytes += static_cast<char>((i >> (8 * b)) & 0xff);
+  }
+  bytes += bytesOf({"X", 1, 0, 0, 0, "bK", 7, "u."});
+  PickleDocument doc = parse(bytes);
+  PickleRef root = doc.root();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 100000; ++i) {
+    REQUIRE(root.get("k"));
+    REQUIRE(root.get("b"));
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK(root.get("k")->asInt() == 200000);
+  CHECK(root.get("a")->asInt() == 0);
+  CHECK(root.get("b")->asInt() == 7);
+  CHECK_FALSE(root.get("c"));
+  CHECK(root.items().size() == 200002);
+}
+
+TEST_CASE("pickle: a cancelled read stops with one error", "[pickle]") {
+  std::atomic<bool> cancel{true};
+  PickleLimits limits;
+  limits.cancel = &cancel;
+  CHECK(errorOf(repeated(2, "N0", 100000), limits) == "cancelled");
+}
+
+// Pickles built to amplify memory or time, as large as the fuzz tier affords: each reads
+// within the bound or ends in its error, under an address-space cap of a little more, in
+// seconds.
+TEST_CASE("pickle: pickles built to amplify memory and time stay within the bound", "[pickle][fuzz]") {
+  const size_t n = size_t{8} << 20;
+  std::string sparse_memo = bytesOf({0x80, 2});
+  for (uint32_t id = 0; id < (1u << 20); ++id) {
+    const uint32_t at = id * 4096;  // ids far apart: a memo indexed by id must not fill the gaps blindly
+    sparse_memo += "Nr";
+    for (int b = 0; b < 4; ++b) sparse_memo += static_cast<char>((at >> (8 * b)) & 0xff);
+    sparse_memo += "0";
+  }
+  sparse_memo += "}.";
+  std::string long_keys = bytesOf({0x80, 2, "}("});
+  // Two 1 MB keys that differ in their last byte, named alternately by 400,000 pairs.
+  for (char last : {'x', 'y'}) {
+    long_keys +=
+        bytesOf({"X", 0, 0, 0x10, 0}) + std::string((1 << 20) - 1, 'k') + last + (last == 'x' ? "q\x01" : "q\x02");
+    long_keys += "N";
+  }
+  for (int i = 0; i < 400000; ++i) long_keys += (i % 2 ? "h\x01N" : "h\x02N");
+  long_keys += "u.";
+  const std::pair<const char*, std::string> cases[] = {
+      {"None pushed and popped", repeated(2, "N0", n)},
+      {"None memoized and popped", repeated(4,
+                                            "N\x94"
+                                            "0",
+                                            n)},
+      {"empty lists, each appended to the first", bytesOf({0x80, 2, "]"}) + repeated(2, "]a", n).substr(2)},
+      {"empty dicts, each set in the first", bytesOf({0x80, 2, "}"}) + repeated(2, "K\x01}s", n).substr(2)},
+      {"one-tuples of one-tuples", bytesOf({0x80, 2, "N"}) + std::string(n, '\x85') + "0}."},
+      {"floats", repeated(2,
+                          "G\x3f\xf0\x00\x00\x00\x00\x00\x00"
+                          "0",
+                          n / 4)},
+      {"memo ids far apart", sparse_memo},
+      {"two long keys alternating in a large dict", long_keys},
+  };
+  for (const auto& [what, bytes] : cases) {
+    INFO(what << ", " << bytes.size() << " bytes");
+    const auto run = testing::inCappedChild(14 * bytes.size() + (size_t{32} << 20), std::chrono::seconds(30),
+                                            [&] { return readInChild(bytes) == 1 ? 1 : 0; });
+    CHECK(run.finished);
+    CHECK(run.exit_code == 0);
+    CHECK(run.seconds < 20);
+  }
 }
 
 }  // namespace
