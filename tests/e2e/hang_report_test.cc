@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/agent/hang/torch_trace/dumps_support.h"
+#include "tests/support/sanitizers.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::testing;
@@ -147,6 +148,36 @@ TEST_CASE("hang-report: an empty directory, no directory, a FIFO or a bad flag i
   CHECK(fifo.finished);
   CHECK(fifo.exit_code == 4);
   CHECK(fifo.err == "ddprun: hang-report: " + dir.file("nccl_trace_rank_0") + ": not a regular file\n");
+}
+
+// Issue 44: dumps built to amplify memory or time (64 MB of None, 96 MB of memoized None,
+// 48 MB of nested lists, a 140 KB memo bomb that expanded to 2 GB, 0.46 MB of duplicate keys
+// that took 30 s) read within the reader's bounds: under a 1 GiB address-space cap, each ends
+// in its verdict or one line and exit 4, in seconds, never in bad_alloc.
+TEST_CASE("hang-report: dumps built to amplify memory and time answer under a 1 GiB address-space cap",
+          "[hang_report][fuzz]") {
+  for (const char* scenario : {"tiny_nones", "tiny_memos", "tiny_lists", "memo_bomb", "dup_keys"}) {
+    INFO(scenario);
+    TempDir dir;
+    REQUIRE(writeDumps(dir.path(), scenario).exit_code == 0);
+    // A sanitized build's shadow memory does not fit any such cap: there, only the outcome.
+    const std::string cap = kSanitizedHeap ? "" : "ulimit -v 1048576 && ";
+    const auto start = std::chrono::steady_clock::now();
+    RunResult r = run({"/bin/sh", "-c", cap + "exec \"$0\" hang-report \"$1\"", ddprunPath(), dir.path()}, {}, 90s);
+    INFO(r.out << r.err);
+    CHECK(r.finished);
+    CHECK(std::chrono::steady_clock::now() - start < 60s);
+    CHECK(r.term_signal == 0);
+    if (std::string(scenario).rfind("tiny_", 0) == 0) {
+      // No 'version' (or, for the lists, more memory than the bound): one line naming the file.
+      CHECK(r.exit_code == 4);
+      requireOneErrorLine(r);
+      CHECK(r.err.find("ddprun: hang-report: " + dir.file("nccl_trace_rank_0") + ": ") == 0);
+    } else {
+      CHECK(r.exit_code == 0);
+      CHECK_THAT(r.out, Catch::Contains("rank 0"));
+    }
+  }
 }
 
 }  // namespace
