@@ -10,6 +10,7 @@
 #include <csignal>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -150,6 +151,41 @@ TEST_CASE("an abort that no dump or stack ties to a collective: the others get t
   CHECK_THAT(r.err, Catch::Contains("no torch flight-recorder dump from rank 0-1 within"));
   CHECK_THAT(r.out, Catch::Contains("rank 1 got SIGTERM"));
   CHECK_THAT(rootCause(r.err), Catch::Contains("rank      : 0 (local_rank: 0)"));
+}
+
+// Issue 44: a 0.46 MB dump (100,000 duplicate keys named by 30,000 entries) took 30 s to
+// parse, on the agent's event loop, so a SIGTERM meanwhile went unanswered. Rank 0 writes it
+// and aborts as NCCL's watchdog does; SIGTERM comes while the agent gathers the dumps.
+TEST_CASE("a dump built to take long to read does not hold up the agent's answer to SIGTERM", "[e2e][torch_dumps]") {
+  TempDir dir;
+  const std::string marker = dir.file("rank0_dumped");
+  const std::string script = dir.file("slow_dump.py");
+  std::ofstream(script) << "import os, subprocess, sys, time\n"
+                           "prefix = os.environ['TORCH_FR_DUMP_TEMP_FILE']\n"
+                           "if os.environ['RANK'] == '0':\n"
+                           "    time.sleep(1)\n"
+                           "    subprocess.run([sys.executable, '"
+                        << flightDumpsScript()
+                        << "', os.path.dirname(prefix), 'dup_keys', '--prefix',\n"
+                           "                    os.path.basename(prefix), '--rank', '0'], check=True)\n"
+                           "    open('"
+                        << marker
+                        << "', 'w').close()\n"
+                           "    os.abort()\n"
+                           "time.sleep(60)\n";
+  TestProcess ddprun({ddprunPath(), "--standalone", "--nproc_per_node=2", "--log_dir=" + dir.file("logs"), script},
+                     {{"PYTHON", "/usr/bin/python3"}});
+  REQUIRE(eventually([&] { return fileExists(marker); }, 60s));
+  // The agent sees rank 0's abort and reads the dump meanwhile.
+  std::this_thread::sleep_for(1s);
+  ddprun.signal(SIGTERM);
+  const auto sent = std::chrono::steady_clock::now();
+  REQUIRE(ddprun.wait(90s));
+  const auto answered = std::chrono::steady_clock::now() - sent;
+  INFO(ddprun.err());
+  CHECK(answered < 10s);
+  CHECK(ddprun.exitCode() == 128 + SIGTERM);
+  CHECK_THAT(ddprun.err(), Catch::Contains("received SIGTERM"));
 }
 
 namespace {
