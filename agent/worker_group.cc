@@ -20,6 +20,7 @@
 #include "common/console_writer.h"
 #include "common/env_names.h"
 #include "common/text_escape.h"
+#include "common/worker_file.h"
 
 namespace ddprun::agent {
 namespace {
@@ -163,11 +164,12 @@ void WorkerGroup::startOne(size_t i, const std::string& cgroup) {
     ForwardOptions options;
     if (p.to_file) {
       options.file = p.file;
-      options.file_fd.reset(::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      // An earlier attempt's worker could have left a FIFO or a link where this log goes.
+      std::string reason;
+      options.file_fd = createWorkerFile(p.file, O_TRUNC, 0644, &reason);
       if (!options.file_fd) {
-        const int err = errno;
-        log_->warn("cannot open worker log {}: {}; this stream is not saved there", p.file, std::strerror(err));
-        if (record) record->file_error = std::strerror(err);
+        log_->warn("cannot open worker log {}: {}; this stream is not saved there", p.file, reason);
+        if (record) record->file_error = reason;
       }
     }
     if (p.to_console) options.console = p.console;

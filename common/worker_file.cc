@@ -92,4 +92,31 @@ WorkerFile readWorkerFd(int fd, const struct stat& st, const std::string& path, 
   return file;
 }
 
+UniqueFd createWorkerFile(const std::string& path, int flags, mode_t mode, std::string* reason) {
+  auto fail = [&](const std::string& why) {
+    if (reason) *reason = why;
+    return UniqueFd();
+  };
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | flags, mode));
+  if (!fd) {
+    const int err = errno;
+    if (err == ELOOP) return fail("a symbolic link, not followed");
+    // ENXIO: a FIFO without a reader (or a device without its driver) is there.
+    struct stat st {};
+    if (err == ENXIO && ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      return fail(std::string(kindOf(st.st_mode)) + ", not a regular file");
+    }
+    return fail(std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return fail(std::string("fstat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return fail(std::string(kindOf(st.st_mode)) + ", not a regular file");
+  const int status = ::fcntl(fd.get(), F_GETFL);
+  if (status < 0 || ::fcntl(fd.get(), F_SETFL, status & ~O_NONBLOCK) != 0) {
+    return fail(std::string("fcntl: ") + std::strerror(errno));
+  }
+  if (reason) reason->clear();
+  return fd;
+}
+
 }  // namespace ddprun

@@ -58,4 +58,13 @@ WorkerFile readWorkerFd(int fd, const struct stat& st, const std::string& path, 
 // on another process; never throws except std::bad_alloc.
 WorkerFile readWorkerFile(const std::string& path, size_t max_bytes, WorkerFileLinks links = WorkerFileLinks::kRefuse);
 
+// Creates or opens for writing a file of ddprun's own in a directory a worker can write into
+// (its log directory: stdout.log, stacks.txt): with O_WRONLY|O_CREAT|O_NOFOLLOW|O_NONBLOCK|
+// O_CLOEXEC and `flags` (O_TRUNC, O_APPEND, O_EXCL), so that a FIFO left there, which a plain
+// open waits on until a reader comes, or a link to elsewhere, is refused; only a regular file
+// is kept (checked on the descriptor), and O_NONBLOCK is then cleared. An invalid descriptor
+// otherwise, with `reason` (optional) saying why without the path: "a FIFO, not a regular
+// file", "a symbolic link, not followed", or strerror. Never blocks on another process.
+UniqueFd createWorkerFile(const std::string& path, int flags, mode_t mode, std::string* reason = nullptr);
+
 }  // namespace ddprun

@@ -15,14 +15,17 @@
 #include "agent/process/process_signals.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
+#include "common/worker_file.h"
 
 namespace ddprun::agent {
 namespace {
 
 // Returns "" or strerror.
 std::string writeFile(const std::string& path, const std::string& text) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) return std::strerror(errno);
+  // In the worker's directory: a FIFO the worker left there must not block the agent.
+  std::string reason;
+  UniqueFd fd = createWorkerFile(path, O_TRUNC, 0644, &reason);
+  if (!fd) return reason;
   std::string_view rest = text;
   while (!rest.empty()) {
     const ssize_t n = ::write(fd.get(), rest.data(), rest.size());

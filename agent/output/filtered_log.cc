@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/worker_file.h"
 
 namespace ddprun::agent {
 
@@ -39,11 +40,10 @@ std::vector<std::string> parseFilterList(std::string_view flag, std::string_view
 
 FilteredLog::FilteredLog(std::string path, std::vector<std::string> filters)
     : path_(std::move(path)), filters_(std::move(filters)) {
-  fd_.reset(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
-  if (!fd_) {
-    const int err = errno;
-    logger("agent")->warn("cannot open {}: {}; filtered lines are not saved", path_, std::strerror(err));
-  }
+  // In the attempt's directory, which workers can write into: never through a FIFO or a link.
+  std::string reason;
+  fd_ = createWorkerFile(path_, O_TRUNC | O_APPEND, 0644, &reason);
+  if (!fd_) logger("agent")->warn("cannot open {}: {}; filtered lines are not saved", path_, reason);
 }
 
 FilteredLog::~FilteredLog() = default;

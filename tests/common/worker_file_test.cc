@@ -105,3 +105,34 @@ TEST_CASE("the path in a worker file's problem is escaped", "[unit]") {
   CHECK(f.missing());
   CHECK(f.problem.find('\x1b') == std::string::npos);
 }
+
+TEST_CASE("ddprun's own file in a worker's directory is not opened through a FIFO or a link left there", "[unit]") {
+  TempDir dir;
+  std::string reason;
+  // A FIFO without a reader: a plain open for writing waits for one for ever.
+  REQUIRE(::mkfifo(dir.file("stacks.txt").c_str(), 0600) == 0);
+  auto refused = [](const ddprun::UniqueFd& fd) { return !fd.valid(); };
+  CHECK(callWithin(
+            10s, [&] { return ddprun::createWorkerFile(dir.file("stacks.txt"), O_TRUNC, 0644); }, refused) ==
+        BoundedCall::kReturned);
+  CHECK_FALSE(ddprun::createWorkerFile(dir.file("stacks.txt"), O_TRUNC, 0644, &reason));
+  CHECK(reason == "a FIFO, not a regular file");
+  // With a reader (the worker holding it open), the open succeeds: the descriptor is checked.
+  const int reader = ::open(dir.file("stacks.txt").c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(reader >= 0);
+  CHECK_FALSE(ddprun::createWorkerFile(dir.file("stacks.txt"), O_TRUNC, 0644, &reason));
+  CHECK(reason == "a FIFO, not a regular file");
+  ::close(reader);
+  // A link to a file elsewhere is not followed, so that file is not truncated.
+  std::ofstream(dir.file("elsewhere")) << "keep";
+  REQUIRE(::symlink(dir.file("elsewhere").c_str(), dir.file("stdout.log").c_str()) == 0);
+  CHECK_FALSE(ddprun::createWorkerFile(dir.file("stdout.log"), O_TRUNC, 0644, &reason));
+  CHECK(reason == "a symbolic link, not followed");
+  CHECK(readWorkerFile(dir.file("elsewhere"), 100).bytes == "keep");
+  // A regular file is made, and written in blocking mode.
+  ddprun::UniqueFd fd = ddprun::createWorkerFile(dir.file("stderr.log"), O_TRUNC, 0644, &reason);
+  REQUIRE(fd);
+  CHECK((::fcntl(fd.get(), F_GETFL) & O_NONBLOCK) == 0);
+  CHECK(::write(fd.get(), "line\n", 5) == 5);
+  CHECK(readWorkerFile(dir.file("stderr.log"), 100).bytes == "line\n");
+}
