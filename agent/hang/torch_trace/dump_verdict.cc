@@ -27,6 +27,24 @@ namespace {
 
 using Entries = std::vector<const FlightEntry*>;
 
+// A dump's text (op names, sizes, dtypes, frames) is the worker's: a verdict line quotes at
+// most this many bytes of each piece, and at most kMaxOpsNamed ops of one coalesced call, so
+// 30,000 entries of one sequence number cannot make a 330 KB line (issue 44).
+constexpr size_t kMaxQuotedBytes = 256;
+constexpr size_t kMaxOpsNamed = 4;
+
+// `text` cut to kMaxQuotedBytes, never inside a UTF-8 sequence, ending in "..." when cut.
+std::string clipped(std::string text) {
+  if (text.size() <= kMaxQuotedBytes) return text;
+  size_t end = kMaxQuotedBytes - 3;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  text.resize(end);
+  return text + "...";
+}
+
+// A worker's string as a verdict shows it: escaped (printable) and clipped.
+std::string quoted(std::string_view text) { return clipped(printable(text.substr(0, kMaxQuotedBytes))); }
+
 std::string ranksWord(const std::vector<int>& ranks) {
   return (ranks.size() == 1 ? "rank " : "ranks ") + rankRanges(ranks);
 }
@@ -41,20 +59,24 @@ std::string sizesText(const std::vector<std::vector<int64_t>>& sizes) {
     out += "[";
     for (size_t j = 0; j < sizes[i].size(); ++j) out += (j ? ", " : "") + std::to_string(sizes[i][j]);
     out += "]";
+    if (out.size() > kMaxQuotedBytes) break;
   }
-  return out + "]";
+  return clipped(out + "]");
 }
 
 std::string dtypesText(const std::vector<std::string>& dtypes) {
   std::set<std::string> unique(dtypes.begin(), dtypes.end());
   std::string out;
-  for (const auto& d : unique) out += (out.empty() ? "" : ",") + printable(d);
-  return out.empty() ? "-" : out;
+  for (const auto& d : unique) {
+    out += (out.empty() ? "" : ",") + quoted(d);
+    if (out.size() > kMaxQuotedBytes) break;
+  }
+  return out.empty() ? "-" : clipped(out);
 }
 
 std::string frameText(const FlightFrame& f) {
-  std::string out = printable(f.filename) + ":" + std::to_string(f.line);
-  if (!f.name.empty()) out += " in " + printable(f.name);
+  std::string out = quoted(f.filename) + ":" + std::to_string(f.line);
+  if (!f.name.empty()) out += " in " + quoted(f.name);
   return out;
 }
 
@@ -64,8 +86,8 @@ bool pending(const FlightEntry& e) { return e.state != FlightEntryState::kComple
 int64_t waitStart(const FlightEntry& e) { return e.time_started_ns.value_or(e.time_created_ns); }
 
 std::string groupLabel(const std::string& name, const std::string& desc) {
-  std::string out = "group " + printable(name);
-  if (!desc.empty() && desc != "undefined") out += " (" + printable(desc) + ")";
+  std::string out = "group " + quoted(name);
+  if (!desc.empty() && desc != "undefined") out += " (" + quoted(desc) + ")";
   return out;
 }
 
@@ -99,7 +121,10 @@ Signature signatureOf(const Entries& entries) {
 
 std::string opName(const Entries& entries) {
   std::string out;
-  for (const FlightEntry* e : entries) out += (out.empty() ? "" : "+") + printable(e->op);
+  for (size_t i = 0; i < entries.size() && i < kMaxOpsNamed; ++i) {
+    out += (i ? "+" : "") + quoted(entries[i]->op);
+  }
+  if (entries.size() > kMaxOpsNamed) out += fmt::format("+... ({} ops)", entries.size());
   return out;
 }
 
@@ -113,18 +138,18 @@ std::string difference(const Entries& got, const Entries& want, const std::vecto
   if (a.ops != b.ops) return fmt::format("{} where {} called {}", opName(got), want_who, opName(want));
   for (size_t i = 0; i < a.ops.size(); ++i) {
     if (a.in_sizes[i] != b.in_sizes[i]) {
-      return fmt::format("{} with input sizes {} where {} {} {}", printable(a.ops[i]), sizesText(a.in_sizes[i]),
-                         want_who, has, sizesText(b.in_sizes[i]));
+      return fmt::format("{} with input sizes {} where {} {} {}", quoted(a.ops[i]), sizesText(a.in_sizes[i]), want_who,
+                         has, sizesText(b.in_sizes[i]));
     }
     if (a.out_sizes[i] != b.out_sizes[i]) {
-      return fmt::format("{} with output sizes {} where {} {} {}", printable(a.ops[i]), sizesText(a.out_sizes[i]),
+      return fmt::format("{} with output sizes {} where {} {} {}", quoted(a.ops[i]), sizesText(a.out_sizes[i]),
                          want_who, has, sizesText(b.out_sizes[i]));
     }
     if (a.in_dtypes[i] != b.in_dtypes[i] || a.out_dtypes[i] != b.out_dtypes[i]) {
       const bool in = a.in_dtypes[i] != b.in_dtypes[i];
       const auto& mine = in ? got[i]->input_dtypes : got[i]->output_dtypes;
       const auto& theirs = in ? want[i]->input_dtypes : want[i]->output_dtypes;
-      return fmt::format("{} of dtype {} where {} {} {}", printable(a.ops[i]), dtypesText(mine), want_who, has,
+      return fmt::format("{} of dtype {} where {} {} {}", quoted(a.ops[i]), dtypesText(mine), want_who, has,
                          dtypesText(theirs));
     }
   }
@@ -139,7 +164,7 @@ std::string lastCalled(const FlightDump& dump, const std::string& group, std::op
   site = callSite(e.frames);
   std::string where = e.pg_name == group ? "" : " of " + groupLabel(e.pg_name, e.pg_desc);
   const int64_t seq = e.is_p2p ? e.p2p_seq_id : e.collective_seq_id;
-  return fmt::format("last called {}{} #{}{} ({})", e.is_p2p ? "p2p " : "", printable(e.op), seq, where,
+  return fmt::format("last called {}{} #{}{} ({})", e.is_p2p ? "p2p " : "", quoted(e.op), seq, where,
                      flightEntryStateName(e.state));
 }
 
