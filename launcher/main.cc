@@ -3,6 +3,7 @@
 // from the README's table. The line goes through the console writer, after the log lines
 // queued before it; at exit the writer gets a bounded time to empty its queue.
 #include <cstdio>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -11,10 +12,29 @@
 #include "common/console_writer.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/text_escape.h"
 #include "launcher/cli.h"
 #include "launcher/hang_report_command.h"
 #include "launcher/slurm_hostnames_command.h"
 #include "launcher/status_command.h"
+
+namespace {
+
+// The most of an error message its console line shows. Messages name their culprit in a few
+// hundred bytes; one that carries a peer's text (an etcd reply, a store's answer) is cut where
+// it is made, and this bound holds for the rest: a line of megabytes would stall the console
+// writer and be dropped, the one line that says why ddprun stopped.
+constexpr size_t kMaxErrorBytes = 4096;
+
+// An error message as one console line: escaped (a message quoting a peer's text cannot start
+// a line of its own or drive the terminal) and cut, saying how long it was.
+std::string errorLine(const char* what) {
+  const std::string_view text(what);
+  if (text.size() <= kMaxErrorBytes) return ddprun::printable(text);
+  return fmt::format("{}... ({} bytes)", ddprun::printable(text.substr(0, kMaxErrorBytes)), text.size());
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ddprun;
@@ -41,16 +61,16 @@ int main(int argc, char** argv) {
     agent::ElasticAgent elastic_agent(std::move(parsed.config), guard);
     return elastic_agent.run();
   } catch (const UsageError& e) {
-    console().write(ConsoleStream::kStderr, fmt::format("ddprun: error: {}\n", e.what()));
+    console().write(ConsoleStream::kStderr, fmt::format("ddprun: error: {}\n", errorLine(e.what())));
     return agent::kExitUsage;
   } catch (const launcher::BadDumpsError& e) {
-    console().write(ConsoleStream::kStderr, fmt::format("ddprun: {}\n", e.what()));
+    console().write(ConsoleStream::kStderr, fmt::format("ddprun: {}\n", errorLine(e.what())));
     return launcher::kExitBadDumps;
   } catch (const RendezvousError& e) {
-    console().write(ConsoleStream::kStderr, fmt::format("ddprun: rendezvous failed: {}\n", e.what()));
+    console().write(ConsoleStream::kStderr, fmt::format("ddprun: rendezvous failed: {}\n", errorLine(e.what())));
     return agent::kExitRendezvous;
   } catch (const std::exception& e) {
-    console().write(ConsoleStream::kStderr, fmt::format("ddprun: error: {}\n", e.what()));
+    console().write(ConsoleStream::kStderr, fmt::format("ddprun: error: {}\n", errorLine(e.what())));
     return agent::kExitWorkersFailed;
   }
 }

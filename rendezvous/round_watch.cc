@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include "common/text_escape.h"
 #include "rendezvous/dynamic_rendezvous_impl.h"
 #include "rendezvous/round_liveness.h"
 
@@ -106,6 +107,13 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
       }
     } catch (const StoreError& e) {
       if (!stop_watching_) on_event(RoundEvent{RoundEvent::Kind::kStoreLost, round, e.what()});
+    } catch (const std::exception& e) {
+      // Store errors (a reply that cannot be read included) are StoreErrors; anything else
+      // from this thread would end the process (std::terminate). It ends the round's watch
+      // as a lost store does: the agent stops its workers and exits 3 with the reason.
+      if (!stop_watching_) {
+        on_event(RoundEvent{RoundEvent::Kind::kStoreLost, round, "the round's watcher failed: " + printable(e.what())});
+      }
     }
   });
 }

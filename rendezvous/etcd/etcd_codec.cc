@@ -1,9 +1,12 @@
 #include "rendezvous/etcd/etcd_codec.h"
 
 #include <charconv>
-#include <stdexcept>
+#include <limits>
+
+#include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/text_escape.h"
 
 namespace ddprun::rendezvous::etcd {
 namespace {
@@ -26,7 +29,32 @@ bool parsePort(const std::string& text, int& port) {
   return ec == std::errc() && end == last && port >= 1 && port <= 65535;
 }
 
+// A field's value as a message shows it: its JSON text, escaped and cut.
+std::string shownJson(const nlohmann::json& value) {
+  return shownText(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+// `name` of `object`, or nullptr when it is missing or null. Throws when `object` is neither
+// an object nor null.
+const nlohmann::json* fieldOf(const nlohmann::json& object, const char* name) {
+  if (object.is_null()) return nullptr;
+  if (!object.is_object()) {
+    throw EtcdDecodeError(fmt::format("'{}' expected in an object, found {}", name, shownJson(object)));
+  }
+  const auto it = object.find(name);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+[[noreturn]] void wrongType(const char* name, const char* expected, const nlohmann::json& value) {
+  throw EtcdDecodeError(fmt::format("field '{}' is not {} ({})", name, expected, shownJson(value)));
+}
+
 }  // namespace
+
+std::string shownText(std::string_view text) {
+  if (text.size() <= kShownReplyBytes) return printable(text);
+  return fmt::format("{}... ({} bytes)", printable(text.substr(0, kShownReplyBytes)), text.size());
+}
 
 std::string base64Encode(const std::string& bytes) {
   std::string out;
@@ -53,17 +81,20 @@ std::string base64Encode(const std::string& bytes) {
 }
 
 std::string base64Decode(const std::string& text) {
-  if (text.size() % 4 != 0) throw std::invalid_argument("base64 text of length " + std::to_string(text.size()));
+  if (text.size() % 4 != 0) {
+    throw EtcdDecodeError(
+        fmt::format("'{}' is not base64 (a length of {}, not a multiple of 4)", shownText(text), text.size()));
+  }
   std::string out;
   out.reserve(text.size() / 4 * 3);
   for (size_t i = 0; i < text.size(); i += 4) {
     const bool last = i + 4 == text.size();
     const int pad = last ? (text[i + 3] == '=') + (text[i + 2] == '=') : 0;
-    if (pad == 1 && text[i + 2] == '=') throw std::invalid_argument("misplaced base64 padding");
+    if (pad == 1 && text[i + 2] == '=') throw EtcdDecodeError("'" + shownText(text) + "' is not base64 (padding)");
     uint32_t v = 0;
     for (int j = 0; j < 4 - pad; ++j) {
       const int s = sextet(text[i + j]);
-      if (s < 0) throw std::invalid_argument("a character outside base64");
+      if (s < 0) throw EtcdDecodeError("'" + shownText(text) + "' is not base64 (a character outside it)");
       v |= uint32_t(s) << (18 - 6 * j);
     }
     out += char(v >> 16);
@@ -128,26 +159,67 @@ std::vector<Endpoint> parseEndpoints(const std::string& list) {
 }
 
 int64_t int64Field(const nlohmann::json& object, const char* name) {
-  if (!object.is_object()) return 0;
-  const auto it = object.find(name);
-  if (it == object.end() || it->is_null()) return 0;
-  if (it->is_number_integer()) return it->get<int64_t>();
-  if (it->is_string()) {
-    const std::string& s = it->get_ref<const std::string&>();
-    int64_t v = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec == std::errc() && end == s.data() + s.size()) return v;
+  const nlohmann::json* v = fieldOf(object, name);
+  if (!v) return 0;
+  if (v->is_number_unsigned()) {
+    if (v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) wrongType(name, "an int64", *v);
+    return static_cast<int64_t>(v->get<uint64_t>());
   }
-  throw std::invalid_argument(std::string("field '") + name + "' is not an integer");
+  if (v->is_number_integer()) return v->get<int64_t>();
+  if (v->is_string()) {
+    const std::string& s = v->get_ref<const std::string&>();
+    int64_t out = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    if (ec == std::errc() && end == s.data() + s.size()) return out;
+  }
+  wrongType(name, "an integer", *v);
+}
+
+std::string stringField(const nlohmann::json& object, const char* name) {
+  const nlohmann::json* v = fieldOf(object, name);
+  if (!v) return "";
+  if (!v->is_string()) wrongType(name, "a string", *v);
+  return v->get<std::string>();
+}
+
+bool boolField(const nlohmann::json& object, const char* name) {
+  const nlohmann::json* v = fieldOf(object, name);
+  if (!v) return false;
+  if (!v->is_boolean()) wrongType(name, "a boolean", *v);
+  return v->get<bool>();
+}
+
+nlohmann::json objectField(const nlohmann::json& object, const char* name) {
+  const nlohmann::json* v = fieldOf(object, name);
+  if (!v) return nlohmann::json::object();
+  if (!v->is_object()) wrongType(name, "an object", *v);
+  return *v;
+}
+
+nlohmann::json arrayField(const nlohmann::json& object, const char* name) {
+  const nlohmann::json* v = fieldOf(object, name);
+  if (!v) return nlohmann::json::array();
+  if (!v->is_array()) wrongType(name, "an array", *v);
+  return *v;
+}
+
+nlohmann::json parseReply(const std::string& text) {
+  // Without exceptions: a parse error's message would quote the text unescaped.
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) throw EtcdDecodeError("text that is not JSON ('" + shownText(text) + "')");
+  if (!j.is_object()) throw EtcdDecodeError("JSON that is not an object (" + shownJson(j) + ")");
+  return j;
 }
 
 std::vector<KeyValue> keyValues(const nlohmann::json& kvs) {
   std::vector<KeyValue> out;
-  if (!kvs.is_array()) return out;
+  if (kvs.is_null()) return out;
+  if (!kvs.is_array()) wrongType("kvs", "an array", kvs);
   for (const auto& kv : kvs) {
+    if (!kv.is_object()) wrongType("kvs", "an array of objects", kv);
     KeyValue v;
-    v.key = base64Decode(kv.value("key", ""));
-    v.value = base64Decode(kv.value("value", ""));
+    v.key = base64Decode(stringField(kv, "key"));
+    v.value = base64Decode(stringField(kv, "value"));
     v.mod_revision = int64Field(kv, "mod_revision");
     v.lease = int64Field(kv, "lease");
     out.push_back(std::move(v));
@@ -156,8 +228,18 @@ std::vector<KeyValue> keyValues(const nlohmann::json& kvs) {
 }
 
 int64_t headerRevision(const nlohmann::json& response) {
-  const auto it = response.find("header");
-  return it == response.end() ? 0 : int64Field(*it, "revision");
+  return int64Field(objectField(response, "header"), "revision");
+}
+
+std::string replyError(const nlohmann::json& reply) {
+  const nlohmann::json* e = fieldOf(reply, "error");
+  if (!e) return "";
+  if (e->is_string()) return shownText(e->get_ref<const std::string&>());
+  if (e->is_object()) {
+    const nlohmann::json* message = fieldOf(*e, "message");
+    if (message && message->is_string()) return shownText(message->get_ref<const std::string&>());
+  }
+  return shownJson(*e);
 }
 
 nlohmann::json rangeRequest(const std::string& key, const std::string& range_end, bool keys_only) {
@@ -181,28 +263,46 @@ nlohmann::json deleteRequest(const std::string& key, const std::string& range_en
 
 WatchMessage parseWatchMessage(const std::string& line) {
   WatchMessage m;
-  const auto j = nlohmann::json::parse(line);
-  if (auto e = j.find("error"); e != j.end()) {
-    m.error = e->is_object() ? e->value("message", e->dump()) : e->dump();
-    return m;
-  }
+  const nlohmann::json j = parseReply(line);
+  m.error = replyError(j);
+  if (!m.error.empty()) return m;
   const auto r = j.find("result");
-  if (r == j.end() || !r->is_object()) throw std::invalid_argument("a watch message without result");
-  m.created = r->value("created", false);
-  m.canceled = r->value("canceled", false);
-  if (m.canceled) m.error = r->value("cancel_reason", "the watch was canceled");
+  if (r == j.end() || !r->is_object()) {
+    throw EtcdDecodeError("a watch message without a result object ('" + shownText(line) + "')");
+  }
+  m.created = boolField(*r, "created");
+  m.canceled = boolField(*r, "canceled");
+  if (m.canceled) {
+    const std::string reason = stringField(*r, "cancel_reason");
+    m.error = reason.empty() ? "the watch was canceled" : shownText(reason);
+  }
   m.compact_revision = int64Field(*r, "compact_revision");
   m.revision = headerRevision(*r);
-  if (auto events = r->find("events"); events != r->end() && events->is_array()) {
-    for (const auto& ev : *events) {
-      WatchEvent w;
-      w.deleted = ev.value("type", "PUT") == "DELETE";
-      auto kv = keyValues(nlohmann::json::array({ev.value("kv", nlohmann::json::object())}));
-      if (!kv.empty()) w.kv = kv.front();
-      m.events.push_back(std::move(w));
-    }
+  for (const auto& ev : arrayField(*r, "events")) {
+    if (!ev.is_object()) wrongType("events", "an array of objects", ev);
+    WatchEvent w;
+    const std::string type = stringField(ev, "type");
+    if (type != "" && type != "PUT" && type != "DELETE") wrongType("type", "PUT or DELETE", ev["type"]);
+    w.deleted = type == "DELETE";
+    auto kv = keyValues(nlohmann::json::array({objectField(ev, "kv")}));
+    w.kv = kv.front();
+    m.events.push_back(std::move(w));
   }
   return m;
+}
+
+KeepAliveAnswer parseKeepAlive(const std::string& line) {
+  KeepAliveAnswer a;
+  const nlohmann::json j = parseReply(line);
+  a.error = replyError(j);
+  if (!a.error.empty()) return a;
+  const auto r = j.find("result");
+  if (r == j.end() || !r->is_object()) {
+    throw EtcdDecodeError("a keep-alive answer without a result object ('" + shownText(line) + "')");
+  }
+  a.ttl = int64Field(*r, "TTL");
+  if (a.ttl < 0) wrongType("TTL", "a TTL (0 or more)", (*r)["TTL"]);
+  return a;
 }
 
 }  // namespace ddprun::rendezvous::etcd

@@ -6,14 +6,39 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "rendezvous/store.h"
+
 namespace ddprun::rendezvous::etcd {
 
+// A reply that etcd's gateway never sends: text that is not JSON, a field of the wrong type,
+// a key or value that is not base64. Every reply is input: the decoders below throw this and
+// nothing else, and EtcdHttp names the member and the call it came from (EtcdBadReply).
+class EtcdDecodeError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// An error etcd reported in a reply that is otherwise well formed (its "error" field, as
+// replyError() shows it); EtcdHttp names the member and the call (EtcdRequestError).
+class EtcdReportedError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// How much of a text from etcd (a reply's body, an error message, a field) a message shows:
+// etcd's own messages are far shorter, and a console line must stay one short line.
+constexpr size_t kShownReplyBytes = 300;
+// `text` made safe for one console line (ddprun::printable) and cut to kShownReplyBytes,
+// with "... (N bytes)" after a cut.
+std::string shownText(std::string_view text);
+
 std::string base64Encode(const std::string& bytes);
-// Throws std::invalid_argument on a character outside the alphabet or a bad length.
+// Throws EtcdDecodeError on a character outside the alphabet or a bad length.
 std::string base64Decode(const std::string& text);
 
 // etcd's "everything under this prefix" range end: the prefix with its last byte that is
@@ -39,11 +64,24 @@ struct KeyValue {
 };
 
 // The gateway prints int64 fields as JSON strings ("revision": "12") and leaves out fields
-// at their zero value: a missing field reads as 0.
+// at their zero value: a missing (or null) field reads as 0, "" or false, and a missing
+// `object` (null) as an empty one. A field of another type, or an `object` that is not one,
+// throws EtcdDecodeError naming the field.
 int64_t int64Field(const nlohmann::json& object, const char* name);
+std::string stringField(const nlohmann::json& object, const char* name);
+bool boolField(const nlohmann::json& object, const char* name);
+// A field that holds an object or an array; missing: an empty one.
+nlohmann::json objectField(const nlohmann::json& object, const char* name);
+nlohmann::json arrayField(const nlohmann::json& object, const char* name);
+// A reply's body (one line of a stream) as a JSON object.
+nlohmann::json parseReply(const std::string& text);
+// The key-values of a range reply's `kvs` (null: none).
 std::vector<KeyValue> keyValues(const nlohmann::json& kvs);
 // header.revision of a response.
 int64_t headerRevision(const nlohmann::json& response);
+// An `error` the gateway put in a reply (an object with a message, or a string), shown as
+// shownText() does; empty when there is none.
+std::string replyError(const nlohmann::json& reply);
 
 // Request bodies.
 nlohmann::json rangeRequest(const std::string& key, const std::string& range_end = "", bool keys_only = false);
@@ -58,11 +96,20 @@ struct WatchEvent {
 struct WatchMessage {
   bool created = false;
   bool canceled = false;
-  std::string error;  // an error message from the gateway or a cancel reason
+  std::string error;  // an error message from the gateway or a cancel reason (as shownText())
   int64_t compact_revision = 0;
   int64_t revision = 0;  // header.revision
   std::vector<WatchEvent> events;
 };
+// Throws EtcdDecodeError (never another error) for a line that is not such a message.
 WatchMessage parseWatchMessage(const std::string& line);
+
+// One answer of /v3/lease/keepalive: {"result": {"ID", "TTL"}} or {"error": {...}}.
+struct KeepAliveAnswer {
+  int64_t ttl = 0;    // 0: the lease has expired
+  std::string error;  // the gateway's error (as shownText())
+};
+// Throws EtcdDecodeError for a line that is not such an answer.
+KeepAliveAnswer parseKeepAlive(const std::string& line);
 
 }  // namespace ddprun::rendezvous::etcd

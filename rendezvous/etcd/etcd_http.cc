@@ -16,6 +16,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include "common/error.h"
+#include "common/text_escape.h"
 
 namespace ddprun::rendezvous::etcd {
 namespace {
@@ -38,6 +39,72 @@ void requireReadable(const std::string& path, const char* key) {
   std::ifstream in(path);
   if (!in) throw UsageError(fmt::format("--rdzv_conf {}={}: cannot read the file", key, path));
 }
+
+// Runs `fn` on what `member` sent for `path`: an error reading it (EtcdDecodeError, or any
+// other slip of a reader on text from the network) becomes an EtcdBadReply naming both, on
+// the calling thread. StoreErrors a reader throws on purpose pass as they are.
+template <class Fn>
+auto decoding(const Endpoint& member, const std::string& path, Fn&& fn) {
+  const auto bad = [&](const std::string& why) {
+    return EtcdBadReply(
+        fmt::format("etcd member {} answered {} with a reply etcd does not send: {}", member.text(), path, why));
+  };
+  try {
+    return fn();
+  } catch (const EtcdDecodeError& e) {
+    throw bad(e.what());
+  } catch (const EtcdReportedError& e) {
+    throw EtcdRequestError(fmt::format("etcd member {} refused {}: {}", member.text(), path, e.what()), 200);
+  } catch (const StoreError&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw bad(shownText(e.what()));
+  }
+}
+
+}  // namespace
+
+// The most of an error reply's body that is read: the gateway's own are a few hundred bytes
+// of JSON, and the rest of a longer one is not waited for (40 MB would outlast the attempt).
+constexpr size_t kMaxErrorBodyBytes = 64 * 1024;
+
+// An error reply's body as far as it was read (at most kMaxErrorBodyBytes), and its full
+// size once it was cut there.
+struct EtcdHttp::ErrorBody {
+  std::string read;
+  std::optional<uint64_t> total;  // cut: the reply's Content-Length (none: chunked)
+  bool stopped = false;
+  // Reads on while under kMaxErrorBodyBytes.
+  bool add(const ReplyHead& head, const char* p, size_t n) {
+    read.append(p, n);
+    if (read.size() < kMaxErrorBodyBytes) return true;
+    stopped = true;
+    total = head.content_length;
+    return false;
+  }
+  bool cut() const { return stopped; }
+  // The body escaped and cut, with its size when more came than shows.
+  std::string text() const {
+    if (!stopped) return shownText(read);
+    const std::string size = total ? std::to_string(*total) : "over " + std::to_string(read.size());
+    return fmt::format("{}... ({} bytes)", printable(read.substr(0, kShownReplyBytes)), size);
+  }
+  // The gateway's "message" (or "error") when the body is its JSON, else the body.
+  std::string message() const {
+    const nlohmann::json j = nlohmann::json::parse(read, nullptr, false);
+    if (j.is_object()) {
+      for (const char* name : {"message", "error"}) {
+        const auto it = j.find(name);
+        if (it != j.end() && it->is_string()) return shownText(it->get_ref<const std::string&>());
+      }
+    }
+    return text();
+  }
+};
+
+namespace {
 
 // Runs the io_context until the operation started before it completes (or its stream's
 // expiry cancels it).
@@ -94,8 +161,11 @@ void EtcdHttp::interrupt() {
   for (auto* ioc : active_) ioc->stop();
 }
 
-int EtcdHttp::exchange(const Endpoint& member, const std::string& path, const std::string& body, Deadline until,
-                       Deadline header_deadline, const std::function<bool(const char*, size_t)>& on_data) {
+EtcdHttp::ReplyHead EtcdHttp::exchange(const Endpoint& member, const std::string& path, const std::string& body,
+                                       Deadline until, Deadline header_deadline,
+                                       const std::function<bool(const ReplyHead&, const char*, size_t)>& on_data,
+                                       bool& complete) {
+  complete = false;
   asio::io_context ioc;
   {
     std::lock_guard lock(active_mutex_);
@@ -169,7 +239,9 @@ int EtcdHttp::exchange(const Endpoint& member, const std::string& path, const st
   }
   runOne(ioc);
   check("reading the reply of");
-  const int status = static_cast<int>(parser.get().result_int());
+  ReplyHead head;
+  head.status = static_cast<int>(parser.get().result_int());
+  if (const auto length = parser.content_length()) head.content_length = *length;
 
   // The body: from here a quiet stream at `until` is a normal end, not the member's fault.
   plain.expires_at(std::max(until, header_deadline));
@@ -187,11 +259,12 @@ int EtcdHttp::exchange(const Endpoint& member, const std::string& path, const st
     runOne(ioc);
     if (ec == http::error::need_buffer) ec = {};
     const size_t n = sizeof chunk - parser.get().body().size;
-    if (n > 0 && !on_data(chunk, n)) return status;
-    if (ec == beast::error::timeout && std::chrono::steady_clock::now() >= until) return status;
+    if (n > 0 && !on_data(head, chunk, n)) return head;
+    if (ec == beast::error::timeout && std::chrono::steady_clock::now() >= until) return head;
     check("reading the reply of");
   }
-  return status;
+  complete = true;
+  return head;
 }
 
 template <class Fn>
@@ -236,28 +309,52 @@ out:
                         detail);
 }
 
-nlohmann::json EtcdHttp::call(const std::string& path, const nlohmann::json& body, Deadline deadline) {
+// An error reply (4xx) as an EtcdRequestError: the gateway's message, or the body when it is
+// not the gateway's JSON (something else answers on that port).
+EtcdRequestError EtcdHttp::refusal(const Endpoint& member, const std::string& path, int status,
+                                   const ErrorBody& error) const {
+  if (error.cut() || nlohmann::json::accept(error.read)) {
+    return EtcdRequestError(fmt::format("{} refused {} (HTTP {}): {}", member.text(), path, status, error.message()),
+                            status);
+  }
+  return EtcdRequestError(fmt::format("{} answered {} with HTTP {} and no JSON ('{}'): not an etcd v3 JSON gateway?",
+                                      member.text(), path, status, error.text()),
+                          status);
+}
+
+nlohmann::json EtcdHttp::call(const std::string& path, const nlohmann::json& body, Deadline deadline,
+                              const Decode& decode) {
   const std::string text = body.dump();
   nlohmann::json reply;
   failOver(deadline, path, [&](const Endpoint& member, Deadline until) {
     std::string data;
-    const int status = exchange(member, path, text, until, until, [&](const char* p, size_t n) {
-      data.append(p, n);
-      return true;
+    ErrorBody error;
+    bool complete = false;
+    const ReplyHead head = exchange(
+        member, path, text, until, until,
+        [&](const ReplyHead& h, const char* p, size_t n) {
+          if (h.status != 200) return error.add(h, p, n);
+          data.append(p, n);
+          return true;
+        },
+        complete);
+    if (head.status >= 500) throw MemberError(fmt::format("{}: HTTP {}: {}", member.text(), head.status, error.text()));
+    if (head.status != 200) throw refusal(member, path, head.status, error);
+    if (!complete) {
+      throw MemberError(
+          fmt::format("reading the reply of {}: cut short after {} bytes (timed out)", member.text(), data.size()));
+    }
+    nlohmann::json j = nlohmann::json::parse(data, nullptr, false);
+    if (j.is_discarded()) {
+      throw EtcdRequestError(
+          fmt::format("{} answered {} with HTTP 200 and no JSON ('{}'): not an etcd v3 JSON gateway?", member.text(),
+                      path, shownText(data)),
+          head.status);
+    }
+    decoding(member, path, [&] {
+      if (!j.is_object()) throw EtcdDecodeError("JSON that is not an object (" + shownText(data) + ")");
+      if (decode) decode(j);
     });
-    if (status >= 500) throw MemberError(fmt::format("{}: HTTP {}: {}", member.text(), status, data.substr(0, 200)));
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(data);
-    } catch (const nlohmann::json::exception&) {
-      throw EtcdRequestError(fmt::format("{} answered {} with HTTP {} and no JSON ('{}'): not an etcd v3 JSON gateway?",
-                                         member.text(), path, status, data.substr(0, 120)),
-                             status);
-    }
-    if (status != 200) {
-      const std::string message = j.is_object() ? j.value("message", j.value("error", data)) : data;
-      throw EtcdRequestError(fmt::format("{} refused {} (HTTP {}): {}", member.text(), path, status, message), status);
-    }
     reply = std::move(j);
     return true;
   });
@@ -269,27 +366,31 @@ void EtcdHttp::stream(const std::string& path, const nlohmann::json& body, Deadl
   const std::string text = body.dump();
   failOver(deadline, path, [&](const Endpoint& member, Deadline header_deadline) {
     std::string pending;
-    std::string error_body;
+    ErrorBody error;  // a reply other than 200: shown, never read as lines
     bool stopped = false;
-    const int status = exchange(member, path, text, segment_end, header_deadline, [&](const char* p, size_t n) {
-      pending.append(p, n);
-      size_t nl;
-      while ((nl = pending.find('\n')) != std::string::npos) {
-        std::string line = pending.substr(0, nl);
-        pending.erase(0, nl + 1);
-        if (line.empty()) continue;
-        if (!on_line(line)) {
-          stopped = true;
-          return false;
-        }
-      }
-      return true;
-    });
-    if (status >= 500) throw MemberError(fmt::format("{}: HTTP {}: {}", member.text(), status, pending.substr(0, 200)));
-    if (status != 200) {
-      throw EtcdRequestError(fmt::format("{} refused {} (HTTP {}): {}", member.text(), path, status, pending), status);
-    }
-    if (!stopped && !pending.empty()) on_line(pending);
+    bool complete = false;
+    const auto line = [&](const std::string& l) { return decoding(member, path, [&] { return on_line(l); }); };
+    const ReplyHead head = exchange(
+        member, path, text, segment_end, header_deadline,
+        [&](const ReplyHead& h, const char* p, size_t n) {
+          if (h.status != 200) return error.add(h, p, n);
+          pending.append(p, n);
+          size_t nl;
+          while ((nl = pending.find('\n')) != std::string::npos) {
+            std::string l = pending.substr(0, nl);
+            pending.erase(0, nl + 1);
+            if (l.empty()) continue;
+            if (!line(l)) {
+              stopped = true;
+              return false;
+            }
+          }
+          return true;
+        },
+        complete);
+    if (head.status >= 500) throw MemberError(fmt::format("{}: HTTP {}: {}", member.text(), head.status, error.text()));
+    if (head.status != 200) throw refusal(member, path, head.status, error);
+    if (!stopped && !pending.empty()) line(pending);
     return true;
   });
 }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -46,6 +47,15 @@ class EtcdRequestError : public StoreError {
   int http_status_;
 };
 
+// A member answered with a reply etcd's gateway never sends (EtcdDecodeError: not JSON, a field
+// of the wrong type, bad base64): the message names the member and the call. Not retried on
+// another member: a reply cannot be guessed at, and a member that sends such replies is no
+// etcd to fail over from (a wrong endpoint, a proxy in the way).
+class EtcdBadReply : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 // No member served a request in time; detail() holds each member's last error.
 class EtcdUnavailable : public StoreTimeout {
  public:
@@ -62,15 +72,23 @@ class EtcdHttp {
   explicit EtcdHttp(EtcdConnectionOptions options);
   ~EtcdHttp();
 
-  // POSTs `body` to `path` ("/v3/kv/range") and returns the JSON reply, trying the members
-  // in turn until `deadline`. Throws EtcdUnavailable naming each member's last error when none
-  // served in time, EtcdRequestError for a refused request, StoreError once interrupted.
-  nlohmann::json call(const std::string& path, const nlohmann::json& body, Deadline deadline);
+  // Reads a reply while the member that sent it is known; throws EtcdDecodeError.
+  using Decode = std::function<void(const nlohmann::json&)>;
+
+  // POSTs `body` to `path` ("/v3/kv/range") and returns the JSON reply (an object), trying
+  // the members in turn until `deadline`; `decode`, when given, reads it first. Throws
+  // EtcdUnavailable naming each member's last error when none served in time,
+  // EtcdRequestError for a refused request, EtcdBadReply (naming the member and `path`) for a
+  // reply that is not JSON or that `decode` cannot read, StoreError once interrupted. What
+  // a member sent shows in these messages escaped and cut (shownText()).
+  nlohmann::json call(const std::string& path, const nlohmann::json& body, Deadline deadline,
+                      const Decode& decode = {});
 
   // A streaming request (a watch) to one member, chosen as call() would (fail-over until
   // `deadline` while no member answers): `on_line` gets each line of the reply's body and
   // returns false to stop. Returns normally when on_line stopped, when the reply ended, or
-  // at `segment_end` after the reply began (a quiet watch). Throws as call().
+  // at `segment_end` after the reply began (a quiet watch). Throws as call(); what on_line
+  // throws other than a StoreError (a line it cannot read) is an EtcdBadReply.
   void stream(const std::string& path, const nlohmann::json& body, Deadline segment_end, Deadline deadline,
               const std::function<bool(const std::string&)>& on_line);
 
@@ -83,12 +101,22 @@ class EtcdHttp {
 
  private:
   struct Attempt;
-  // One request to the current member; returns the HTTP status, the body going to on_data.
-  // Throws std::runtime_error-like errors for transport failures (caught by the callers).
-  int exchange(const Endpoint& member, const std::string& path, const std::string& body, Deadline until,
-               Deadline header_deadline, const std::function<bool(const char*, size_t)>& on_data);
+  // A reply's status line and length, known before its body.
+  struct ReplyHead {
+    int status = 0;
+    std::optional<uint64_t> content_length;  // none: chunked (a stream)
+  };
+  // One request to the current member; returns the reply's head, the body going to on_data
+  // (which returns false to stop reading). `complete`: whether the whole body was read (not
+  // cut by on_data or by `until`). Throws std::runtime_error-like errors for transport
+  // failures (caught by the callers).
+  ReplyHead exchange(const Endpoint& member, const std::string& path, const std::string& body, Deadline until,
+                     Deadline header_deadline,
+                     const std::function<bool(const ReplyHead&, const char*, size_t)>& on_data, bool& complete);
   template <class Fn>
   void failOver(Deadline deadline, const std::string& what, Fn&& attempt);
+  struct ErrorBody;
+  EtcdRequestError refusal(const Endpoint& member, const std::string& path, int status, const ErrorBody& error) const;
 
   EtcdConnectionOptions options_;
   struct TlsContext;

@@ -1,6 +1,7 @@
 #include "rendezvous/etcd/etcd_round_lease.h"
 
 #include "common/logging.h"
+#include "common/text_escape.h"
 #include "rendezvous/etcd/etcd_http.h"
 
 namespace ddprun::rendezvous::etcd {
@@ -40,8 +41,15 @@ void EtcdRoundLease::keepAliveLoop() {
         return;
       }
     } catch (const StoreError& e) {
+      // A member that did not answer, or answered what etcd never sends (EtcdBadReply):
+      // the next keep-alive may reach another member.
       std::lock_guard relock(mutex_);
       if (!stop_) log->warn("etcd lease keep-alive failed ({}); retrying", e.what());
+    } catch (const std::exception& e) {
+      // Every error of a reply is a StoreError; whatever else comes, it must not end the
+      // process from this thread. The lease lapses and the other nodes re-form without this one.
+      log->error("etcd lease keep-alives stopped: {}", printable(e.what()));
+      return;
     }
     lock.lock();
   }
@@ -78,8 +86,13 @@ void EtcdRoundLease::watchSuccessor() {
     log->warn("node {}'s etcd lease lapsed; evicting it", spec_.successor_name);
     store_->compareSet(spec_.end_key, "", spec_.evict_reason);
   } catch (const StoreError& e) {
+    // EtcdBadReply included: a reply that cannot be read says nothing of the successor, so
+    // it is not evicted for it; the round's own watcher meets the same member.
     std::lock_guard lock(mutex_);
     if (!stop_) log->warn("cannot watch node {}'s etcd lease: {}", spec_.successor_name, e.what());
+  } catch (const std::exception& e) {
+    // As in keepAliveLoop: never the end of the process from this thread.
+    log->error("stopped watching node {}'s etcd lease: {}", spec_.successor_name, printable(e.what()));
   }
 }
 

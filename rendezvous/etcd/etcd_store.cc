@@ -73,8 +73,9 @@ void EtcdStore::probe(milliseconds timeout) {
 }
 
 std::optional<KeyValue> EtcdStore::read(const std::string& key) {
-  const json reply = http_.call("/v3/kv/range", rangeRequest(full(key)), deadlineFrom(timeout_));
-  auto kvs = keyValues(reply.value("kvs", json::array()));
+  std::vector<KeyValue> kvs;
+  http_.call("/v3/kv/range", rangeRequest(full(key)), deadlineFrom(timeout_),
+             [&](const json& reply) { kvs = keyValues(arrayField(reply, "kvs")); });
   if (kvs.empty()) return std::nullopt;
   return kvs.front();
 }
@@ -88,30 +89,26 @@ void EtcdStore::setWithLease(const std::string& key, const std::string& value, i
 KeyValue EtcdStore::waitFor(const std::string& key, Deadline deadline) {
   const std::string k = full(key);
   for (;;) {
-    const json reply = http_.call("/v3/kv/range", rangeRequest(k), deadline);
-    auto kvs = keyValues(reply.value("kvs", json::array()));
+    std::vector<KeyValue> kvs;
+    int64_t revision = 0;
+    http_.call("/v3/kv/range", rangeRequest(k), deadline, [&](const json& reply) {
+      kvs = keyValues(arrayField(reply, "kvs"));
+      revision = headerRevision(reply);
+    });
     if (!kvs.empty()) return kvs.front();
-    const int64_t revision = headerRevision(reply);
     if (std::chrono::steady_clock::now() >= deadline) break;
     // Watch for the key's creation from just after the revision read: nothing in between
     // is missed. One segment, then read again (which also moves off a frozen member).
     std::optional<KeyValue> found;
-    std::string canceled;
     const json request = {
         {"create_request", {{"key", base64Encode(k)}, {"start_revision", std::to_string(revision + 1)}}}};
     const Deadline segment_end = std::min(deadline, std::chrono::steady_clock::now() + segment_);
+    // A line that is not a watch message is EtcdBadReply (http_.stream): the wait fails with
+    // it rather than running to its deadline on a member that cannot be understood.
     http_.stream("/v3/watch", request, segment_end, deadline, [&](const std::string& line) {
-      WatchMessage m;
-      try {
-        m = parseWatchMessage(line);
-      } catch (const std::exception& e) {
-        canceled = std::string("malformed watch message: ") + e.what();
-        return false;
-      }
-      if (!m.error.empty()) {
-        canceled = m.error;
-        return false;
-      }
+      WatchMessage m = parseWatchMessage(line);
+      // An error or a cancel (a compacted start revision): the next read starts afresh.
+      if (!m.error.empty()) return false;
       for (auto& ev : m.events) {
         if (!ev.deleted && ev.kv.key == k) {
           found = std::move(ev.kv);
@@ -177,12 +174,14 @@ std::string EtcdStore::update(const std::string& key,
         {"success",
          json::array({{{"request_put", putRequest(k, value)}}, {{"request_put", putRequest(marker, value, lease)}}})},
     };
-    const json reply = http_.call("/v3/kv/txn", txn, deadline);
-    if (reply.value("succeeded", false)) return value;
+    bool succeeded = false;
+    http_.call("/v3/kv/txn", txn, deadline, [&](const json& reply) { succeeded = boolField(reply, "succeeded"); });
+    if (succeeded) return value;
     // Lost a race, or a member applied this very transaction and failed before answering
     // (the fail-over then sent it again): the marker tells.
-    const json seen = http_.call("/v3/kv/range", rangeRequest(marker), deadline);
-    const auto kvs = keyValues(seen.value("kvs", json::array()));
+    std::vector<KeyValue> kvs;
+    http_.call("/v3/kv/range", rangeRequest(marker), deadline,
+               [&](const json& seen) { kvs = keyValues(arrayField(seen, "kvs")); });
     if (!kvs.empty()) return kvs.front().value;
     if (std::chrono::steady_clock::now() >= deadline) throw StoreTimeout("contention on key '" + key + "' in etcd");
   }
@@ -216,12 +215,16 @@ std::string EtcdStore::compareSet(const std::string& key, const std::string& exp
       {"success", json::array({{{"request_put", putRequest(k, desired)}}})},
       {"failure", json::array({{{"request_range", rangeRequest(k)}}})},
   };
-  const json reply = http_.call("/v3/kv/txn", txn, deadlineFrom(timeout_));
-  if (reply.value("succeeded", false)) return desired;
-  const json& responses = reply.value("responses", json::array());
+  bool succeeded = false;
   std::vector<KeyValue> kvs;
-  if (!responses.empty())
-    kvs = keyValues(responses[0].value("response_range", json::object()).value("kvs", json::array()));
+  http_.call("/v3/kv/txn", txn, deadlineFrom(timeout_), [&](const json& reply) {
+    succeeded = boolField(reply, "succeeded");
+    const json responses = arrayField(reply, "responses");
+    if (!succeeded && !responses.empty()) {
+      kvs = keyValues(arrayField(objectField(responses[0], "response_range"), "kvs"));
+    }
+  });
+  if (succeeded) return desired;
   // torch's rules: a missing key with a non-empty `expected` replies `expected`.
   if (kvs.empty()) return expected;
   return kvs.front().value;
@@ -243,8 +246,10 @@ void EtcdStore::wait(const std::vector<std::string>& keys, milliseconds timeout)
 int64_t EtcdStore::numKeys() { return static_cast<int64_t>(listKeys().size()); }
 
 bool EtcdStore::deleteKey(const std::string& key) {
-  const json reply = http_.call("/v3/kv/deleterange", deleteRequest(full(key)), deadlineFrom(timeout_));
-  return int64Field(reply, "deleted") > 0;
+  int64_t deleted = 0;
+  http_.call("/v3/kv/deleterange", deleteRequest(full(key)), deadlineFrom(timeout_),
+             [&](const json& reply) { deleted = int64Field(reply, "deleted"); });
+  return deleted > 0;
 }
 
 void EtcdStore::deletePrefix(const std::string& prefix) {
@@ -276,10 +281,11 @@ int64_t EtcdStore::queueLength(const std::string&) {
 }
 
 std::vector<std::string> EtcdStore::listKeys() {
-  const json reply =
-      http_.call("/v3/kv/range", rangeRequest(root_, prefixRangeEnd(root_), true), deadlineFrom(timeout_));
+  std::vector<KeyValue> kvs;
+  http_.call("/v3/kv/range", rangeRequest(root_, prefixRangeEnd(root_), true), deadlineFrom(timeout_),
+             [&](const json& reply) { kvs = keyValues(arrayField(reply, "kvs")); });
   std::vector<std::string> keys;
-  for (const auto& kv : keyValues(reply.value("kvs", json::array()))) {
+  for (const auto& kv : kvs) {
     if (kv.key.find(kMarkerInfix) != std::string::npos) continue;
     keys.push_back(kv.key.substr(root_.size()));
   }
@@ -287,35 +293,27 @@ std::vector<std::string> EtcdStore::listKeys() {
 }
 
 int64_t EtcdStore::grantLease(int64_t ttl_seconds) {
-  const json reply = http_.call("/v3/lease/grant", {{"TTL", std::to_string(ttl_seconds)}}, deadlineFrom(timeout_));
-  if (reply.contains("error") && !reply["error"].get<std::string>().empty()) {
-    throw StoreError("etcd refused a lease: " + reply["error"].get<std::string>());
-  }
-  const int64_t id = int64Field(reply, "ID");
-  if (id == 0) throw StoreError("etcd granted a lease without an ID");
+  int64_t id = 0;
+  http_.call("/v3/lease/grant", {{"TTL", std::to_string(ttl_seconds)}}, deadlineFrom(timeout_), [&](const json& reply) {
+    if (const std::string error = replyError(reply); !error.empty()) throw EtcdReportedError(error);
+    id = int64Field(reply, "ID");
+    if (id == 0) throw EtcdDecodeError("a lease granted without an ID");
+  });
   return id;
 }
 
 int64_t EtcdStore::keepAlive(int64_t lease) {
   // A stream in gRPC; through the gateway one request carries one keep-alive and its answer.
-  int64_t ttl = -1;
-  std::string error;
+  std::optional<KeepAliveAnswer> answer;
   const Deadline deadline = deadlineFrom(timeout_);
   http_.stream("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, deadline, deadline,
                [&](const std::string& line) {
-                 const json j = json::parse(line, nullptr, false);
-                 if (j.is_discarded()) {
-                   error = "a malformed keep-alive answer";
-                 } else if (j.contains("error")) {
-                   error = j["error"].is_object() ? j["error"].value("message", j["error"].dump()) : j["error"].dump();
-                 } else {
-                   ttl = int64Field(j.value("result", json::object()), "TTL");
-                 }
+                 answer = parseKeepAlive(line);
+                 if (!answer->error.empty()) throw EtcdReportedError(answer->error);
                  return false;
                });
-  if (!error.empty()) throw StoreError("lease keep-alive: " + error);
-  if (ttl < 0) throw StoreError("lease keep-alive: no answer");
-  return ttl;
+  if (!answer) throw StoreError("lease keep-alive: no answer from etcd at " + http_.membersText());
+  return answer->ttl;
 }
 
 // The interface a datagram socket "connected" to the first member would send from: the

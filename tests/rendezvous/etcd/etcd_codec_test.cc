@@ -22,10 +22,10 @@ TEST_CASE("base64 matches RFC 4648's vectors and round-trips every byte", "[unit
 }
 
 TEST_CASE("base64 refuses text that is not base64", "[unit]") {
-  CHECK_THROWS_AS(base64Decode("Zm9"), std::invalid_argument);
-  CHECK_THROWS_AS(base64Decode("Zm9*"), std::invalid_argument);
-  CHECK_THROWS_AS(base64Decode("Z=9v"), std::invalid_argument);
-  CHECK_THROWS_AS(base64Decode("Zg==Zm9v"), std::invalid_argument);
+  CHECK_THROWS_AS(base64Decode("Zm9"), EtcdDecodeError);
+  CHECK_THROWS_AS(base64Decode("Zm9*"), EtcdDecodeError);
+  CHECK_THROWS_AS(base64Decode("Z=9v"), EtcdDecodeError);
+  CHECK_THROWS_AS(base64Decode("Zg==Zm9v"), EtcdDecodeError);
 }
 
 TEST_CASE("a prefix's range end covers exactly the keys under it", "[unit]") {
@@ -111,4 +111,63 @@ TEST_CASE("etcd settings: protocol, key_prefix and TLS files checked, culprit na
   config.endpoint.clear();
   config.conf.clear();
   CHECK_THROWS_AS(parseEtcdSettings(config, settings), ddprun::UsageError);
+}
+
+// Issue 44, defect 1: a reply is input. Each decoder throws EtcdDecodeError (a StoreError, so
+// every caller handles it) and nothing else, whatever the JSON holds; what it quotes is escaped.
+TEST_CASE("the decoders of etcd's replies throw EtcdDecodeError and nothing else on hostile JSON", "[unit]") {
+  const std::vector<std::string> lines = {
+      R"({"result":{"TTL":"abc"}})",
+      R"({"result":{"TTL":1e300}})",
+      R"({"result":{"TTL":18446744073709551615}})",
+      R"({"result":{"TTL":-5}})",
+      R"({"result":["TTL"]})",
+      R"({"result":5})",
+      R"({"error":{"message":17}})",
+      R"([{"result":{}}])",
+      R"("just a string")",
+      "not json",
+      "{\"result\":{\"events\":[{\"type\":\"DELETE\",\"kv\":{\"key\":\"!!!!\"}}]}}",
+      R"({"result":{"events":[{"type":7}]}})",
+      R"({"result":{"events":"all"}})",
+      R"({"result":{"events":[5]}})",
+      R"({"result":{"events":[{"kv":[]}]}})",
+      R"({"result":{"events":[{"kv":{"key":"QQ==","mod_revision":"x"}}]}})",
+      R"({"result":{"header":"x"}})",
+      R"({"result":{"created":"yes"}})",
+      R"({"result":{"canceled":true,"cancel_reason":["x"]}})",
+      "{\"result\":{\"TTL\":\"\\u001b[31m\\n[ddprun] info: forged\"}}",
+  };
+  for (const auto& line : lines) {
+    INFO(line);
+    for (int which = 0; which < 2; ++which) {
+      try {
+        if (which == 0) {
+          parseWatchMessage(line);
+        } else {
+          parseKeepAlive(line);
+        }
+      } catch (const EtcdDecodeError& e) {
+        const std::string what = e.what();
+        CHECK(what.find('\n') == std::string::npos);
+        CHECK(what.find('\x1b') == std::string::npos);
+      } catch (const std::exception& e) {
+        FAIL("not an EtcdDecodeError: " << e.what());
+      }
+    }
+  }
+  CHECK_THROWS_WITH(int64Field(nlohmann::json::parse(R"({"ID":"abc"})"), "ID"),
+                    Catch::Contains("field 'ID' is not an integer") && Catch::Contains("abc"));
+  CHECK_THROWS_AS(keyValues(nlohmann::json::parse(R"("kvs")")), EtcdDecodeError);
+  CHECK(parseKeepAlive(R"({"result":{"ID":"7","TTL":"5"}})").ttl == 5);
+  CHECK(parseKeepAlive(R"({"result":{"ID":"7"}})").ttl == 0);
+  CHECK(parseKeepAlive(R"({"error":{"grpc_code":5,"message":"requested lease not found"}})").error ==
+        "requested lease not found");
+}
+
+TEST_CASE("text from etcd in a message is escaped and cut to a few hundred bytes saying how long it was", "[unit]") {
+  CHECK(shownText("no leader") == "no leader");
+  CHECK(shownText("a\x1b[2J\nb") == "a\\x1b[2J\\nb");
+  const std::string long_text(1000, 'x');
+  CHECK(shownText(long_text) == std::string(kShownReplyBytes, 'x') + "... (1000 bytes)");
 }
