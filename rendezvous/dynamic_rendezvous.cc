@@ -123,7 +123,11 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
     }
   }
   try {
-    client_ = env_.connect(clientOptions(settings_.join_timeout));
+    StoreClientOptions options = clientOptions(settings_.join_timeout);
+    // The join is bounded by join_timeout (as torch's c10d handler bounds it): a store that
+    // accepts and never answers is given no longer than that (nor than a call's read_timeout).
+    options.first_answer_timeout = std::min(settings_.join_timeout, settings_.read_timeout);
+    client_ = env_.connect(options);
   } catch (const StoreError& e) {
     throw RendezvousError(e.what());
   }

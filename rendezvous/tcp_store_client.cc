@@ -140,17 +140,22 @@ class TcpStoreClient::Connection {
 
 TcpStoreClient::TcpStoreClient(StoreClientOptions options) : options_(std::move(options)) {
   std::lock_guard lock(mutex_);
-  connect();
+  connect(true);
 }
 
 TcpStoreClient::~TcpStoreClient() = default;
 
 std::string TcpStoreClient::serverName() const { return options_.host + ":" + std::to_string(options_.port); }
 
-void TcpStoreClient::connect() {
+void TcpStoreClient::connect(bool first) {
   connection_.reset();
   auto connection = std::make_unique<Connection>(options_, fd_);
-  const auto deadline = Clock::now() + options_.timeout;
+  // Without a token the handshake has no reply: only a PING shows that what accepted the
+  // connection is a store that answers (a silent listener would hold the first call for
+  // `timeout`, 60 s in a rendezvous, whatever join_timeout says).
+  const bool answer_check = first && options_.first_answer_timeout.count() > 0;
+  const auto bound = answer_check ? std::min(options_.timeout, options_.first_answer_timeout) : options_.timeout;
+  const auto deadline = Clock::now() + bound;
   try {
     std::string hello = frame(Command::kValidate);
     put<uint32_t>(hello, wire::kValidationMagic);
@@ -172,7 +177,21 @@ void TcpStoreClient::connect() {
     } else {
       connection->send(hello, deadline);
     }
+    if (answer_check) {
+      constexpr uint32_t kNonce = 0x64647072;  // any value: the server echoes it
+      std::string ping = frame(Command::kPing);
+      put<uint32_t>(ping, kNonce);
+      connection->send(ping, deadline);
+      if (connection->receiveValue<uint32_t>(deadline) != kNonce) {
+        throw StoreError("store connect: " + serverName() +
+                         " answered a PING with another nonce: not a rendezvous store");
+      }
+    }
   } catch (const IoFailure& f) {
+    if (answer_check && f.timed_out) {
+      throw StoreTimeout("store connect: " + serverName() + " accepted the connection but did not answer within " +
+                         std::to_string(bound.count()) + " ms: not a rendezvous store, or a stalled one");
+    }
     throw StoreError("store connect: handshake with " + serverName() + " failed: " + f.what +
                      (options_.token.empty() ? "" : " (wrong token?)"));
   }

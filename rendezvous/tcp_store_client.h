@@ -20,6 +20,11 @@ struct StoreClientOptions {
   std::chrono::milliseconds timeout{300000};         // per operation (torch's default: 300 s).
   std::chrono::milliseconds connect_timeout{60000};  // keep retrying a refused connect this long.
   std::string token;                                 // empty: no handshake.
+  // > 0: the constructor also has the server answer (a PING, after the token's handshake)
+  // within this time, and its handshake waits no longer either: a listener that accepts and
+  // never answers fails the constructor then, naming the endpoint, instead of the first call
+  // after `timeout`. The rendezvous' first connection gives it min(join_timeout, read_timeout).
+  std::chrono::milliseconds first_answer_timeout{0};
   // The most one reply may carry (a value, or all values of a MULTI_GET or LIST_KEYS): the
   // server's own limit (StoreLimits::max_reply_bytes). A reply that claims more fails the
   // call with StoreError, and bytes are read as they arrive, so a forged length allocates
@@ -29,8 +34,9 @@ struct StoreClientOptions {
 
 class TcpStoreClient final : public StoreClient {
  public:
-  // Connects (retrying while the server is not up yet), validates and authenticates.
-  // Throws StoreError.
+  // Connects (retrying while the server is not up yet), validates and authenticates, and
+  // with options.first_answer_timeout sees the server answer. Throws StoreError (StoreTimeout
+  // for a server that did not answer within first_answer_timeout).
   explicit TcpStoreClient(StoreClientOptions options);
   ~TcpStoreClient() override;
 
@@ -63,7 +69,8 @@ class TcpStoreClient final : public StoreClient {
   class Connection;
   template <class Fn>
   auto run(const char* op, const std::string& subject, bool retry_safe, Fn&& fn);
-  void connect();
+  // `first`: from the constructor, where options_.first_answer_timeout applies.
+  void connect(bool first = false);
   // WAIT on the held connection; on timeout withdraws it (CANCEL_WAIT) and throws StoreTimeout.
   void waitLocked(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 

@@ -6,6 +6,7 @@
 #include <future>
 #include <thread>
 
+#include "common/unique_fd.h"
 #include "tests/rendezvous/store_test_util.h"
 #include "tests/support/test_process.h"
 
@@ -386,6 +387,46 @@ TEST_CASE("client: connecting to a port with no server fails within connect_time
   auto start = Clock::now();
   CHECK_THROWS_AS(TcpStoreClient(options), StoreError);
   CHECK(msSince(start) < 5000);
+}
+
+// Issue 44 (noticed): something that accepts and never answers held the rendezvous' first
+// call for read_timeout (60 s) whatever join_timeout said.
+TEST_CASE("client: with first_answer_timeout a listener that never answers fails the constructor then", "[client]") {
+  // Listening, never accepting: the kernel completes the connection, nothing ever answers.
+  ddprun::UniqueFd silent(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(silent.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(silent.get(), 4) == 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(silent.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  for (const std::string token : {"", "job-token"}) {
+    INFO("token '" << token << "'");
+    auto options = clientOptions(port, token);
+    options.first_answer_timeout = 300ms;
+    const auto start = Clock::now();
+    try {
+      TcpStoreClient store(options);
+      FAIL("connected to a listener that never answers");
+    } catch (const StoreTimeout& e) {
+      CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(port)) &&
+                               Catch::Contains("did not answer within 300 ms"));
+    }
+    CHECK(msSince(start) < 5000);  // not options.timeout (10 s)
+  }
+  // A store answers, with a token or without.
+  for (const std::string token : {"", "job-token"}) {
+    auto server_options = localServerOptions();
+    server_options.token = token;
+    StoreServer server(server_options);
+    auto options = clientOptions(server.port(), token);
+    options.first_answer_timeout = 300ms;
+    TcpStoreClient store(options);
+    store.set("a", "1");
+    CHECK(store.get("a") == "1");
+  }
 }
 
 TEST_CASE("client: a client retries until a late server comes up", "[client]") {
