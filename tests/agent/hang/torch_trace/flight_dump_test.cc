@@ -145,7 +145,7 @@ TEST_CASE("flight dump: one entry dict memoized and named by 20,000 entries read
   CHECK(run.exit_code == 0);
 }
 
-TEST_CASE("flight dump: what the entries copy is bounded; beyond it, one error naming the entry", "[flight_dump]") {
+TEST_CASE("flight dump: what the entries copy is bounded, and beyond it one error names the entry", "[flight_dump]") {
   testing::TempDir dir;
   REQUIRE(testing::writeDumps(dir.path(), "memo_bomb").exit_code == 0);
   const std::string f = dir.file("nccl_trace_rank_0");
@@ -187,7 +187,7 @@ TEST_CASE("flight dump: the newest max_entries entries are kept (marked truncate
   CHECK(d.entries[0].frames[1].name == "wrapper");
 }
 
-TEST_CASE("flight dump: entries of one call site share their frames; a cancelled read is one error", "[flight_dump]") {
+TEST_CASE("flight dump: entries of one call site share their frames, and a cancelled read is one error", "[flight_dump]") {
   testing::TempDir dir;
   REQUIRE(testing::writeDumps(dir.path(), "done", "torch").exit_code == 0);
   const std::string f = dir.file("nccl_trace_rank_0");
