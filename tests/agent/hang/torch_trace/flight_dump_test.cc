@@ -187,7 +187,8 @@ TEST_CASE("flight dump: the newest max_entries entries are kept (marked truncate
   CHECK(d.entries[0].frames[1].name == "wrapper");
 }
 
-TEST_CASE("flight dump: entries of one call site share their frames, and a cancelled read is one error", "[flight_dump]") {
+TEST_CASE("flight dump: entries of one call site share their frames, and a cancelled read is one error",
+          "[flight_dump]") {
   testing::TempDir dir;
   REQUIRE(testing::writeDumps(dir.path(), "done", "torch").exit_code == 0);
   const std::string f = dir.file("nccl_trace_rank_0");
