@@ -101,4 +101,9 @@ std::string printable(std::string_view text, Newlines newlines) {
   return out;
 }
 
+std::string printableCut(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return printable(text);
+  return printable(text.substr(0, max_bytes)) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
 }  // namespace ddprun

@@ -29,4 +29,9 @@ enum class Newlines {
 // (beyond std::bad_alloc).
 std::string printable(std::string_view text, Newlines newlines = Newlines::kEscape);
 
+// printable(text) of at most the first `max_bytes` of `text`, followed by "... (N bytes)"
+// with text's whole size when it was longer: a peer's text quoted in a message (an etcd reply,
+// ddprun's last console line) stays readable and bounded, and says how much there was.
+std::string printableCut(std::string_view text, size_t max_bytes);
+
 }  // namespace ddprun

@@ -3,7 +3,6 @@
 // from the README's table. The line goes through the console writer, after the log lines
 // queued before it; at exit the writer gets a bounded time to empty its queue.
 #include <cstdio>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -28,11 +27,7 @@ constexpr size_t kMaxErrorBytes = 4096;
 
 // An error message as one console line: escaped (a message quoting a peer's text cannot start
 // a line of its own or drive the terminal) and cut, saying how long it was.
-std::string errorLine(const char* what) {
-  const std::string_view text(what);
-  if (text.size() <= kMaxErrorBytes) return ddprun::printable(text);
-  return fmt::format("{}... ({} bytes)", ddprun::printable(text.substr(0, kMaxErrorBytes)), text.size());
-}
+std::string errorLine(const char* what) { return ddprun::printableCut(what, kMaxErrorBytes); }
 
 }  // namespace
 

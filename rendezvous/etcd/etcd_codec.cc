@@ -51,10 +51,7 @@ const nlohmann::json* fieldOf(const nlohmann::json& object, const char* name) {
 
 }  // namespace
 
-std::string shownText(std::string_view text) {
-  if (text.size() <= kShownReplyBytes) return printable(text);
-  return fmt::format("{}... ({} bytes)", printable(text.substr(0, kShownReplyBytes)), text.size());
-}
+std::string shownText(std::string_view text) { return printableCut(text, kShownReplyBytes); }
 
 std::string base64Encode(const std::string& bytes) {
   std::string out;

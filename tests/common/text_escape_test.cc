@@ -44,3 +44,10 @@ TEST_CASE("printable keeps a worker's text on its line and away from the termina
 TEST_CASE("printable can keep the lines and tabs of a text of several lines", "[text_escape]") {
   CHECK(printable("Traceback:\n\tline 1\r\n\x1b[31mE\n", Newlines::kKeep) == "Traceback:\n\tline 1\\r\n\\x1b[31mE\n");
 }
+
+TEST_CASE("printableCut keeps a short text whole and cuts a long one saying its size", "[text_escape]") {
+  CHECK(ddprun::printableCut("ok\x1b[2J", 16) == "ok\\x1b[2J");
+  CHECK(ddprun::printableCut(std::string(10, 'a'), 10) == std::string(10, 'a'));
+  // The cut is escaped too: a peer's escape code at the bound cannot slip through.
+  CHECK(ddprun::printableCut("abc\n" + std::string(100, 'x'), 4) == "abc\\n... (104 bytes)");
+}
