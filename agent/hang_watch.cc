@@ -275,23 +275,46 @@ void HangWatch::lookForTorchDumps() {
 void HangWatch::checkHangTimeout() {
   const double timeout_s = std::chrono::duration<double>(*config_.hang_timeout).count();
   const std::vector<RankPosition> positions = localPositions();
+  const bool python = std::any_of(group_.workers().begin(), group_.workers().end(),
+                                  [](const Worker& w) { return w.running && w.python_hook; });
   if (positions.empty()) {
-    // Only workers on ddprun's C++ runtime keep a flight recorder: say so once, rather than
-    // let the user believe a Python job is watched.
+    // Rings appear with a worker's first collective: C++ workers on ddprun's runtime keep them,
+    // and Python workers through ddprun's hook. Say once that nothing is watched yet, rather
+    // than let the user believe a job is watched that cannot be.
     if (!no_rings_warned_ && now() - attempt_started_ >= *config_.hang_timeout) {
       no_rings_warned_ = true;
-      log_->warn(
-          "--hang_timeout {:g} s: no worker on this node keeps a flight recorder (only C++ workers on ddprun's "
-          "runtime do), so hangs cannot be judged here; Python workers can use torch's file timer "
-          "(TORCHELASTIC_ENABLE_FILE_TIMER=1)",
-          timeout_s);
+      if (python) {
+        log_->info("--hang_timeout {:g} s: no worker on this node has called a torch.distributed collective yet",
+                   timeout_s);
+      } else if (config_.python_workers && !config_.python_stacks) {
+        log_->warn(
+            "--hang_timeout {:g} s: --no_python_stacks turns off ddprun's Python hook, which records the Python "
+            "workers' collectives, so hangs cannot be judged here",
+            timeout_s);
+      } else {
+        log_->warn(
+            "--hang_timeout {:g} s: no worker on this node keeps a flight recorder (C++ workers on ddprun's runtime "
+            "and Python workers through ddprun's hook do), so hangs cannot be judged here; torch's file timer "
+            "(TORCHELASTIC_ENABLE_FILE_TIMER=1) can serve instead",
+            timeout_s);
+      }
     }
     return;
   }
   if (!noProgressFor(positions, timeout_s)) return;
   const std::string trigger = fmt::format(
       "--hang_timeout: no rank on this node completed an operation for {:g} s while one was pending", timeout_s);
-  const std::string verdict = judgeHang(trigger);
+  // Python workers' stacks first, while every rank still stands where it hung: the verdict
+  // names the culprit's frame from them.
+  if (python && !python_stacks_taken_) takePythonStacks();
+  std::string verdict = judgeHang(trigger);
+  if (python) {
+    // The rings' sequence numbers decide who is behind; the frames say where in the script.
+    const std::vector<int> ring_culprits = hang_culprits_;
+    const std::string frames = judgePythonHang(trigger);
+    if (!ring_culprits.empty()) hang_culprits_ = ring_culprits;
+    if (!frames.empty()) verdict = verdict.empty() ? frames : verdict + "; " + frames;
+  }
   std::vector<std::pair<Worker*, pid_t>> targets;
   for (Worker& w : group_.workers()) {
     if (w.running) targets.emplace_back(&w, w.pid);

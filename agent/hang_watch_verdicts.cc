@@ -320,7 +320,7 @@ std::string HangWatch::judgeHang(const std::string& trigger) {
   }
   const auto verdict = hangVerdict(positions);
   if (!verdict) {
-    // Python workers keep no rings of ddprun's: their verdict comes from their stacks.
+    // Python workers before their first collective have no ring yet: their stacks judge.
     log_->log(positions.empty() && config_.python_workers ? spdlog::level::debug : spdlog::level::warn,
               "{}; the flight recorder shows no operation pending on this node", trigger);
     return {};

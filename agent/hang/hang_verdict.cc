@@ -310,17 +310,19 @@ RankPosition positionOf(const FlightRingSnapshot& ring, int64_t now_ns) {
 }
 
 bool noProgressFor(const std::vector<RankPosition>& ranks, double timeout_s) {
-  bool any_pending = false;
+  double oldest_pending = -1;
   double since_progress = std::numeric_limits<double>::infinity();
   for (const auto& p : ranks) {
-    any_pending = any_pending || p.pending.has_value();
+    if (p.pending) oldest_pending = std::max(oldest_pending, p.pending_age_s);
     if (p.last_completed_age_s >= 0) {
       since_progress = std::min(since_progress, p.last_completed_age_s);
     } else if (p.pending) {
       since_progress = std::min(since_progress, p.pending_age_s);
     }
   }
-  return any_pending && since_progress >= timeout_s;
+  // The wait itself must have lasted the timeout: ranks that computed (or wrote a checkpoint)
+  // for longer than it with nothing pending, then waited a shorter while, are not hung.
+  return oldest_pending >= timeout_s && since_progress >= timeout_s;
 }
 
 std::optional<HangVerdict> hangVerdict(const std::vector<RankPosition>& ranks) {

@@ -42,10 +42,11 @@ struct RankPosition {
 // point-to-point ring the last completed is the message that completed last.
 RankPosition positionOf(const FlightRingSnapshot& ring, int64_t now_ns);
 
-// Whether the group is hung by --hang_timeout's rule: some rank has an operation pending
-// and no rank has completed one for at least `timeout_s` seconds (a rank that has never
-// completed one counts from when its oldest pending operation was enqueued). Collectives
-// and messages count alike. A slow job that keeps completing operations is never hung.
+// Whether the group is hung by --hang_timeout's rule: some rank has had an operation
+// pending for at least `timeout_s` seconds and no rank has completed one for that long (a
+// rank that has never completed one counts from when its oldest pending operation was
+// enqueued). Collectives and messages count alike. A slow job that keeps completing
+// operations is never hung, nor one whose ranks compute, with nothing pending, for longer.
 bool noProgressFor(const std::vector<RankPosition>& ranks, double timeout_s);
 
 // A verdict: its line, and the ranks it blames (the ones behind, or the ones that called

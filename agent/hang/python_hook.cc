@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string_view>
 
+#include "agent/hang/python_hook_files.h"  // generated from agent/hang/python/
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -17,63 +18,16 @@
 
 namespace ddprun::agent {
 
-const std::string& pythonHookSource() {
-  static const std::string source =
-      R"PY(# ddprun's startup hook for Python workers (agent/hang/python_hook.h); written by ddprun.
-# It registers faulthandler for a signal so that ddprun can read every thread's traceback
-# without stopping the process, saves an uncaught exception's traceback for the failure
-# report, and then runs the sitecustomize that would have run without it.
-import os as _os
-import sys as _sys
-
-
-def _ddprun_hook():
-    folder = _os.environ.get("DDPRUN_PYTHON_STACKS_DIR")
-    signum = _os.environ.get("DDPRUN_PYTHON_STACKS_SIGNAL")
-    if not folder or not signum:
-        return
-    try:
-        import faulthandler
-        out = open(_os.path.join(folder, "py_stacks.%d" % _os.getpid()), "w")
-        faulthandler.register(int(signum), file=out, all_threads=True, chain=False)
-    except Exception:
-        pass
-    previous = _sys.excepthook
-
-    def excepthook(kind, value, tb):
-        try:
-            import traceback
-            with open(_os.path.join(folder, "py_exception.%d" % _os.getpid()), "w") as f:
-                traceback.print_exception(kind, value, tb, file=f)
-        except Exception:
-            pass
-        previous(kind, value, tb)
-
-    _sys.excepthook = excepthook
-
-
-def _ddprun_chain():
-    here = _os.path.dirname(_os.path.abspath(__file__))
-    mine = [i for i, p in enumerate(_sys.path) if _os.path.abspath(p or _os.curdir) == here]
-    # The next one is the one Python would have found had this directory not been there:
-    # after it on the path (one before it has run already, and chained to this one).
-    rest = _sys.path[mine[0] + 1:] if mine else []
-    _sys.path[:] = [p for i, p in enumerate(_sys.path) if i not in mine]
-    import importlib.machinery
-    import importlib.util
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is None or spec.loader is None:
-        return
-    module = importlib.util.module_from_spec(spec)
-    _sys.modules["sitecustomize"] = module
-    spec.loader.exec_module(module)
-
-
-_ddprun_hook()
-_ddprun_chain()
-)PY";
-  return source;
+const std::vector<PythonHookFile>& pythonHookFiles() {
+  static const std::vector<PythonHookFile> files = [] {
+    std::vector<PythonHookFile> out;
+    for (const auto& f : generated::kPythonHookFiles) out.push_back({std::string(f.name), std::string(f.text)});
+    return out;
+  }();
+  return files;
 }
+
+const std::string& pythonHookSource() { return pythonHookFiles().front().text; }
 
 void writePythonHook(const std::string& dir) {
   // Every Python worker runs what this directory holds, so it must be the one made here: one
@@ -91,17 +45,19 @@ void writePythonHook(const std::string& dir) {
   if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
     throw SystemError("open " + dir, EPERM, "; not the private directory ddprun has just made");
   }
-  const std::string path = dir + "/sitecustomize.py";
-  UniqueFd fd(::openat(dir_fd.get(), "sitecustomize.py", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!fd) throw SystemError("create " + path, errno);
-  std::string_view rest = pythonHookSource();
-  while (!rest.empty()) {
-    const ssize_t n = ::write(fd.get(), rest.data(), rest.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw SystemError("write " + path, errno);
-    rest.remove_prefix(static_cast<size_t>(n));
+  for (const PythonHookFile& file : pythonHookFiles()) {
+    const std::string path = dir + "/" + file.name;
+    UniqueFd fd(::openat(dir_fd.get(), file.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd) throw SystemError("create " + path, errno);
+    std::string_view rest = file.text;
+    while (!rest.empty()) {
+      const ssize_t n = ::write(fd.get(), rest.data(), rest.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw SystemError("write " + path, errno);
+      rest.remove_prefix(static_cast<size_t>(n));
+    }
+    if (const int err = fd.close(); err != 0) throw SystemError("write " + path, err);
   }
-  if (const int err = fd.close(); err != 0) throw SystemError("write " + path, err);
 }
 
 void addPythonHook(std::map<std::string, std::string>& env, const std::string& hook_dir,

@@ -1,6 +1,7 @@
 // ddprun's startup hook for Python workers: a sitecustomize.py that the agent writes into
 // its run directory and puts first on the workers' PYTHONPATH, so that no user code changes.
-// In each interpreter it (1) registers faulthandler for kPythonStacksSignal, writing every
+// In each interpreter it (0) has torch.distributed's calls recorded in flight recorder
+// rings (pythonHookFiles), (1) registers faulthandler for kPythonStacksSignal, writing every
 // thread's traceback into py_stacks.<pid> of the worker's directory when the agent asks,
 // without stopping the process; (2) saves an uncaught exception's traceback into
 // py_exception.<pid> there (then calls the previous sys.excepthook); (3) removes its own
@@ -21,10 +22,19 @@ namespace ddprun::agent {
 // harmed by it; no training stack uses TCP urgent data.
 inline constexpr int kPythonStacksSignal = SIGURG;
 
+// The hook's files (agent/hang/python/, compiled in): sitecustomize.py first, then
+// _ddprun_progress.py, which records the worker's torch.distributed calls in flight
+// recorder rings (common/flight_ring.h) in DDPRUN_FLIGHT_DIR, the agent's --hang_timeout's
+// progress signal for Python workers.
+struct PythonHookFile {
+  std::string name;
+  std::string text;
+};
+const std::vector<PythonHookFile>& pythonHookFiles();
 // The text of the sitecustomize.py.
 const std::string& pythonHookSource();
 
-// Makes `dir` (mode 0700) and writes sitecustomize.py into it. Throws SystemError, also when
+// Makes `dir` (mode 0700) and writes the hook's files into it. Throws SystemError, also when
 // `dir` exists already: what it holds would run in every Python worker, so ddprun uses only
 // a directory it has just made itself.
 void writePythonHook(const std::string& dir);

@@ -77,6 +77,15 @@ bool inTorchDistributed(const PyFrame& f) {
   return contains(f.file, "torch/distributed/") && !contains(f.file, "torch/distributed/elastic/");
 }
 
+// ddprun's own frame between the user's call and torch's (the hook's recording wrapper,
+// agent/hang/python/_ddprun_progress.py): left out, so that frames read as without ddprun.
+bool isHookFrame(const PyFrame& f) { return f.file.ends_with("/_ddprun_progress.py"); }
+
+std::vector<PyFrame> withoutHookFrames(std::vector<PyFrame> frames) {
+  std::erase_if(frames, isHookFrame);
+  return frames;
+}
+
 std::string rankList(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", rankRanges(ranks));
 }
@@ -122,7 +131,7 @@ std::vector<PyFrame> mainThreadFrames(std::string_view dump) {
   }
   if (main == nullptr && !threads.empty()) main = &threads.front();
   if (main == nullptr) return {};
-  return std::vector<PyFrame>(main->frames.rbegin(), main->frames.rend());
+  return withoutHookFrames(std::vector<PyFrame>(main->frames.rbegin(), main->frames.rend()));
 }
 
 std::vector<PyFrame> lastTraceback(std::string_view text) {
@@ -140,7 +149,7 @@ std::vector<PyFrame> lastTraceback(std::string_view text) {
     if (line.empty() || (line.front() != ' ' && line.front() != '\t')) break;
     if (auto frame = parseFrame(line)) frames.push_back(std::move(*frame));
   }
-  return frames;
+  return withoutHookFrames(std::move(frames));
 }
 
 std::optional<CollectiveCall> collectiveCallOf(const std::vector<PyFrame>& frames) {

@@ -35,7 +35,9 @@ struct PyFrame {
 // The main thread's frames in a faulthandler dump (`faulthandler.dump_traceback` or a
 // registered signal, all threads), outermost first. The main thread is the one whose
 // outermost frame is `<module>` (the "Current thread" first when several are); else the
-// current thread; else the first. Empty when the text holds no frame.
+// current thread; else the first. Empty when the text holds no frame. Here and in
+// lastTraceback, the frames of ddprun's hook (_ddprun_progress.py's wrapper between a call
+// and torch's function) are left out.
 std::vector<PyFrame> mainThreadFrames(std::string_view dump);
 
 // The frames of the last "Traceback (most recent call last):" in `text` (a worker's stderr,

@@ -154,10 +154,20 @@ TEST_CASE("hang verdict: a job that keeps completing operations has made progres
   // Every rank completed #10 at second 98 and waits in #11 since second 99: slow, not hung.
   for (int r = 0; r < 4; ++r) rings.push_back(ringOf(r, 10, kAllReduce, 99, 98));
   CHECK_FALSE(noProgressFor(positions(rings, 100), 10));
-  CHECK(noProgressFor(positions(rings, 108), 10));
+  CHECK(noProgressFor(positions(rings, 109), 10));
   // One rank's recent completion is progress for the whole node.
   rings[0] = ringOf(0, 11, std::nullopt, 0, 107);
-  CHECK_FALSE(noProgressFor(positions(rings, 108), 10));
+  CHECK_FALSE(noProgressFor(positions(rings, 109), 10));
+}
+
+TEST_CASE("hang verdict: a wait shorter than the timeout after a long stretch of work is not a hang") {
+  // Every rank completed #10 at second 90, then worked with nothing pending (rank 0 wrote a
+  // checkpoint); ranks 1-3 wait in #11 since second 95: at 104 nothing completed for 14 s, but
+  // nobody has waited 10 s yet.
+  std::vector<FlightRingSnapshot> rings{ringOf(0, 10, std::nullopt, 0, 90)};
+  for (int r = 1; r < 4; ++r) rings.push_back(ringOf(r, 10, kAllReduce, 95, 90));
+  CHECK_FALSE(noProgressFor(positions(rings, 104), 10));
+  CHECK(noProgressFor(positions(rings, 105), 10));
 }
 
 TEST_CASE("hang verdict: a rank that never completed anything counts from its pending operation") {

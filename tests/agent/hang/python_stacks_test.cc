@@ -126,6 +126,29 @@ TEST_CASE("the last traceback of a stderr, with or without rank prefixes", "[uni
   CHECK(lastTraceback("nothing").empty());
 }
 
+TEST_CASE("ddprun's recording wrapper is left out of a rank's frames, so the caller is the user's line", "[unit]") {
+  const std::string dump =
+      "Current thread 0x1 (most recent call first):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1541 in all_reduce\n"
+      "  File \"/tmp/run/python_hook/_ddprun_progress.py\", line 330 in call\n"
+      "  File \"/job/train.py\", line 12 in <module>\n";
+  const auto frames = mainThreadFrames(dump);
+  REQUIRE(frames.size() == 2);
+  auto call = collectiveCallOf(frames);
+  REQUIRE(call);
+  CHECK(call->site == PyFrame{"/job/train.py", 12, "<module>"});
+  const std::string traceback =
+      "Traceback (most recent call last):\n"
+      "  File \"/job/train.py\", line 12, in <module>\n    dist.all_reduce(t)\n"
+      "  File \"/tmp/run/python_hook/_ddprun_progress.py\", line 330, in call\n    result = fn(*args, **kwargs)\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1541, in all_reduce\n"
+      "    work.wait()\nRuntimeError: timed out\n";
+  const auto tb = lastTraceback(traceback);
+  REQUIRE(tb.size() == 2);
+  CHECK(tb[0] == PyFrame{"/job/train.py", 12, "<module>"});
+  CHECK(tb[1].function == "all_reduce");
+}
+
 std::vector<PyFrame> inCall(const std::string& op, int line, bool logger_wrapper = false) {
   std::vector<PyFrame> f = {{"/job/train.py", 40, "<module>"}, {"/job/train.py", line, "step"}};
   if (logger_wrapper) f.push_back({"/usr/lib/python3/dist-packages/torch/distributed/c10d_logger.py", 83, "wrapper"});
