@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "agent/hang/python_stacks.h"
+#include "agent/hang/stack_summary.h"
 #include "agent/hang/torch_trace/dump_summary.h"
 #include "agent/process/orphan_guard.h"
 #include "common/env_names.h"
@@ -206,10 +207,8 @@ void HangWatch::answerHangRequest() {
   // Its ranks' torch dumps go with the answer: they are written within a second or two of
   // the collective's timeout (torch signals the dump through its store); and their Python
   // stacks, taken now unless a failure here had them taken already.
-  if (torch_dumps_) {
-    if (!python_stacks_taken_) takePythonStacks();
-    settleTorchDumps();
-  }
+  if (!python_stacks_taken_) takePythonStacks();  // none without Python workers
+  if (torch_dumps_) settleTorchDumps();
   rendezvous_->publishHangSummary(ownSummary());
   log_->info("another node judges a hang; published where this node's ranks stand");
 }
@@ -217,6 +216,13 @@ void HangWatch::answerHangRequest() {
 std::string HangWatch::ownSummary() {
   std::string summary;
   for (const RankPosition& p : localPositions()) summary += encodePosition(p) + "\n";
+  // The Python ranks' frames, so that the judging node names a culprit here with its line.
+  std::vector<LocalStack> stacks;
+  for (const Worker& w : group_.workers()) {
+    if (w.python_stack.empty()) continue;
+    stacks.push_back(LocalStack{w.place.rank, w.place.local_rank, formatTraceback(mainThreadFrames(w.python_stack))});
+  }
+  summary += encodeStackSummary(rendezvous_->nodeName(), stacks);
   if (!torch_dumps_) return summary;
   std::vector<LocalDump> dumps;
   for (FlightDump& d : torch_dumps_->dumps()) {
@@ -378,7 +384,9 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
       runWhile(env_, running, group_.killWait());
     }
     failures = group_.collectFailures(host, hang_culprits_);
-    // A rank of another node that the verdict blames is the root cause of this node's report.
+  }
+  // A rank of another node that the verdict blames is the root cause of this node's report.
+  if (!remote_culprits_.empty()) {
     failures.insert(failures.end(), remote_culprits_.begin(), remote_culprits_.end());
     putRanksFirst(failures, hang_culprits_);
   }
@@ -396,6 +404,7 @@ void HangWatch::endAttempt() {
   torch_dumps_.reset();
   other_nodes_.reset();
   remote_culprits_.clear();
+  remote_stacks_.clear();
   dumps_waited_.reset();
 }
 

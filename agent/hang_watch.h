@@ -27,6 +27,7 @@
 #include "agent/hang/file_timer_server.h"
 #include "agent/hang/flight_dir.h"
 #include "agent/hang/hang_verdict.h"
+#include "agent/hang/stack_summary.h"
 #include "agent/hang/torch_dumps.h"
 #include "agent/job_reporter.h"
 #include "agent/ops/failure_report.h"
@@ -135,6 +136,9 @@ class HangWatch {
   // failure of the report, remote_culprits_). Otherwise one line says which ranks had none
   // (or which could not be read). Returns the verdict's sentences (empty: none).
   std::string judgeTorchDumps(const std::string& trigger);
+  // A rank of another node that a verdict blames, from its node's summary: a failure of this
+  // node's report (remote_culprits_), with its Python frames when its node sent them.
+  void addRemoteCulprit(int rank, const std::string& verdict);
   // Records a verdict: its event, and the health check's (job_reporter.h).
   void recordVerdict(const std::string& trigger, const std::string& text, const char* source,
                      const std::vector<int>& culprits);
@@ -172,7 +176,8 @@ class HangWatch {
   std::unique_ptr<TorchDumps> torch_dumps_;                // this attempt's, when a worker has a dump prefix
   Clock::TimePoint next_dump_look_{};                      // lookForTorchDumps' next look
   std::optional<std::vector<std::string>> other_nodes_;    // this attempt's summaries of the other nodes
-  std::vector<WorkerFailure> remote_culprits_;             // ranks of other nodes the dumps blamed
+  std::vector<WorkerFailure> remote_culprits_;             // ranks of other nodes a verdict blamed
+  std::map<int, RemoteStack> remote_stacks_;               // other nodes' Python ranks' frames, by rank
   std::optional<std::chrono::milliseconds> dumps_waited_;  // failures()' wait for the local dumps
 };
 

@@ -12,6 +12,7 @@
 
 #include "agent/hang/python_hook.h"
 #include "agent/hang/python_stacks.h"
+#include "agent/hang/stack_summary.h"
 #include "agent/hang/torch_trace/dump_summary.h"
 #include "agent/hang/torch_trace/dump_verdict.h"
 #include "agent/hang_watch.h"
@@ -289,6 +290,17 @@ std::string HangWatch::judgePythonHang(const std::string& trigger) {
     if (r.frames.empty() && !w.running && w.stderr_record) r.frames = lastTraceback(w.stderr_record->tail.text());
     ranks.push_back(std::move(r));
   }
+  // The other nodes' Python ranks, as their frames came in their summaries (judgeHang read
+  // them): formatTraceback's lines, read back as a traceback.
+  for (const auto& [rank, stack] : remote_stacks_) {
+    std::string traceback = "Traceback (most recent call last):\n";
+    for (std::string_view rest = stack.traceback; !rest.empty();) {
+      const size_t newline = rest.find('\n');
+      traceback += "  " + std::string(rest.substr(0, newline)) + "\n";
+      rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
+    }
+    ranks.push_back(RankFrames{rank, lastTraceback(traceback), false});
+  }
   const auto verdict = pythonHangVerdict(ranks, &sourceLine);
   if (!verdict) {
     log_->warn("{}; the Python stacks name no rank behind", trigger);
@@ -316,6 +328,11 @@ std::string HangWatch::judgeHang(const std::string& trigger) {
             summary.rejected, current->world_size);
       }
       positions.insert(positions.end(), summary.positions.begin(), summary.positions.end());
+      RemoteStacks stacks = decodeStackSummary(answer, current->world_size, local_ranks);
+      if (stacks.rejected > 0) {
+        log_->warn("hang verdict: ignored {} Python traceback line(s) of another node's summary", stacks.rejected);
+      }
+      remote_stacks_.merge(stacks.ranks);  // two nodes claim one rank: the first answer holds
     }
   }
   const auto verdict = hangVerdict(positions);
@@ -327,7 +344,34 @@ std::string HangWatch::judgeHang(const std::string& trigger) {
   }
   log_->error("{}; {}", trigger, verdict->text);
   recordVerdict(trigger, verdict->text, nullptr, verdict->culprits);
+  for (int rank : verdict->culprits) addRemoteCulprit(rank, verdict->text);
   return verdict->text;
+}
+
+void HangWatch::addRemoteCulprit(int rank, const std::string& verdict) {
+  for (const Worker& w : group_.workers()) {
+    if (w.place.rank == rank) return;  // this node's own
+  }
+  for (const WorkerFailure& f : remote_culprits_) {
+    if (f.rank == rank) return;
+  }
+  // Only a rank whose node answered with its frames: that node is known, and so is its place.
+  auto it = remote_stacks_.find(rank);
+  if (it == remote_stacks_.end()) return;
+  WorkerFailure f;
+  f.rank = rank;
+  f.local_rank = it->second.local_rank;
+  f.host = it->second.node.empty() ? "another node" : printable(it->second.node);
+  f.time = std::chrono::system_clock::now();
+  f.hang_reason = verdict;
+  f.elsewhere = "blamed by the flight recorder rings";
+  // A worker's text: shown escaped, a line at a time.
+  for (std::string_view rest = it->second.traceback; !rest.empty();) {
+    const size_t newline = rest.find('\n');
+    f.python_stack += printable(rest.substr(0, newline)) + "\n";
+    rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
+  }
+  remote_culprits_.push_back(std::move(f));
 }
 
 }  // namespace ddprun::agent

@@ -429,8 +429,9 @@ SummaryPositions decodeSummary(std::string_view summary, int world_size, const s
     const size_t newline = summary.find('\n');
     const std::string_view line = summary.substr(0, newline);
     summary = newline == std::string_view::npos ? std::string_view{} : summary.substr(newline + 1);
-    // Lines of another kind (torch's dumps: "fr1 ...", agent/hang/torch_trace/dump_summary.h) are read elsewhere.
-    if (line.empty() || line.substr(0, 2) == "fr") continue;
+    // Lines of other kinds are read elsewhere: torch's dumps ("fr1 ...", agent/hang/torch_trace/dump_summary.h)
+    // and Python tracebacks ("py1 ...", agent/hang/stack_summary.h).
+    if (line.empty() || line.substr(0, 2) == "fr" || line.substr(0, 2) == "py") continue;
     const std::optional<RankPosition> p = decodePosition(std::string(line));
     const bool fits = p && p->rank >= 0 && p->rank < world_size && p->group_rank >= 0 && p->group_rank < world_size &&
                       p->group >= 0 &&

@@ -85,7 +85,8 @@ inline constexpr size_t kMaxSummaryPositions = 4096;
 // The positions of another node's hang summary (one encoded position a line) that can be
 // true in this job: a rank and group rank within 0..world_size-1, not one of `local_ranks`
 // (this node knows those itself), the first of each (kind, group, rank) only, and at most
-// kMaxSummaryPositions. Lines starting "fr" (torch's dumps, agent/hang/torch_trace/dump_summary.h)
+// kMaxSummaryPositions. Lines starting "fr" (torch's dumps, agent/hang/torch_trace/dump_summary.h) or "py"
+// (Python tracebacks, agent/hang/stack_summary.h)
 // are skipped, not rejected. A summary is any store value, and a worker can write one: a forged
 // one once made the verdict blame ranks 4242 and 4243 of a 2-rank job in 20,000 lines.
 // `rejected` counts the lines dropped (malformed ones included). Pure; never throws.

@@ -256,3 +256,47 @@ TEST_CASE("Python under --hang_timeout: a DDP step longer than the timeout is no
   checkOnlyTheLastHangJudged(r, 2);
   CHECK_THAT(r.err, Catch::Contains("(last completed barrier #1"));
 }
+
+TEST_CASE("Python under --hang_timeout: two nodes, the rank behind on the other node is named with its frame",
+          "[e2e][torch]") {
+  TempDir dir;
+  const std::string script = writeScript(dir, "two_nodes.py",
+                                         "dist.all_reduce(t)\n"
+                                         "if rank == 1:\n"
+                                         "    time.sleep(120)\n"
+                                         "else:\n"
+                                         "    dist.all_reduce(t)\n");
+  auto env = kTorchPython;
+  env["TMPDIR"] = dir.file("tmp");
+  std::filesystem::create_directories(env["TMPDIR"]);
+  auto agent = [&](int port, bool host) {
+    return std::vector<std::string>{ddprunPath(),
+                                    "--nnodes=2",
+                                    "--nproc_per_node=1",
+                                    "--rdzv_backend=c10d",
+                                    "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                                    "--rdzv_id=py-hang",
+                                    std::string("--rdzv_conf=is_host=") + (host ? "true" : "false"),
+                                    "--hang_timeout=10",
+                                    "--log_dir=" + dir.file(host ? "logs_a" : "logs_b"),
+                                    script};
+  };
+  TestProcess a(agent(0, true), env);
+  const int port = announcedPort(a);
+  TestProcess b(agent(port, false), env);
+  REQUIRE(a.wait(60s));
+  REQUIRE(b.wait(60s));
+  const std::string err = a.err() + b.err();
+  INFO(err);
+  CHECK(a.exitCode() != 0);
+  CHECK(b.exitCode() != 0);
+  // The node of rank 0 judges: rank 1's ring position and its frame came in the other node's summary.
+  CHECK_THAT(err, Catch::Contains("hang: rank 1 has not called #2 (last completed all_reduce #1"));
+  CHECK_THAT(err, Catch::Contains("hang: rank 1 is not in a collective, at " + script +
+                                  ":10 in <module>: time.sleep(120); rank 0 waits in all_reduce"));
+  // Its report's root cause is the other node's rank 1, with the frame that node took.
+  const std::string cause = rootCause(a.err()).empty() ? rootCause(b.err()) : rootCause(a.err());
+  CHECK_THAT(cause, Catch::Contains("rank      : 1 (local_rank: 0)"));
+  CHECK_THAT(cause, Catch::Contains("File \"" + script + "\", line 10, in <module>"));
+  CHECK_THAT(err, !Catch::Contains("Timed out waiting"));
+}

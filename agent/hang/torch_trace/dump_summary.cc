@@ -243,6 +243,10 @@ std::string rankLines(const LocalDump& d, std::set<std::tuple<std::string, std::
 
 bool isDumpSummaryLine(std::string_view line) { return line.substr(0, kPrefix.size()) == kPrefix; }
 
+std::string escapeSummaryText(std::string_view text) { return escape(text); }
+
+std::optional<std::string> unescapeSummaryText(std::string_view token) { return unescape(token); }
+
 FlightDump compactDump(const FlightDump& dump, size_t before, size_t after) {
   std::map<std::string, std::vector<size_t>> by_group;  // indices into entries, in order
   for (size_t i = 0; i < dump.entries.size(); ++i) by_group[dump.entries[i].pg_name].push_back(i);

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,5 +82,11 @@ RemoteDumps decodeDumpSummary(std::string_view summary, int world_size, const st
 
 // Whether a summary's line is one of these (decodeSummary of hang_verdict.h skips them).
 bool isDumpSummaryLine(std::string_view line);
+
+// The lines' escaping of one string as one token (%XX for spaces, '%', ',' and control bytes;
+// "-" is the empty string), and back (nullopt when malformed); the "py1" lines
+// (agent/hang/stack_summary.h) use it too.
+std::string escapeSummaryText(std::string_view text);
+std::optional<std::string> unescapeSummaryText(std::string_view token);
 
 }  // namespace ddprun::agent
