@@ -313,14 +313,8 @@ void HangWatch::checkHangTimeout() {
   // Python workers' stacks first, while every rank still stands where it hung: the verdict
   // names the culprit's frame from them.
   if (python && !python_stacks_taken_) takePythonStacks();
-  std::string verdict = judgeHang(trigger);
-  if (python) {
-    // The rings' sequence numbers decide who is behind; the frames say where in the script.
-    const std::vector<int> ring_culprits = hang_culprits_;
-    const std::string frames = judgePythonHang(trigger);
-    if (!ring_culprits.empty()) hang_culprits_ = ring_culprits;
-    if (!frames.empty()) verdict = verdict.empty() ? frames : verdict + "; " + frames;
-  }
+  std::string verdict = judgeRingsAndFrames(trigger);
+  if (verdict.empty() && python) verdict = judgePythonHang(trigger);
   std::vector<std::pair<Worker*, pid_t>> targets;
   for (Worker& w : group_.workers()) {
     if (w.running) targets.emplace_back(&w, w.pid);
@@ -369,7 +363,7 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
     if (!python_stacks_taken_) takePythonStacks();
     // The local dumps before any other node is asked: they go with this node's summary.
     if (torch_dumps_) dumps_waited_ = settleTorchDumps();
-    std::string verdict = judgeHang(trigger);
+    std::string verdict = judgeRingsAndFrames(trigger);
     if (verdict.empty()) verdict = judgeTorchDumps(trigger);
     if (verdict.empty()) verdict = judgePythonHang(trigger);
     std::vector<std::pair<Worker*, pid_t>> targets;

@@ -123,6 +123,10 @@ class HangWatch {
   // nodes' summaries, logged once per attempt with what triggered it, before anyone is
   // stopped. Returns it (empty: none).
   std::string judgeHang(const std::string& trigger);
+  // judgeHang's verdict and, with Python workers, judgePythonHang's beside it: the rings'
+  // sequence numbers decide who is behind (their culprits count), the frames say where in the
+  // script. Returns both, the frames' first (empty: the rings gave none).
+  std::string judgeRingsAndFrames(const std::string& trigger);
   // The verdict from the ranks' Python frames (python_stacks.h), logged and recorded like
   // judgeHang's; sets the culprits. Returns it (empty: none).
   std::string judgePythonHang(const std::string& trigger);

@@ -348,6 +348,19 @@ std::string HangWatch::judgeHang(const std::string& trigger) {
   return verdict->text;
 }
 
+std::string HangWatch::judgeRingsAndFrames(const std::string& trigger) {
+  const std::string verdict = judgeHang(trigger);
+  const auto& workers = group_.workers();
+  if (verdict.empty() || std::none_of(workers.begin(), workers.end(), [](const Worker& w) { return w.python_hook; })) {
+    return verdict;
+  }
+  const std::vector<int> ring_culprits = hang_culprits_;
+  const std::string frames = judgePythonHang(trigger);
+  if (!ring_culprits.empty()) hang_culprits_ = ring_culprits;
+  // The frames first in the report's reason: a Python user reads the script's line first.
+  return frames.empty() ? verdict : frames + "; " + verdict;
+}
+
 void HangWatch::addRemoteCulprit(int rank, const std::string& verdict) {
   for (const Worker& w : group_.workers()) {
     if (w.place.rank == rank) return;  // this node's own

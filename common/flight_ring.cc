@@ -1,10 +1,10 @@
 #include "common/flight_ring.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -175,7 +175,10 @@ std::optional<FlightRingSnapshot> readFlightRing(const void* memory, size_t byte
   if (load(h->magic, std::memory_order_acquire) != kFlightRingMagic) return std::nullopt;
   const uint64_t vc = load(h->version_capacity);
   const auto capacity = static_cast<uint32_t>(vc);
-  if (vc >> 32 != kFlightRingVersion || capacity == 0 || bytes < flightRingBytes(capacity)) return std::nullopt;
+  if (vc >> 32 != kFlightRingVersion || capacity == 0 || capacity > kFlightRingMaxCapacity ||
+      bytes < flightRingBytes(capacity)) {
+    return std::nullopt;
+  }
   FlightRingSnapshot s;
   s.kind =
       (load(h->flags) & kFlightRingFlagPointToPoint) != 0 ? FlightRingKind::kPointToPoint : FlightRingKind::kCollective;
@@ -215,6 +218,23 @@ std::optional<FlightRingSnapshot> readFlightRing(const void* memory, size_t byte
   return s;
 }
 
+namespace {
+
+// All of `fd` from offset 0 into `out` (`bytes` bytes); false on an error or a short read
+// (the file shrank meanwhile).
+bool readWhole(int fd, char* out, size_t bytes) {
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd, out + done, bytes - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
 std::optional<FlightRingSnapshot> readFlightRingFile(const std::string& path, std::string* error) {
   auto fail = [&](const std::string& what) -> std::optional<FlightRingSnapshot> {
     if (error) *error = what;
@@ -227,10 +247,32 @@ std::optional<FlightRingSnapshot> readFlightRingFile(const std::string& path, st
   if (!fd) return fail(problem);
   const auto bytes = static_cast<size_t>(st.st_size);
   if (bytes < sizeof(FlightRingHeader)) return fail(fmt::format("{}: {} bytes is too short for a ring", path, bytes));
-  void* memory = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
-  if (memory == MAP_FAILED) return fail(fmt::format("mmap {}: {}", path, std::strerror(errno)));
-  auto snapshot = readFlightRing(memory, bytes);
-  ::munmap(memory, bytes);
+  // Any size a worker likes (a sparse file costs it nothing) must not cost the agent more
+  // than the largest ring's read.
+  if (bytes > flightRingBytes(kFlightRingMaxCapacity)) {
+    return fail(fmt::format("{}: {} bytes is more than a ring of {} slots, the most ddprun reads", path, bytes,
+                            kFlightRingMaxCapacity));
+  }
+  // Copied twice with pread rather than mapped: a worker that truncates its file while the
+  // agent reads it would raise SIGBUS in the agent through a mapping. A copy is not atomic
+  // per word, so a slot counts only when both copies agree; one that differs was being
+  // written and is left out as the mapped seqlock read leaves it out.
+  const size_t words = bytes / sizeof(uint64_t);
+  std::vector<uint64_t> first(words), second(words);
+  const size_t whole = words * sizeof(uint64_t);
+  errno = 0;
+  if (!readWhole(fd.get(), reinterpret_cast<char*>(first.data()), whole) ||
+      !readWhole(fd.get(), reinterpret_cast<char*>(second.data()), whole)) {
+    return fail(fmt::format("read {}: {}", path, errno != 0 ? std::strerror(errno) : "the file shrank"));
+  }
+  constexpr size_t kHeaderWords = sizeof(FlightRingHeader) / sizeof(uint64_t);
+  constexpr size_t kSlotWords = sizeof(FlightEntry) / sizeof(uint64_t);
+  for (size_t slot = kHeaderWords; slot + kSlotWords <= words; slot += kSlotWords) {
+    if (!std::equal(first.begin() + slot, first.begin() + slot + kSlotWords, second.begin() + slot)) {
+      first[slot] = 1;  // an odd version: a slot being written
+    }
+  }
+  auto snapshot = readFlightRing(first.data(), whole);
   if (!snapshot) return fail(fmt::format("{}: not a flight recorder ring", path));
   return snapshot;
 }

@@ -34,6 +34,9 @@ namespace ddprun {
 inline constexpr uint64_t kFlightRingMagic = 0x3130524644505444ull;  // "DTPDFR01" little-endian
 inline constexpr uint32_t kFlightRingVersion = 1;
 inline constexpr uint32_t kFlightRingDefaultCapacity = 256;
+// The most slots a reader accepts (4 MiB a ring): a worker writes the header, and a claimed
+// capacity of 2^32 slots must not make the agent read 256 GiB.
+inline constexpr uint32_t kFlightRingMaxCapacity = 65536;
 
 enum class FlightOp : uint8_t {
   kUnknown,
@@ -161,7 +164,10 @@ struct FlightRingSnapshot {
 // Reads a ring laid over `memory` of `bytes` bytes. nullopt when it is not a ring (wrong
 // magic or version, too short). Never blocks (a slot being written is skipped) and never throws.
 std::optional<FlightRingSnapshot> readFlightRing(const void* memory, size_t bytes);
-// Reads the ring in file `path` (maps it read-only). nullopt with `error` set when it cannot.
+// Reads the ring in file `path` (copies it twice with pread, never mapping it: a worker
+// truncating the file meanwhile cannot raise SIGBUS in the reader; a slot whose copies differ
+// counts as torn). nullopt with `error` set when it cannot, or when the file is larger than a
+// ring of kFlightRingMaxCapacity slots. Never blocks (a FIFO is refused) and never throws.
 std::optional<FlightRingSnapshot> readFlightRingFile(const std::string& path, std::string* error = nullptr);
 
 // The ring file of one group of one rank inside the agent's directory: "rank5.group0.ring"

@@ -12,6 +12,10 @@
 
 namespace ddprun::agent {
 
+// The most ring files one look reads: a node runs at most a few hundred ranks, each with a
+// collective and a message ring per group (as hang_verdict.h's kMaxSummaryPositions).
+inline constexpr size_t kMaxRingFiles = 4096;
+
 class FlightDir {
  public:
   // Makes `parent`/ddprun_flight-<run_id>-<pid>. When it cannot (no /dev/shm), path() is
@@ -26,7 +30,7 @@ class FlightDir {
   const std::string& problem() const { return problem_; }
 
   // Every ring in the directory, collective and point-to-point, as read now (files that are
-  // not rings are left out).
+  // not rings are left out), the first kMaxRingFiles ring files at most.
   // Never blocks on a worker and never throws.
   std::vector<FlightRingSnapshot> read() const;
   // Removes every ring (between attempts: a new attempt's rings start empty).

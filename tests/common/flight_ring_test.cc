@@ -243,4 +243,58 @@ TEST_CASE("flight ring: a ring in a file is read through the file") {
   ::rmdir(dir_template);
 }
 
+TEST_CASE("flight ring: a worker's ring file of any size or claimed capacity costs the reader no more than a ring") {
+  char dir_template[] = "/tmp/flight_ring_test.XXXXXX";
+  REQUIRE(::mkdtemp(dir_template));
+  const std::string path = std::string(dir_template) + "/" + flightRingFileName(0, 0);
+  // A header that claims 2^32 - 1 slots, in a sparse file of 300 GiB (costs the worker nothing).
+  Ring ring(4);
+  FlightRingWriter w(ring.memory.get(), 4, 0, 0, 0, 2);
+  w.enqueue(allReduce(1), 1);
+  reinterpret_cast<FlightRingHeader*>(ring.memory.get())->version_capacity =
+      uint64_t{kFlightRingVersion} << 32 | 0xffffffffu;
+  reinterpret_cast<FlightRingHeader*>(ring.memory.get())->last_seq = 0xfffffff0u;
+  std::ofstream(path, std::ios::binary).write(ring.memory.get(), static_cast<std::streamsize>(ring.bytes));
+  REQUIRE(::truncate(path.c_str(), off_t{300} << 30) == 0);
+  std::string error;
+  CHECK_FALSE(readFlightRingFile(path, &error));
+  CHECK(error.find("more than a ring of 65536 slots") != std::string::npos);
+  // The same header in a file of ring size: refused as no ring, not read for billions of slots.
+  REQUIRE(::truncate(path.c_str(), static_cast<off_t>(flightRingBytes(kFlightRingMaxCapacity))) == 0);
+  CHECK_FALSE(readFlightRingFile(path, &error));
+  CHECK(error.find("not a flight recorder ring") != std::string::npos);
+  std::remove(path.c_str());
+  ::rmdir(dir_template);
+}
+
+TEST_CASE("flight ring: a worker that truncates and regrows its ring file while it is read never crashes the reader") {
+  // Through a mapping, a read past the end of a file truncated meanwhile raises SIGBUS: the
+  // reader (the agent) would die. The file is copied instead.
+  char dir_template[] = "/tmp/flight_ring_test.XXXXXX";
+  REQUIRE(::mkdtemp(dir_template));
+  const std::string path = std::string(dir_template) + "/" + flightRingFileName(0, 0);
+  constexpr uint32_t kCapacity = 4096;
+  Ring ring(kCapacity);
+  FlightRingWriter w(ring.memory.get(), kCapacity, 0, 0, 0, 2);
+  for (int i = 0; i < 5000; ++i) w.finish(w.enqueueStarted(allReduce(1), i + 1), true, i + 2);
+  std::ofstream(path, std::ios::binary).write(ring.memory.get(), static_cast<std::streamsize>(ring.bytes));
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      if (::truncate(path.c_str(), (i % 2) != 0 ? static_cast<off_t>(ring.bytes) : 4096) != 0) break;
+    }
+  });
+  int whole = 0;
+  for (int i = 0; i < 2000; ++i) {
+    auto s = readFlightRingFile(path);
+    if (s && s->records.size() == kCapacity) ++whole;
+  }
+  stop = true;
+  churn.join();
+  // Reads that met a short file were refused; the rest are rings (the regrown part reads as zeros).
+  SUCCEED("2000 reads raced the truncations without a crash; " << whole << " read every slot");
+  std::remove(path.c_str());
+  ::rmdir(dir_template);
+}
+
 }  // namespace ddprun

@@ -97,4 +97,18 @@ TEST_CASE("a FIFO or a link named like a ring does not block the agent's read of
   CHECK(error == dir.path() + "/" + flightRingFileName(0, 0) + ": a FIFO, not a regular file; not read");
 }
 
+TEST_CASE("a worker that fills the flight directory with ring files costs one look kMaxRingFiles reads at most") {
+  testing::TempDir parent;
+  FlightDir dir("many", parent.path());
+  REQUIRE(!dir.path().empty());
+  std::vector<char> memory(flightRingBytes(1) + 64);
+  void* aligned = memory.data() + (64 - reinterpret_cast<uintptr_t>(memory.data()) % 64) % 64;
+  FlightRingWriter writer(aligned, 1, 0, 0, 0, 2);
+  for (size_t i = 0; i < kMaxRingFiles + 100; ++i) {
+    std::ofstream(dir.path() + "/" + flightRingFileName(0, static_cast<int>(i)), std::ios::binary)
+        .write(static_cast<const char*>(aligned), static_cast<std::streamsize>(flightRingBytes(1)));
+  }
+  CHECK(dir.read().size() == kMaxRingFiles);
+}
+
 }  // namespace ddprun::agent
