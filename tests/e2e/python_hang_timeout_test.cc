@@ -4,7 +4,9 @@
 // Python frame, and stops the job. And the jobs that are merely slow, which must not be
 // called hung: long computation with nothing pending, a rank that keeps the others waiting
 // a little less than the timeout again and again, async calls that completed, and DDP steps
-// of any length. Debian's torch 1.13, and torch 2.6 in the torch 2.x tier (pythonPath()).
+// of any length. DDP's gradient all-reduces, issued by torch's reducer from C++, are seen
+// through the communication hook ddprun gives each DDP module. Debian's torch 1.13, and torch 2.6 in the torch 2.x tier
+// (pythonPath()).
 //
 // Each run is bounded at 60 s: a verdict must come from --hang_timeout (10 s), since torch's
 // own timeout (300 s) would come far later, and torch's words are checked to be absent. The
@@ -234,27 +236,60 @@ TEST_CASE(
   checkOnlyTheLastHangJudged(r, 3);
 }
 
-TEST_CASE("Python under --hang_timeout: a DDP step longer than the timeout is not hung", "[e2e][torch]") {
+TEST_CASE("Python under --hang_timeout: DDP steps longer than the timeout are not hung", "[e2e][torch]") {
   TempDir dir;
-  // Rank 0's forward takes 12 s; rank 1 waits in DDP's gradient all-reduce under backward().
-  const std::string script = writeScript(dir, "ddp.py",
+  // Every rank's forward takes 12 s: the gradient all-reduces, recorded through ddprun's DDP
+  // communication hook, each wait only as long as the ranks are apart.
+  const std::string script = writeScript(dir, "ddp_slow.py",
                                          "class Slow(torch.nn.Module):\n"
                                          "    def __init__(self):\n"
                                          "        super().__init__()\n"
                                          "        self.lin = torch.nn.Linear(4, 4)\n"
                                          "    def forward(self, x):\n"
-                                         "        if rank == 0:\n"
-                                         "            time.sleep(12)\n"
+                                         "        time.sleep(12)\n"
                                          "        return self.lin(x)\n"
                                          "model = torch.nn.parallel.DistributedDataParallel(Slow())\n"
-                                         "model(torch.ones(2, 4)).sum().backward()\n"
-                                         "dist.barrier()\n" +
+                                         "for step in range(2):\n"
+                                         "    model(torch.ones(2, 4)).sum().backward()\n" +
                                              std::string(kThenHang));
   auto r = runJob(dir, script);
   REQUIRE(r.finished);
   INFO(r.out << r.err);
-  checkOnlyTheLastHangJudged(r, 2);
-  CHECK_THAT(r.err, Catch::Contains("(last completed barrier #1"));
+  // Two steps' gradient all-reduces (one bucket each), then the hang at the third all_reduce.
+  checkOnlyTheLastHangJudged(r, 3);
+}
+
+TEST_CASE("Python under --hang_timeout: a rank that stops before backward() is named from DDP's gradient all-reduce",
+          "[e2e][torch]") {
+  TempDir dir;
+  // Rank 0 waits in DDP's gradient all-reduce inside backward(), which torch's reducer issues
+  // from C++; rank 1 sleeps before its backward of the second step. The replicas stay equal
+  // while DDP's all-reduce is ddprun's hook (checked after the first step).
+  const std::string script = writeScript(dir, "ddp_hang.py",
+                                         "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))\n"
+                                         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                                         "for step in range(2):\n"
+                                         "    opt.zero_grad()\n"
+                                         "    loss = model(torch.ones(2, 4) * (rank + 1)).sum()\n"
+                                         "    if rank == 1 and step == 1:\n"
+                                         "        time.sleep(120)\n"
+                                         "    loss.backward()\n"
+                                         "    opt.step()\n"
+                                         "    w = model.module.weight.detach().clone()\n"
+                                         "    dist.all_reduce(w)\n"
+                                         "    same = torch.allclose(w / 2, model.module.weight)\n"
+                                         "    print(f'rank {rank} step {step} replicas equal {same}', flush=True)\n");
+  auto r = runJob(dir, script);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(countOf(r.out, "step 0 replicas equal True") == 2);
+  // Step 0: the gradient all-reduce #1 and the check's #2; rank 0 waits in the gradients' #3.
+  CHECK_THAT(r.err, Catch::Contains("hang: rank 1 has not called #3 (last completed all_reduce #2"));
+  const std::string cause = rootCause(r.err);
+  CHECK_THAT(cause, Catch::Contains("rank      : 1 (local_rank: 1)"));
+  CHECK_THAT(cause, Catch::Contains("File \"" + script + "\", line 14, in <module>\n      time.sleep(120)"));
+  checkNotTorchsTimeout(r);
 }
 
 TEST_CASE("Python under --hang_timeout: two nodes, the rank behind on the other node is named with its frame",
@@ -299,4 +334,32 @@ TEST_CASE("Python under --hang_timeout: two nodes, the rank behind on the other 
   CHECK_THAT(cause, Catch::Contains("rank      : 1 (local_rank: 0)"));
   CHECK_THAT(cause, Catch::Contains("File \"" + script + "\", line 10, in <module>"));
   CHECK_THAT(err, !Catch::Contains("Timed out waiting"));
+}
+
+TEST_CASE("Python under --hang_timeout: a DDP communication hook the user registers runs, and is recorded",
+          "[e2e][torch]") {
+  TempDir dir;
+  // The user's hook takes the place of ddprun's; so does a built-in hook (its Python twin). Each
+  // rank reads its own ring's newest sequence number: both all-reduces were recorded.
+  const std::string script = writeScript(
+      dir, "user_hook.py",
+      "import struct\n"
+      "calls = []\n"
+      "def hook(state, bucket):\n"
+      "    calls.append(state)\n"
+      "    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])\n"
+      "a = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))\n"
+      "a.register_comm_hook('mine', hook)\n"
+      "a(torch.ones(2, 4)).sum().backward()\n"
+      "b = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))\n"
+      "b._register_builtin_comm_hook(dist.BuiltinCommHookType.FP16_COMPRESS)\n"
+      "b(torch.ones(2, 4)).sum().backward()\n"
+      "ring = open(os.path.join(os.environ['DDPRUN_FLIGHT_DIR'], f'rank{rank}.group0.ring'), 'rb').read(64)\n"
+      "print(f'rank {rank} hook states {calls} recorded {struct.unpack_from(\"<Q\", ring, 48)[0]}', flush=True)\n");
+  auto r = runJob(dir, script);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.out, "hook states ['mine'] recorded 2") == 2);
+  CHECK_THAT(r.err, !Catch::Contains("recording stopped"));
 }

@@ -10,9 +10,12 @@
 # What is seen: the calls a script makes through torch.distributed (dist.all_reduce,
 # dist.barrier, dist.isend ... and the *_object calls), sync and async (an async call is
 # pending until its Work completes, from its future where torch gives one, else from
-# is_completed looked at every 50 ms). What is not: collectives issued from C++ without
-# passing through these functions (DDP's gradient all-reduces inside backward(), torch's
-# functional collectives): a hang there is left to torch's own timeout.
+# is_completed looked at every 50 ms); and DDP's gradient all-reduces, which its C++ reducer
+# would issue unseen inside backward(): each DistributedDataParallel gets a communication hook
+# that does what the built-in all-reduce does (divide by the group's size, then all_reduce)
+# through the recorded dist.all_reduce. A hook the user registers takes its place (and is
+# recorded where it calls torch.distributed). What is not seen: collectives issued from C++
+# otherwise (torch's functional collectives, FSDP's): a hang there is left to torch's timeout.
 #
 # Nothing here may change what the user's program does: a failure to record is swallowed,
 # and the user's call runs as it would have.
@@ -372,27 +375,98 @@ def _patch(module):
         module.new_group = _numbered_new_group(fn)
 
 
+class _Hooked:
+    """The communication hook ddprun gives each DDP module: the user's, once registered, else
+    the built-in all-reduce's equivalent. A mutable target, as torch takes one hook per module."""
+
+    def __init__(self, ddp):
+        self.hook = None  # None: the built-in all-reduce
+        self.state = ddp.process_group
+        # The names torch's DDP and its logger read off a hook function.
+        self.__name__ = self.__qualname__ = "ddprun_recorded_allreduce"
+
+    def __call__(self, _state, bucket):
+        if self.hook is not None:
+            return self.hook(self.state, bucket)
+        dist = sys.modules["torch.distributed"]
+        group = self.state if self.state is not None else dist.group.WORLD
+        tensor = bucket.buffer()
+        tensor.div_(group.size())  # as the reducer's all-reduce: average, dividing first
+        return dist.all_reduce(tensor, group=group, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+def _patch_ddp(module):
+    ddp = getattr(module, "DistributedDataParallel", None)
+    if ddp is None or getattr(ddp, "__ddprun_recorded__", False):
+        return
+    init, register, builtin = ddp.__init__, ddp.register_comm_hook, ddp._register_builtin_comm_hook
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if getattr(self, "reducer", None) is None or _failed[0]:
+            return
+        try:
+            hooked = _Hooked(self)
+            register(self, None, hooked)
+            self._ddprun_hooked = hooked
+        except Exception as e:
+            _say_off(e)
+
+    @functools.wraps(register)
+    def register_comm_hook(self, state, hook):
+        hooked = getattr(self, "_ddprun_hooked", None)
+        if hooked is None:
+            return register(self, state, hook)
+        # torch takes one hook per module, and ddprun's holds the place: the user's goes in it.
+        self._check_comm_hook(hook)
+        self.logger._set_comm_hook_name(hook.__qualname__)
+        if hasattr(self, "_comm_hooks"):
+            self._comm_hooks.append((hook, state))
+        hooked.hook, hooked.state = hook, state
+
+    @functools.wraps(builtin)
+    def _register_builtin_comm_hook(self, comm_hook_type):
+        hooked = getattr(self, "_ddprun_hooked", None)
+        if hooked is None:
+            return builtin(self, comm_hook_type)
+        # The built-in hooks' Python twins (torch's own), in ddprun's place.
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        twins = {"ALLREDUCE": default_hooks.allreduce_hook, "FP16_COMPRESS": default_hooks.fp16_compress_hook}
+        hook = twins.get(getattr(comm_hook_type, "name", str(comm_hook_type)).split(".")[-1])
+        if hook is None:
+            raise RuntimeError("ddprun: no Python twin of DDP's built-in hook %s; run with DDPRUN_FLIGHT_RECORDER=0"
+                               % (comm_hook_type,))
+        self.logger._set_comm_hook_name(str(comm_hook_type))
+        hooked.hook, hooked.state = hook, self.process_group
+
+    ddp.__init__ = __init__
+    ddp.register_comm_hook = register_comm_hook
+    ddp._register_builtin_comm_hook = _register_builtin_comm_hook
+    ddp.__ddprun_recorded__ = True
+
+
+# Modules patched as they are imported: torch.distributed.distributed_c10d before
+# torch.distributed copies its names, so that dist.all_reduce and the module's own calls are
+# the recorded ones; DDP's module before anyone makes a DDP module.
+_PATCHES = {"torch.distributed.distributed_c10d": _patch, "torch.nn.parallel.distributed": _patch_ddp}
+
+
 class _Finder:
-    """Patches torch.distributed.distributed_c10d as it is imported, before torch.distributed
-    copies its names, so that dist.all_reduce and the module's own calls are the recorded ones."""
-
-    _NAME = "torch.distributed.distributed_c10d"
-
     def find_spec(self, name, path=None, target=None):
-        if name != self._NAME:
+        patch = _PATCHES.get(name)
+        if patch is None:
             return None
         import importlib.machinery
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
         run = spec.loader.exec_module
 
         def exec_module(module):
             run(module)
             try:
-                _patch(module)
+                patch(module)
             except Exception as e:
                 _say_off(e)
 
@@ -401,8 +475,12 @@ class _Finder:
 
 
 def install():
-    module = sys.modules.get(_Finder._NAME)
-    if module is not None:
-        _patch(module)
-    else:
+    missing = False
+    for name, patch in _PATCHES.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            patch(module)
+        else:
+            missing = True
+    if missing:
         sys.meta_path.insert(0, _Finder())
