@@ -253,11 +253,22 @@ std::optional<FlightRingSnapshot> readFlightRingFile(const std::string& path, st
     return fail(fmt::format("{}: {} bytes is more than a ring of {} slots, the most ddprun reads", path, bytes,
                             kFlightRingMaxCapacity));
   }
+  // The header first: only the slots it claims are read (a file may be larger than its ring).
+  FlightRingHeader header{};
+  errno = 0;
+  if (!readWhole(fd.get(), reinterpret_cast<char*>(&header), sizeof header)) {
+    return fail(fmt::format("read {}: {}", path, errno != 0 ? std::strerror(errno) : "the file shrank"));
+  }
+  const auto capacity = static_cast<uint32_t>(header.version_capacity);
+  if (header.magic != kFlightRingMagic || header.version_capacity >> 32 != kFlightRingVersion || capacity == 0 ||
+      capacity > kFlightRingMaxCapacity || bytes < flightRingBytes(capacity)) {
+    return fail(fmt::format("{}: not a flight recorder ring", path));
+  }
   // Copied twice with pread rather than mapped: a worker that truncates its file while the
   // agent reads it would raise SIGBUS in the agent through a mapping. A copy is not atomic
   // per word, so a slot counts only when both copies agree; one that differs was being
   // written and is left out as the mapped seqlock read leaves it out.
-  const size_t words = bytes / sizeof(uint64_t);
+  const size_t words = flightRingBytes(capacity) / sizeof(uint64_t);
   std::vector<uint64_t> first(words), second(words);
   const size_t whole = words * sizeof(uint64_t);
   errno = 0;

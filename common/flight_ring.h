@@ -34,9 +34,9 @@ namespace ddprun {
 inline constexpr uint64_t kFlightRingMagic = 0x3130524644505444ull;  // "DTPDFR01" little-endian
 inline constexpr uint32_t kFlightRingVersion = 1;
 inline constexpr uint32_t kFlightRingDefaultCapacity = 256;
-// The most slots a reader accepts (4 MiB a ring): a worker writes the header, and a claimed
-// capacity of 2^32 slots must not make the agent read 256 GiB.
-inline constexpr uint32_t kFlightRingMaxCapacity = 65536;
+// The most slots a reader accepts (256 KiB a ring; writers use 256): a worker writes the
+// header, and a claimed capacity of 2^32 slots must not make the agent read 256 GiB.
+inline constexpr uint32_t kFlightRingMaxCapacity = 4096;
 
 enum class FlightOp : uint8_t {
   kUnknown,

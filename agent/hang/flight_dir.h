@@ -13,8 +13,10 @@
 namespace ddprun::agent {
 
 // The most ring files one look reads: a node runs at most a few hundred ranks, each with a
-// collective and a message ring per group (as hang_verdict.h's kMaxSummaryPositions).
-inline constexpr size_t kMaxRingFiles = 4096;
+// collective and a message ring per group it is in. With rings of at most
+// kFlightRingMaxCapacity slots, a look costs at most 1024 x 2 x 256 KiB of reads, whatever
+// the workers put in the directory.
+inline constexpr size_t kMaxRingFiles = 1024;
 
 class FlightDir {
  public:
