@@ -57,6 +57,10 @@ struct AgentConfig {
   // message, flight recorder) for this long while one is pending: print the hang verdict, take
   // stacks, stop and restart. Unset (default): off.
   std::optional<std::chrono::milliseconds> hang_timeout;
+  // --straggler_threshold: a rank that enters collectives this much later than its group's
+  // median rank, on average over its last 64 (flight recorder; agent/hang/straggler.h), is
+  // named a straggler (event, log line, health check); 0: never. Default 0.5 s.
+  std::chrono::milliseconds straggler_threshold{500};
   // The workers run Python (ddprun starts the interpreter, or the program is python*); default no.
   bool python_workers = false;
   // Python workers get PYTHONFAULTHANDLER=1 unless set; --no_python_faulthandler: not (default on).

@@ -31,6 +31,12 @@ class DynamicAgentRendezvous final : public AgentRendezvous {
   }
   bool hangSummaryRequested() override { return board_.hangSummaryRequested(); }
   void publishHangSummary(const std::string& summary) override { board_.publishHangSummary(summary); }
+  void publishProgress(const std::string& value) override { board_.publishProgress(value); }
+  std::vector<std::string> readProgress(size_t max_each, size_t max_total) override {
+    return board_.readProgress(max_each, max_total);
+  }
+  void publishProgressMedians(const std::string& value) override { board_.publishProgressMedians(value); }
+  std::string readProgressMedians(size_t max_bytes) override { return board_.readProgressMedians(max_bytes); }
 
  private:
   std::unique_ptr<rendezvous::DynamicRendezvous> owned_;  // c10d, static or etcd (openRendezvous)

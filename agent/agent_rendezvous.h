@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -36,12 +37,17 @@ class AgentRendezvous {
   virtual std::string storeAddress() const = 0;
   virtual bool hostsStore() const = 0;
 
-  // The job's board: this node's status record (job_reporter.h) and the exchange of hang
-  // summaries (hang_watch.h).
+  // The job's board: this node's status record (job_reporter.h), the exchange of hang
+  // summaries (hang_watch.h) and of progress (progress_watch.h).
   virtual void publishStatus(const rendezvous::AgentRecord& record) = 0;
   virtual std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait, const std::string& mine) = 0;
   virtual bool hangSummaryRequested() = 0;
   virtual void publishHangSummary(const std::string& summary) = 0;
+  // And the ranks' progress (progress_watch.h): JobBoard's calls of the same names.
+  virtual void publishProgress(const std::string& value) = 0;
+  virtual std::vector<std::string> readProgress(size_t max_each, size_t max_total) = 0;
+  virtual void publishProgressMedians(const std::string& value) = 0;
+  virtual std::string readProgressMedians(size_t max_bytes) = 0;
 
   // The job's DynamicRendezvous (its constructor's contract: it may host the store, and
   // throws RendezvousError or UsageError).

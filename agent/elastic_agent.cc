@@ -30,6 +30,7 @@
 #include "agent/output/log_layout.h"
 #include "agent/placement/gpu_watch.h"
 #include "agent/process/orphan_guard.h"
+#include "agent/progress_watch.h"
 #include "agent/restart_policy.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -72,6 +73,7 @@ ElasticAgent::Impl::Impl(AgentConfig config, OrphanGuard* guard, AgentEnv& env,
              }),
       reporter_(config_, group_, policy_),
       hang_(config_, env, group_, reporter_, guard),
+      progress_(config_, env, group_, reporter_),
       containment_(config_, env, group_, guard) {
   env_.onSignals({SIGCHLD}, [this](int) {
     for (const Worker* w : group_.reap()) reporter_.workerExited(*w);
@@ -122,6 +124,7 @@ void ElasticAgent::Impl::startWorkers(const rendezvous::RendezvousResult& rdzv) 
     reporter_.workerStarted(group_.workers()[i], rdzv);
   }
   hang_.workersStarted();
+  progress_.workersStarted();
 }
 
 ElasticAgent::Impl::Outcome ElasticAgent::Impl::waitForWorkers() {
@@ -137,9 +140,10 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::waitForWorkers() {
     }
     if (!running) return Outcome::kSucceeded;
     if (hang_.collectiveGraceOver()) return Outcome::kFailed;
-    const HangWatch::Wake wake = hang_.wake(now() + std::chrono::hours(1));
+    const HangWatch::Wake wake = hang_.wake(std::min(now() + std::chrono::hours(1), progress_.nextLook()));
     runFor(std::max<Clock::Duration>(wake.at - now(), Clock::Duration::zero()));
     hang_.tick(wake);
+    progress_.tick();
   }
 }
 
@@ -151,6 +155,7 @@ void ElasticAgent::Impl::stopAttempt(int signal) {
 void ElasticAgent::Impl::endAttempt() {
   // What the attempt's processes asked for ends with them.
   hang_.endAttempt();
+  progress_.endAttempt();
   containment_.clear();
   group_.drainOutput();
 }
@@ -282,6 +287,9 @@ void ElasticAgent::Impl::setUp() {
   WorkerGroupSetup setup;
   setup.base_env = currentEnvironment();
   hang_.setUp(*rendezvous_, setup.base_env);
+  // The rings' directory, as the hang watch named it to the workers.
+  const auto flight_dir = setup.base_env.find(env::kFlightDir);
+  progress_.setUp(*rendezvous_, flight_dir != setup.base_env.end() ? flight_dir->second : std::string());
   auto prefix_env = setup.base_env.find(env::kLogLinePrefixTemplate);
   setup.prefix_template = prefix_env != setup.base_env.end() ? prefix_env->second : kDefaultPrefixTemplate;
   const bool keep_logs = config_.redirects.anyStream() || config_.tee.anyStream();

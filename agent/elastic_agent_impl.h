@@ -19,6 +19,7 @@
 #include "agent/output/log_layout.h"
 #include "agent/placement/gpu_watch.h"
 #include "agent/process/orphan_guard.h"
+#include "agent/progress_watch.h"
 #include "agent/restart_policy.h"
 #include "agent/worker_group.h"
 #include "common/logging.h"
@@ -67,10 +68,11 @@ class ElasticAgent::Impl {
   std::unique_ptr<AgentRendezvous> rendezvous_;
   rendezvous::RendezvousSettings settings_;
   RestartPolicy policy_;
-  // The parts: the workers, what others see, the hang watch, what is left of an attempt.
+  // The parts: the workers, what others see, the hang and progress watches, what is left of an attempt.
   WorkerGroup group_;
   JobReporter reporter_;
   HangWatch hang_;
+  ProgressWatch progress_;  // stragglers and status --trace, from the same rings
   Containment containment_;
   std::unique_ptr<GpuWatch> gpu_watch_;  // GPU health before each start, GPU faults after a failure
 

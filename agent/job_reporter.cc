@@ -120,6 +120,12 @@ void JobReporter::refreshHealth() {
                                  .add("source", verdict_->source)
                                  .raw("blamed_ranks", blamed + "]"));
   }
+  // A straggler slows the job down but breaks nothing: the answer stays 200.
+  std::vector<JsonObject> stragglers;
+  for (const Straggler& s : stragglers_) {
+    stragglers.push_back(JsonObject().add("rank", s.rank).add("group", s.group).add("lag_s", s.lag_s));
+  }
+  body.add("stragglers", stragglers);
   health_->update(healthy, body.str());
 }
 
@@ -169,6 +175,11 @@ void JobReporter::roundEnded(const std::string& reason, bool by_this_node) {
 
 void JobReporter::setHangVerdict(Verdict verdict) {
   verdict_ = std::move(verdict);
+  refreshHealth();
+}
+
+void JobReporter::setStragglers(std::vector<Straggler> stragglers) {
+  stragglers_ = std::move(stragglers);
   refreshHealth();
 }
 

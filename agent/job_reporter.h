@@ -66,6 +66,14 @@ class JobReporter {
     int attempt = 0;
   };
   void setHangVerdict(Verdict verdict);
+  // The ranks of this node that straggle now (progress_watch.h): the health check lists them
+  // until they recover or the attempt ends (an empty list).
+  struct Straggler {
+    int rank = 0;
+    int group = 0;
+    double lag_s = 0;  // how far behind its group's median rank it enters collectives
+  };
+  void setStragglers(std::vector<Straggler> stragglers);
 
   // Workers started, exited, or could not be stopped.
   void workerStarted(const Worker& w, const rendezvous::RendezvousResult& rdzv);
@@ -89,7 +97,8 @@ class JobReporter {
   int64_t cooldown_until_ms_ = 0;
   int exit_code_ = -1;
   bool store_lost_ = false;
-  std::optional<Verdict> verdict_;  // the current attempt's, for the health check
+  std::optional<Verdict> verdict_;     // the current attempt's, for the health check
+  std::vector<Straggler> stragglers_;  // this node's ranks that straggle now, for the health check
 };
 
 }  // namespace ddprun::agent

@@ -64,6 +64,7 @@ struct RawFlags {
   std::string node_cooldown = "0";
   std::string node_cooldown_max = "300";
   std::string hang_timeout;  // empty: off
+  std::string straggler_threshold = "0.5";
   std::string health_check_port;
   std::string health_check_addr = "127.0.0.1";
   bool slurm = false;
@@ -303,6 +304,12 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
     config.hang_timeout = toMillis(parseSeconds("--hang_timeout", f.hang_timeout));
     if (config.hang_timeout->count() <= 0) throw UsageError("--hang_timeout must be more than 0 seconds");
   }
+  const double straggler_s = parseSeconds("--straggler_threshold", f.straggler_threshold);
+  config.straggler_threshold = toMillis(straggler_s);
+  if (config.straggler_threshold.count() == 0 && straggler_s > 0) {
+    throw UsageError("--straggler_threshold " + f.straggler_threshold +
+                     " is less than a millisecond: give 0.001 or more, or 0 to turn it off");
+  }
   // As torch's agent: only the exact value 1 turns the file timers on.
   if (const char* timer = std::getenv(env::kEnableFileTimer); timer && std::string_view(timer) == "1") {
     config.file_timer = true;
@@ -486,6 +493,9 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
             "Seconds without any local rank completing an operation (a collective or a point-to-point message) while "
             "one is pending before ddprun calls the job hung: it prints where every rank stands, takes stacks and "
             "restarts (default: off).");
+  addOption(app, "", "--straggler_threshold", f.straggler_threshold,
+            "Seconds a rank may enter collectives after its group's median rank, on average over its last 64, "
+            "before it is named a straggler (event, log line, health check); 0: never.");
   addOption(app, "", "--term_timeout", f.term_timeout, "Seconds between SIGTERM and SIGKILL when stopping workers.");
   addOption(app, "", "--shutdown_timeout", f.shutdown_timeout,
             "torchrun's name for --term_timeout (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30).");

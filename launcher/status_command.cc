@@ -5,11 +5,15 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "agent/hang/hang_verdict.h"
+#include "agent/hang/straggler.h"
 #include "agent/ops/event_log.h"
 #include "common/error.h"
 #include "common/json_writer.h"
@@ -17,6 +21,7 @@
 #include "launcher/subcommand_args.h"
 #include "launcher/worker_stacks.h"
 #include "rendezvous/etcd/etcd_env.h"
+#include "rendezvous/job_board.h"
 #include "rendezvous/local_addresses.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/token_auth.h"
@@ -127,7 +132,9 @@ std::string formatStatusTable(const JobStatus& s) {
   return out;
 }
 
-std::string formatStatusJson(const JobStatus& s) {
+namespace {
+
+JsonObject statusObject(const JobStatus& s) {
   JsonObject o;
   o.add("run_id", s.run_id).add("store", s.store);
   if (s.round >= 0) {
@@ -172,7 +179,197 @@ std::string formatStatusJson(const JobStatus& s) {
     nodes.push_back(std::move(n));
   }
   o.add("nodes", nodes);
+  return o;
+}
+
+// Each rank's lag over the whole job (straggler.h), and the threshold the round's first node
+// published (0: none published, or off).
+struct JobLags {
+  std::vector<agent::RankLag> lags;
+  double threshold_s = 0;
+  int64_t oldest_ms = 0;  // the oldest summary's time
+};
+
+JobLags lagsOf(const JobProgress& progress) {
+  JobLags out;
+  std::vector<agent::RankProgress> all;
+  std::set<std::pair<int, int>> seen;
+  for (const auto& node : progress.nodes) {
+    if (&node == &progress.nodes.front()) out.threshold_s = node.progress.threshold_s;
+    if (out.oldest_ms == 0 || node.progress.unix_ms < out.oldest_ms) out.oldest_ms = node.progress.unix_ms;
+    // A rank two nodes claim (a forged value) counts once.
+    for (const auto& r : node.progress.ranks) {
+      if (seen.emplace(r.rank, r.group).second) all.push_back(r);
+    }
+  }
+  out.lags = agent::lagsOf(all, agent::groupMedians(all));
+  return out;
+}
+
+bool straggles(const agent::RankLag& lag, double threshold_s) { return threshold_s > 0 && lag.lag_s > threshold_s; }
+
+// A rank's current collective as --trace shows it.
+struct TraceRow {
+  int rank = 0;
+  int group = 0;
+  uint64_t seq = 0;  // 0: none yet
+  std::string op;
+  std::string state;  // pending, started, failed, completed, idle
+  double age_s = 0;   // since it started (or was enqueued, or completed), as of the reading
+};
+
+std::vector<TraceRow> traceOf(const JobProgress& progress, int64_t now_ms) {
+  std::vector<TraceRow> rows;
+  std::set<std::pair<int, int>> seen;
+  for (const auto& node : progress.nodes) {
+    const double since_s = std::max<int64_t>(0, now_ms - node.progress.unix_ms) / 1000.0;
+    for (const agent::RankPosition& p : node.progress.positions) {
+      if (!seen.emplace(p.rank, p.group).second) continue;
+      TraceRow row{p.rank, p.group, 0, "-", "idle", 0};
+      if (p.pending) {
+        row.seq = p.pending->seq;
+        row.op = std::string(flightOpName(p.pending->info.op));
+        row.state = p.pending->state == FlightState::kFailed ? "failed"
+                    : p.pending->started_ns != 0             ? "started"
+                                                             : "pending";
+        row.age_s = p.pending_age_s + since_s;
+      } else if (p.last_completed_seq > 0) {
+        row.seq = p.last_completed_seq;
+        row.op = std::string(flightOpName(p.last_completed_op));
+        row.state = "completed";
+        row.age_s = std::max(0.0, p.last_completed_age_s) + since_s;
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  std::sort(rows.begin(), rows.end(), [](const TraceRow& a, const TraceRow& b) {
+    return std::pair(a.rank, a.group) < std::pair(b.rank, b.group);
+  });
+  return rows;
+}
+
+std::string alignedRows(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(rows.front().size(), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], columns(row[i]));
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - columns(row[i]) + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string formatStatusJson(const JobStatus& s) { return statusObject(s).str() + "\n"; }
+
+std::string formatStatusJson(const JobStatus& s, const JobProgress& progress, bool trace) {
+  JsonObject o = statusObject(s);
+  const JobLags lags = lagsOf(progress);
+  o.add("straggler_threshold_s", lags.threshold_s);
+  std::string stragglers = "[";
+  std::vector<JsonObject> ranks;
+  for (const agent::RankLag& l : lags.lags) {
+    const bool straggler = straggles(l, lags.threshold_s);
+    if (straggler) stragglers += (stragglers.size() > 1 ? "," : "") + std::to_string(l.rank);
+    ranks.push_back(JsonObject()
+                        .add("rank", l.rank)
+                        .add("group", l.group)
+                        .add("lag_s", l.lag_s)
+                        .add("mean_wait_s", l.mean_wait_s)
+                        .add("collectives", l.collectives)
+                        .add("last_seq", l.last_completed_seq)
+                        .add("straggler", straggler));
+  }
+  o.raw("stragglers", stragglers + "]");
+  o.add("ranks", ranks);
+  if (trace) {
+    std::vector<JsonObject> rows;
+    for (const TraceRow& r : traceOf(progress, s.now_ms)) {
+      JsonObject row;
+      row.add("rank", r.rank).add("group", r.group);
+      if (r.seq > 0) {
+        row.add("seq", r.seq).add("op", r.op).add("age_s", r.age_s);
+      } else {
+        row.addNull("seq").addNull("op").addNull("age_s");
+      }
+      row.add("state", r.state);
+      rows.push_back(std::move(row));
+    }
+    o.add("trace", rows);
+  }
   return o.str() + "\n";
+}
+
+std::string formatProgressTable(const JobStatus& s, const JobProgress& progress, bool trace) {
+  if (s.round < 0 || s.round_state == "forming") return {};
+  if (progress.nodes.empty()) {
+    return "no collective progress published in this round (workers without a flight recorder, or none yet)\n";
+  }
+  std::string out = "\n";
+  if (trace) {
+    std::vector<std::vector<std::string>> rows = {{"RANK", "GROUP", "SEQ", "OP", "STATE", "AGE"}};
+    for (const TraceRow& r : traceOf(progress, s.now_ms)) {
+      rows.push_back({std::to_string(r.rank), std::to_string(r.group), r.seq > 0 ? "#" + std::to_string(r.seq) : "-",
+                      r.op, r.state, r.seq > 0 ? fmt::format("{:.1f}s", r.age_s) : "-"});
+    }
+    return out + alignedRows(rows);
+  }
+  const JobLags lags = lagsOf(progress);
+  if (lags.lags.empty()) {
+    return out + "no rank judged yet: a rank needs " + std::to_string(agent::kStragglerMinCollectives) +
+           " completed collectives, and a group 2 such ranks\n";
+  }
+  std::vector<std::vector<std::string>> rows = {{"RANK", "GROUP", "LAG", "MEAN WAIT", "COLLECTIVES", "LAST"}};
+  std::vector<int> named;
+  for (const agent::RankLag& l : lags.lags) {
+    const bool straggler = straggles(l, lags.threshold_s);
+    if (straggler) named.push_back(l.rank);
+    rows.push_back({std::to_string(l.rank), std::to_string(l.group),
+                    fmt::format("{:.3f}s{}", l.lag_s, straggler ? " straggler" : ""),
+                    fmt::format("{:.3f}s", l.mean_wait_s), std::to_string(l.collectives),
+                    "#" + std::to_string(l.last_completed_seq)});
+  }
+  out += alignedRows(rows);
+  out += fmt::format("lag: how far behind its group's median rank a rank enters collectives (as of {})\n",
+                     ago(lags.oldest_ms, s.now_ms));
+  if (lags.threshold_s <= 0) {
+    out += "stragglers: not judged (--straggler_threshold 0)\n";
+  } else if (named.empty()) {
+    out += fmt::format("stragglers: none (threshold {:.3f}s)\n", lags.threshold_s);
+  } else {
+    out += fmt::format("stragglers: rank {} (threshold {:.3f}s)\n", agent::rankRanges(named), lags.threshold_s);
+  }
+  return out;
+}
+
+JobProgress readJobProgress(rendezvous::Store& store, const JobStatus& status) {
+  JobProgress out;
+  if (status.round < 0) return out;
+  int participants = status.nodes_in_round;
+  for (const AgentRecord& a : status.agents) {
+    if (a.round == status.round) participants = std::max(participants, a.group_rank + 1);
+  }
+  // Ranks must lie within the world; before it is known, within what a store value can name.
+  const int world = status.world_size > 0 ? status.world_size : 1 << 24;
+  for (auto& [g, value] :
+       rendezvous::readRoundProgress(store, "rdzv/" + status.run_id + "/", status.round, participants,
+                                     agent::kMaxProgressBytes, kMaxStatusProgressBytes)) {
+    auto decoded = agent::decodeNodeProgress(value, world);
+    if (!decoded) {
+      ++out.rejected;
+      continue;
+    }
+    out.rejected += decoded->rejected;
+    out.nodes.push_back(JobProgress::Node{g, std::move(decoded->progress)});
+  }
+  return out;
 }
 
 std::string newestEventsFile(const std::string& dir) {
@@ -234,8 +431,10 @@ JobLocation locateJobFromLogDir(const std::string& dir) {
 
 namespace {
 
-int printStatus(const JobStatus& status, bool json, const std::string& log_dir) {
-  std::string text = json ? formatStatusJson(status) : formatStatusTable(status);
+int printStatus(const JobStatus& status, const JobProgress& progress, bool json, bool trace,
+                const std::string& log_dir) {
+  std::string text = json ? formatStatusJson(status, progress, trace)
+                          : formatStatusTable(status) + formatProgressTable(status, progress, trace);
   if (!json && !log_dir.empty()) {
     // A worker's words can be part of a verdict (its stack's source line).
     if (auto verdict = lastHangVerdict(newestEventsFile(log_dir)))
@@ -245,8 +444,10 @@ int printStatus(const JobStatus& status, bool json, const std::string& log_dir) 
   return 0;
 }
 
-// The job's records on etcd (rendezvous/etcd/etcd_env.h), with --rdzv_conf's etcd keys.
-JobStatus etcdJobStatus(const std::string& endpoint, const std::string& run_id, const std::string& conf) {
+// The job's records on etcd (rendezvous/etcd/etcd_env.h), with --rdzv_conf's etcd keys, and
+// its progress into `progress`.
+JobStatus etcdJobStatus(JobProgress& progress, const std::string& endpoint, const std::string& run_id,
+                        const std::string& conf) {
   rendezvous::RendezvousConfig config;
   config.backend = "etcd-v2";
   config.endpoint = endpoint;
@@ -270,6 +471,7 @@ JobStatus etcdJobStatus(const std::string& endpoint, const std::string& run_id, 
     rendezvous::etcd::EtcdEnv env(config);
     auto store = env.connect(options);
     status = rendezvous::readJobStatus(*store, run_id);
+    progress = readJobProgress(*store, status);
   } catch (const rendezvous::StoreError& e) {
     throw RendezvousError("status of job '" + run_id + "': " + e.what());
   }
@@ -288,6 +490,7 @@ int runStatusCommand(int argc, const char* const* argv) {
   std::string backend = "c10d";
   bool json = false;
   bool stacks = false;
+  bool trace = false;
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "The job's rendezvous store, host:port.");
   app.add_option("--rdzv_id,--rdzv-id", run_id, "The job id.");
   app.add_option("--log_dir,--log-dir", log_dir, "Find the store and job id in the events file an agent wrote here.");
@@ -300,7 +503,10 @@ int runStatusCommand(int argc, const char* const* argv) {
   app.add_flag("--stacks", stacks,
                "Instead: every thread's native stack of this host's running workers (with --log_dir), without "
                "stopping them.");
+  app.add_flag("--trace", trace,
+               "Every rank's current collective (group, sequence number, op, state, age) instead of the lags.");
   if (!parseSubcommandArgs(app, argc, argv, "status")) return 0;
+  if (stacks && trace) throw UsageError("status: --stacks and --trace are two views: give one");
   if (stacks) {
     if (log_dir.empty())
       throw UsageError("status --stacks needs --log_dir DIR: the agent's events file there names its workers");
@@ -320,8 +526,11 @@ int runStatusCommand(int argc, const char* const* argv) {
     endpoint = endpoint.substr(5);
     backend = "etcd-v2";
   }
-  if (rendezvous::etcd::isEtcdBackend(backend))
-    return printStatus(etcdJobStatus(endpoint, run_id, conf), json, log_dir);
+  JobProgress progress;
+  if (rendezvous::etcd::isEtcdBackend(backend)) {
+    const JobStatus status = etcdJobStatus(progress, endpoint, run_id, conf);
+    return printStatus(status, progress, json, trace, log_dir);
+  }
   std::string token_file;
   if (!conf.empty()) {
     if (conf.rfind("token_file=", 0) != 0 || conf.find(',') != std::string::npos) {
@@ -338,11 +547,12 @@ int runStatusCommand(int argc, const char* const* argv) {
   try {
     rendezvous::TcpStoreClient store(options);
     status = rendezvous::readJobStatus(store, run_id);
+    progress = readJobProgress(store, status);
   } catch (const rendezvous::StoreError& e) {
     throw RendezvousError("status of job '" + run_id + "': " + e.what());
   }
   status.store = endpoint;
-  return printStatus(status, json, log_dir);
+  return printStatus(status, progress, json, trace, log_dir);
 }
 
 }  // namespace ddprun::launcher

@@ -2,15 +2,21 @@
 // node with its state, group rank, ranks, restarts and last heartbeat, the current round
 // and the restarts used, as a short table or (--json) one JSON object for scripts. The
 // job is named by --rdzv_endpoint and --rdzv_id, or found through the events file an
-// agent wrote under --log_dir. With --stacks (and --log_dir) it prints instead the native
-// stacks of that agent's running workers (launcher/worker_stacks.h).
+// agent wrote under --log_dir. Under the nodes, each rank's lag at the collectives and the
+// stragglers, from the progress the agents publish (agent/progress_watch.h); with --trace,
+// every rank's current collective (group, sequence number, op, state, age) instead. With
+// --stacks (and --log_dir) it prints instead the native stacks of that agent's running
+// workers (launcher/worker_stacks.h).
 #pragma once
 
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "agent/hang/progress_summary.h"
 #include "rendezvous/job_status.h"
+#include "rendezvous/store.h"
 
 namespace ddprun::launcher {
 
@@ -33,6 +39,28 @@ inline constexpr size_t kStatusCellColumns = 64;
 // holds it whole, JSON-escaped.
 std::string formatStatusTable(const rendezvous::JobStatus& status);
 std::string formatStatusJson(const rendezvous::JobStatus& status);
+
+// The progress the current round's nodes published (agent/hang/progress_summary.h), decoded
+// and bounded: at most kMaxProgressBytes a node and kMaxStatusProgressBytes in all.
+inline constexpr size_t kMaxStatusProgressBytes = size_t{64} << 20;
+struct JobProgress {
+  struct Node {
+    int group_rank = 0;
+    agent::NodeProgress progress;
+  };
+  std::vector<Node> nodes;  // ascending by group rank
+  size_t rejected = 0;      // lines (or whole values) left out as malformed or out of range
+};
+// Reads it through `store` for `status`'s round (none before a round runs). Blocks for a few
+// store round trips; throws StoreError.
+JobProgress readJobProgress(rendezvous::Store& store, const rendezvous::JobStatus& status);
+// Under the table: each rank's lag and the stragglers (by the threshold the round's first node
+// published); with `trace`, each rank's current collective instead. Numbers only: nothing of
+// the store's text reaches the terminal.
+std::string formatProgressTable(const rendezvous::JobStatus& status, const JobProgress& progress, bool trace);
+// formatStatusJson's object with the same as members: "straggler_threshold_s", "stragglers"
+// and "ranks" (each rank's lag), and with `trace` "trace" (each rank's current collective).
+std::string formatStatusJson(const rendezvous::JobStatus& status, const JobProgress& progress, bool trace);
 
 // The store address and run id in the agent_start event of an events file (the most
 // recently written one when `dir` holds several run directories). Throws UsageError.

@@ -52,6 +52,10 @@ std::optional<int> groupRankOf(const std::string& line, int participants) {
   return g;
 }
 
+// Progress values read in one MULTI_GET: at agent/hang/progress_summary.h's 128 KiB each,
+// 8 MiB, within the board's reply limit (16 MiB).
+constexpr size_t kProgressPerRead = 64;
+
 }  // namespace
 
 class JobBoard::Impl {
@@ -64,6 +68,10 @@ class JobBoard::Impl {
   std::vector<std::string> gatherHangSummaries(milliseconds wait, const std::string& mine);
   bool hangSummaryRequested();
   void publishHangSummary(const std::string& summary);
+  void publishProgress(const std::string& value);
+  std::vector<std::string> readProgress(size_t max_each, size_t max_total);
+  void publishProgressMedians(const std::string& value);
+  std::string readProgressMedians(size_t max_bytes);
   DynamicRendezvous& rendezvous() { return rendezvous_; }
 
  private:
@@ -89,6 +97,7 @@ class JobBoard::Impl {
   std::optional<AgentRecord> status_;  // the record last published, for the refreshes
   bool registered_ = false;            // this node's name is in the job's agents list
   int hang_answered_round_ = -1;       // the round whose hang summary request this node answered
+  int progress_named_round_ = -1;      // the round whose progress/nodes names this node
 };
 
 void JobBoard::Impl::publishStatus(const AgentRecord& record) {
@@ -223,6 +232,103 @@ void JobBoard::Impl::publishHangSummary(const std::string& summary) {
   }
 }
 
+void JobBoard::Impl::publishProgress(const std::string& value) {
+  const auto place = rendezvous_.currentRound();
+  if (!place) return;
+  std::lock_guard lock(mutex_);
+  try {
+    // The value first: a reader that finds the node named can MULTI_GET it at once.
+    store().set(roundKey(place->round, "progress/" + std::to_string(place->group_rank)), value);
+    if (progress_named_round_ != place->round) {
+      store().append(roundKey(place->round, "progress/nodes"), std::to_string(place->group_rank) + "\n");
+      progress_named_round_ = place->round;
+    }
+  } catch (const StoreError& e) {
+    client_.reset();
+    log_->debug("cannot publish this node's progress: {}", e.what());
+  }
+}
+
+std::vector<std::string> JobBoard::Impl::readProgress(size_t max_each, size_t max_total) {
+  std::vector<std::string> values;
+  const auto place = rendezvous_.currentRound();
+  if (!place) return values;
+  std::lock_guard lock(mutex_);
+  try {
+    for (auto& [g, value] :
+         readRoundProgress(store(), site_.prefix, place->round, place->participants, max_each, max_total)) {
+      values.push_back(std::move(value));
+    }
+  } catch (const StoreError& e) {
+    client_.reset();
+    log_->debug("cannot read the nodes' progress: {}", e.what());
+  }
+  return values;
+}
+
+void JobBoard::Impl::publishProgressMedians(const std::string& value) {
+  const auto place = rendezvous_.currentRound();
+  if (!place) return;
+  std::lock_guard lock(mutex_);
+  try {
+    store().set(roundKey(place->round, "progress/medians"), value);
+  } catch (const StoreError& e) {
+    client_.reset();
+    log_->debug("cannot publish the progress medians: {}", e.what());
+  }
+}
+
+std::string JobBoard::Impl::readProgressMedians(size_t max_bytes) {
+  const auto place = rendezvous_.currentRound();
+  if (!place) return {};
+  std::lock_guard lock(mutex_);
+  try {
+    const std::string key = roundKey(place->round, "progress/medians");
+    if (!store().check({key})) return {};
+    std::string value = store().get(key);
+    if (value.size() > max_bytes) {
+      log_->debug("{} holds {} bytes, more than the {} it may; ignored", key, value.size(), max_bytes);
+      return {};
+    }
+    return value;
+  } catch (const StoreError& e) {
+    client_.reset();
+    log_->debug("cannot read the progress medians: {}", e.what());
+    return {};
+  }
+}
+
+std::vector<std::pair<int, std::string>> readRoundProgress(Store& store, const std::string& prefix, int round,
+                                                           int participants, size_t max_each, size_t max_total) {
+  std::vector<std::pair<int, std::string>> out;
+  const std::string base = prefix + "r" + std::to_string(round) + "/progress/";
+  // GET waits for a missing key: the list is CHECKed first, and only the nodes it names are read.
+  if (participants <= 0 || !store.check({base + "nodes"})) return out;
+  std::vector<bool> named(static_cast<size_t>(participants), false);
+  std::vector<int> ranks;
+  for (const std::string& line : splitLines(store.get(base + "nodes"))) {
+    const auto g = groupRankOf(line, participants);
+    if (!g || named[static_cast<size_t>(*g)]) continue;
+    named[static_cast<size_t>(*g)] = true;
+    ranks.push_back(*g);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  size_t total = 0;
+  for (size_t first = 0; first < ranks.size(); first += kProgressPerRead) {
+    const size_t last = std::min(ranks.size(), first + kProgressPerRead);
+    std::vector<std::string> keys;
+    for (size_t i = first; i < last; ++i) keys.push_back(base + std::to_string(ranks[i]));
+    std::vector<std::string> values = store.multiGet(keys);
+    for (size_t i = 0; i < values.size() && i < keys.size(); ++i) {
+      if (values[i].size() > max_each) continue;
+      if (total + values[i].size() > max_total) return out;
+      total += values[i].size();
+      out.emplace_back(ranks[first + i], std::move(values[i]));
+    }
+  }
+  return out;
+}
+
 JobBoard::JobBoard(DynamicRendezvous& rendezvous) : impl_(std::make_unique<Impl>(rendezvous)) {
   rendezvous.onKeepAlive([impl = impl_.get()] { impl->refreshHeartbeat(); });
 }
@@ -238,5 +344,11 @@ std::vector<std::string> JobBoard::gatherHangSummaries(milliseconds wait, const 
 }
 bool JobBoard::hangSummaryRequested() { return impl_->hangSummaryRequested(); }
 void JobBoard::publishHangSummary(const std::string& summary) { impl_->publishHangSummary(summary); }
+void JobBoard::publishProgress(const std::string& value) { impl_->publishProgress(value); }
+std::vector<std::string> JobBoard::readProgress(size_t max_each, size_t max_total) {
+  return impl_->readProgress(max_each, max_total);
+}
+void JobBoard::publishProgressMedians(const std::string& value) { impl_->publishProgressMedians(value); }
+std::string JobBoard::readProgressMedians(size_t max_bytes) { return impl_->readProgressMedians(max_bytes); }
 
 }  // namespace ddprun::rendezvous

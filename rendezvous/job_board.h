@@ -12,10 +12,12 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/job_status.h"
+#include "rendezvous/store.h"
 
 namespace ddprun::rendezvous {
 
@@ -51,9 +53,28 @@ class JobBoard {
   // Call all four from one thread. The hang calls read the rendezvous' current round: not
   // while nextRound() runs on another thread.
 
+  // Progress within the current round (agent/progress_watch.h, agent/hang/progress_summary.h):
+  // this node's value under `r<round>/progress/<g>` (named in `progress/nodes` the first time
+  // in a round), every node's value, and the medians the round's first node computes over
+  // them (`progress/medians`). Best effort: one or two store round trips each; a store error
+  // is logged at debug and reads as nothing. Read calls leave out a value over `max_each`
+  // bytes and stop once `max_total` bytes were kept. Same thread rule as the hang calls.
+  void publishProgress(const std::string& value);
+  std::vector<std::string> readProgress(size_t max_each, size_t max_total);
+  void publishProgressMedians(const std::string& value);
+  std::string readProgressMedians(size_t max_bytes);  // empty: none (or over max_bytes)
+
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The progress values of round `round` of the job whose keys start with `prefix`
+// ("rdzv/<run_id>/"), as (group rank, value), ascending by group rank: the nodes named in the
+// round's `progress/nodes` with a group rank below `participants`, read in MULTI_GETs of at
+// most 64 values; a value over `max_each` bytes is left out, and reading stops once
+// `max_total` bytes were kept. Blocks for a few store round trips; throws StoreError.
+std::vector<std::pair<int, std::string>> readRoundProgress(Store& store, const std::string& prefix, int round,
+                                                           int participants, size_t max_each, size_t max_total);
 
 }  // namespace ddprun::rendezvous

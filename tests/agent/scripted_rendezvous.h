@@ -79,6 +79,10 @@ class ScriptedRendezvous final : public AgentRendezvous {
   std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds, const std::string&) override { return {}; }
   bool hangSummaryRequested() override { return false; }
   void publishHangSummary(const std::string&) override {}
+  void publishProgress(const std::string&) override {}
+  std::vector<std::string> readProgress(size_t, size_t) override { return {}; }
+  void publishProgressMedians(const std::string&) override {}
+  std::string readProgressMedians(size_t) override { return {}; }
 
  private:
   RoundScript& s_;
