@@ -363,3 +363,26 @@ TEST_CASE("Python under --hang_timeout: a DDP communication hook the user regist
   CHECK(countOf(r.out, "hook states ['mine'] recorded 2") == 2);
   CHECK_THAT(r.err, !Catch::Contains("recording stopped"));
 }
+
+TEST_CASE("Python stragglers: a rank of 3 that sleeps 50 ms before each all_reduce is named, from the hook's rings",
+          "[e2e][torch]") {
+  TempDir dir;
+  // 200 all_reduces; rank 2 enters each 50 ms after the others, who wait for it.
+  const std::string script = writeScript(dir, "straggler.py",
+                                         "for step in range(200):\n"
+                                         "    if rank == 2:\n"
+                                         "        time.sleep(0.05)\n"
+                                         "    dist.all_reduce(t)\n");
+  auto env = kTorchPython;
+  env["TMPDIR"] = dir.file("tmp");
+  std::filesystem::create_directories(env["TMPDIR"]);
+  auto r = run({ddprunPath(), "--standalone", "--nproc_per_node=3", "--straggler_threshold=0.02",
+                "--log_dir=" + dir.path(), script},
+               env, 90s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(countOf(r.err, "rank 2 is a straggler: it enters collectives ") == 1);
+  CHECK_THAT(r.err, !Catch::Contains("rank 0 is a straggler"));
+  CHECK_THAT(r.err, !Catch::Contains("rank 1 is a straggler"));
+}
