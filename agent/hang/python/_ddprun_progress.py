@@ -72,6 +72,7 @@ _rings = {}  # (group index, point_to_point) -> _Ring
 _groups = {}  # id(process group) -> (index, group): new_group's order, the same on every rank
 _next_group = [1]
 _failed = [False]  # recording broke once: stop, and say so once
+_quiescing = [False]  # _quiesce is registered to run at exit
 
 
 def _now():
@@ -392,7 +393,35 @@ class _Hooked:
         group = self.state if self.state is not None else dist.group.WORLD
         tensor = bucket.buffer()
         tensor.div_(group.size())  # as the reducer's all-reduce: average, dividing first
-        return dist.all_reduce(tensor, group=group, async_op=True).get_future().then(lambda f: f.value()[0])
+        return dist.all_reduce(tensor, group=group, async_op=True).get_future().then(_bucket_done)
+
+
+# The callbacks of DDP's buckets run Python on torch's communication threads. One still running
+# while the interpreter shuts down aborts the process (torch's futures, 1.13 and 2.6 alike), so
+# the end of the program waits for them (_quiesce, at exit).
+_callbacks = [0, 0.0]  # running now, when the last one ended (time.monotonic())
+
+
+def _bucket_done(future):
+    with _lock:
+        _callbacks[0] += 1
+    try:
+        return future.value()[0]
+    finally:
+        with _lock:
+            _callbacks[0] -= 1
+            _callbacks[1] = time.monotonic()
+
+
+def _quiesce():
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        with _lock:
+            running, last = _callbacks
+        # A callback that has just returned still holds the interpreter for a moment.
+        if running == 0 and time.monotonic() - last > 0.05:
+            return
+        time.sleep(0.01)
 
 
 def _patch_ddp(module):
@@ -410,6 +439,10 @@ def _patch_ddp(module):
             hooked = _Hooked(self)
             register(self, None, hooked)
             self._ddprun_hooked = hooked
+            if not _quiescing[0]:
+                import atexit
+                atexit.register(_quiesce)
+                _quiescing[0] = True
         except Exception as e:
             _say_off(e)
 

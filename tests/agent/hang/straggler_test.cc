@@ -105,7 +105,7 @@ TEST_CASE("straggler: too few completed collectives give no judgement", "[unit][
   CHECK(lags[1].rank == 1);
 }
 
-TEST_CASE("straggler: the window is the newest completed collectives; pending and failed ones do not count",
+TEST_CASE("straggler: the window is the newest completed collectives, and pending and failed ones do not count",
           "[unit][straggler]") {
   // Rank 2 was late in its first 100 collectives and on time in the 64 after them.
   auto late_then_on_time = ring(2, 164, 0);
@@ -130,7 +130,7 @@ TEST_CASE("straggler: the window is the newest completed collectives; pending an
   CHECK_FALSE(progressOf(FlightRingSnapshot{}));
 }
 
-TEST_CASE("straggler: each group has its median; a rank's lag is its worst over its groups", "[unit][straggler]") {
+TEST_CASE("straggler: each group has its median, and a rank's lag is its worst over its groups", "[unit][straggler]") {
   // Group 1 (ranks 0-2): rank 1 is 30 ms late there; group 0: everyone on time.
   const auto progress = progressOfAll({ring(0, 100, 0), ring(1, 100, 0), ring(2, 100, 0), ring(0, 100, 0, 0, 1),
                                        ring(1, 100, 30, 0, 1), ring(2, 100, 0, 0, 1)});
