@@ -295,11 +295,18 @@ def _watch(call, work):
         future = None
     if future is not None:
         def done(f):
+            with _lock:  # Python on torch's thread: the end of the program waits for it (_quiesce)
+                _callbacks[0] += 1
             try:
                 f.value()
                 call.finish(True)
             except Exception:
                 call.finish(False)
+            finally:
+                with _lock:
+                    _callbacks[0] -= 1
+                    _callbacks[1] = time.monotonic()
+        _quiesce_at_exit()
         try:
             if hasattr(future, "add_done_callback"):
                 future.add_done_callback(done)
@@ -396,7 +403,7 @@ class _Hooked:
         return dist.all_reduce(tensor, group=group, async_op=True).get_future().then(_bucket_done)
 
 
-# The callbacks of DDP's buckets run Python on torch's communication threads. One still running
+# The callbacks of DDP's buckets (and _watch's) run Python on torch's communication threads. One still running
 # while the interpreter shuts down aborts the process (torch's futures, 1.13 and 2.6 alike), so
 # the end of the program waits for them (_quiesce, at exit).
 _callbacks = [0, 0.0]  # running now, when the last one ended (time.monotonic())
@@ -411,6 +418,13 @@ def _bucket_done(future):
         with _lock:
             _callbacks[0] -= 1
             _callbacks[1] = time.monotonic()
+
+
+def _quiesce_at_exit():
+    if not _quiescing[0]:
+        import atexit
+        atexit.register(_quiesce)
+        _quiescing[0] = True
 
 
 def _quiesce():
@@ -439,10 +453,7 @@ def _patch_ddp(module):
             hooked = _Hooked(self)
             register(self, None, hooked)
             self._ddprun_hooked = hooked
-            if not _quiescing[0]:
-                import atexit
-                atexit.register(_quiesce)
-                _quiescing[0] = True
+            _quiesce_at_exit()
         except Exception as e:
             _say_off(e)
 
