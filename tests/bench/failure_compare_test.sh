@@ -3,9 +3,12 @@
 # all_reduce #2, one that calls broadcast there instead, and one killed by SIGKILL mid-collective.
 # ddprun's report must name rank 1, the culprit, as the root cause in each, and the last line
 # must be the well-formed summary; torchrun's figures are printed, not asserted, and no timing is.
+# Then one hang with torch's default timeout (30 min): rank 1 sleeps while the others wait in
+# all_reduce, ddprun under --hang_timeout 10, each launcher cut off at 40 s. Only ddprun's Python
+# hang judging can name rank 1 within that (torchrun is cut off with no verdict).
 # Usage: tests/bench/failure_compare_test.sh BIN_DIR
 set -euo pipefail
-[[ $# -eq 1 ]] || { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $# -eq 1 ]] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 peer=()
@@ -15,7 +18,7 @@ peer=()
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rc=0
-out=$(env "${peer[@]}" DDPRUN_BIN_DIR="$1" TMPDIR="$tmp" timeout 600 "$root/bench/failure_compare" --backend gloo --timeout 5 \
+out=$(env "${peer[@]}" DDPRUN_BIN_DIR="$1" TMPDIR="$tmp" timeout 500 "$root/bench/failure_compare" --backend gloo --timeout 5 \
   --cases skip,mismatch_op,sigkill) || rc=$?
 echo "$out"
 ((rc == 0)) || fail "failure_compare exited $rc"
@@ -23,6 +26,20 @@ for c in skip mismatch_op sigkill; do
   grep -Eq "^$c +ddprun +[0-9.]+ +1 +right$" <<<"$out" || fail "ddprun did not blame rank 1 in case $c"
 done
 last=$(tail -1 <<<"$out")
-[[ "$last" =~ ^failure_compare\ backend=gloo\ cases=3\ ddprun_right=3\ torchrun_right=[0-3]\ ddprun_max_s=[0-9.]+\ torchrun_max_s=[0-9.]+$ ]] ||
+[[ "$last" =~ ^failure_compare\ backend=gloo\ cases=3\ ddprun_right=3\ torchrun_right=[0-3]\ ddprun_max_s=[0-9.]+\ torchrun_max_s=[0-9.]+\ hang_timeout=0\ torchrun_no_verdict=0\ min_ratio=[0-9.]+$ ]] ||
   fail "summary line: $last"
-echo "ok: ddprun named rank 1 in all 3 cases"
+
+rc=0
+out=$(env "${peer[@]}" DDPRUN_BIN_DIR="$1" TMPDIR="$tmp" timeout 150 "$root/bench/failure_compare" --backend gloo \
+  --hang_timeout 10 --limit 40 --cases sleep) || rc=$?
+echo "$out"
+((rc == 0)) || fail "failure_compare --hang_timeout 10 exited $rc"
+grep -q "^# failure_compare: backend gloo, group timeout torch's default, ddprun --hang_timeout 10," <<<"$out" ||
+  fail "the hang run's header does not say torch's default timeout and --hang_timeout 10"
+grep -Eq "^sleep +ddprun +[0-9.]+ +1 +right$" <<<"$out" || fail "ddprun did not blame rank 1 in the hang case sleep"
+grep -Eq "^sleep +torchrun +(>40|[0-9.]+) +[-0-9]+ +(no verdict|right|wrong) +>?[0-9.]+$" <<<"$out" ||
+  fail "no torchrun row with a ratio in the hang case sleep"
+last=$(tail -1 <<<"$out")
+[[ "$last" =~ ^failure_compare\ backend=gloo\ cases=1\ ddprun_right=1\ torchrun_right=[01]\ ddprun_max_s=[0-9.]+\ torchrun_max_s=[0-9.]+\ hang_timeout=10\ torchrun_no_verdict=[01]\ min_ratio=\>?[0-9.]+$ ]] ||
+  fail "hang summary line: $last"
+echo "ok: ddprun named rank 1 in all 3 cases, and in the hang under --hang_timeout 10"
