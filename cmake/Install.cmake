@@ -8,7 +8,19 @@ set(DDPRUN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ddprun)
 # first rather than every test and bench.
 set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY ON)
 
+ddprun_self_contained(ddprun ddprun_store_server)
 install(TARGETS ddprun ddprun_store_server RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT launcher)
+# The launcher is installed stripped (10 MB, not 150 MB with the line tables) by every route,
+# --strip or not; a Debug build keeps its symbols.
+if(CMAKE_STRIP)
+  install(CODE "
+    if(NOT CMAKE_INSTALL_CONFIG_NAME STREQUAL \"Debug\")
+      foreach(program ddprun ddprun_store_server)
+        execute_process(COMMAND \"${CMAKE_STRIP}\"
+          \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/\${program}\" COMMAND_ERROR_IS_FATAL ANY)
+      endforeach()
+    endif()" COMPONENT launcher)
+endif()
 install(PROGRAMS scripts/ddprun-slurm DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT launcher)
 
 set(runtime_targets ddprun_warnings ddprun_common ddprun_rendezvous ddprun_worker_runtime)

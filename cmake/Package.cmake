@@ -1,7 +1,7 @@
 # cpack -G DEB (scripts/package): two Debian packages from the install components.
 #  - ddprun: the launcher. Its Depends come from dpkg-shlibdeps on the binaries, so they
-#    name the shared libraries it really loads (spdlog, fmt, libstdc++, libc) and
-#    never LibTorch: ddprun runs on hosts without torch.
+#    name the shared libraries it really loads: libc alone for the self-contained launcher
+#    (cmake/SelfContained.cmake), and never LibTorch: ddprun runs on hosts without torch.
 #  - libddprun-dev: the runtime's static libraries, headers, CMake package and pkg-config
 #    files, for building C++ workers; it depends on LibTorch's development package.
 set(CPACK_GENERATOR DEB)

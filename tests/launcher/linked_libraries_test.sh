@@ -2,14 +2,15 @@
 # The shared libraries a binary loads, checked against the only ones it may: each NEEDED
 # entry (readelf) and everything the loader resolves for it (ldd) must match ALLOWED, an
 # extended regular expression over library file names. ddprun must start in milliseconds
-# on hosts without LibTorch, CUDA or NCCL, so it may load only the C and C++ runtimes,
-# fmt and spdlog. Fails when it cannot check: no readelf or ldd, no NEEDED entries (a
-# static binary), a library that does not resolve.
+# on hosts without LibTorch, CUDA or NCCL, so it may load only the C library (the
+# self-contained launcher) or also the C++ runtime, fmt, spdlog and OpenSSL
+# (tests/launcher/CMakeLists.txt). Fails when it cannot check: no readelf or ldd, no NEEDED
+# entries (a static binary), a library that does not resolve.
 # Usage: tests/launcher/linked_libraries_test.sh BINARY ALLOWED [--expect-violation]
 #   --expect-violation: succeed only if some library is not allowed (the check's own test).
 set -euo pipefail
 if [[ $# -lt 2 || $# -gt 3 || "${1:-}" == -h ]]; then
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 binary=$1
