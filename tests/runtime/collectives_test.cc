@@ -457,22 +457,26 @@ TEST_CASE("a peer killed during small synchronous all_reduce calls: every other 
 
 namespace {
 
-std::vector<std::string> ddprunShmSegments() { return shmEntriesWithPrefix("ddprun-"); }
+// Segments are named /ddprun-<run id>-<pid>-...: a run id of this test's own keeps the
+// segments of tests running beside it (ctest -j) out of the count.
+std::string ownRunId() { return "shmleak" + std::to_string(::getpid()); }
+
+std::vector<std::string> ownShmSegments() { return shmEntriesWithPrefix("ddprun-" + ownRunId() + "-"); }
 
 }  // namespace
 
 TEST_CASE("no shared-memory segment is left in /dev/shm, during a job or after kill -9", "[e2e][collectives][fault]") {
-  const auto before = ddprunShmSegments();
+  REQUIRE(ownShmSegments().empty());
   std::vector<std::unique_ptr<TestProcess>> procs;
   TempDir dir;
   procs = startDirect("file://" + dir.file("init"), 3, {"--die-after-ms", "1500", "--victim", "1", "--timeout-s", "20"},
-                      {{"DDPRUN_SHM", "1"}});
+                      {{"DDPRUN_SHM", "1"}, {"TORCHELASTIC_RUN_ID", ownRunId()}});
   // While the ranks are in their all_reduce loop, the segment is mapped but already
   // unlinked; after the victim's SIGKILL and everyone's exit, nothing remains either.
   std::this_thread::sleep_for(1000ms);
-  CHECK(ddprunShmSegments() == before);
+  CHECK(ownShmSegments().empty());
   REQUIRE(waitAll(procs, 60s));
-  CHECK(ddprunShmSegments() == before);
+  CHECK(ownShmSegments().empty());
 }
 
 TEST_CASE("a peer killed during TCP all_reduce: every other rank fails at once", "[e2e][collectives][fault]") {
