@@ -3,16 +3,15 @@ recording (the default) and with DDPRUN_FLIGHT_RECORDER=0; also run under torchr
 A training loop on gloo: an MLP (IN-HIDDEN-...-10, DEPTH hidden layers) in
 DistributedDataParallel, SGD, a fixed random batch per rank, and every step an explicit
 dist.all_reduce of the loss as a metric, so that both recorded paths (DDP's gradient
-all-reduce through ddprun's communication hook, and a plain torch.distributed call) run each
-step. After WARMUP steps, STEPS steps are timed between two barriers. Then CALLS
+all-reduce, recorded at each backward(), and a plain torch.distributed call) run each step. After WARMUP steps, STEPS steps are timed between two barriers. Then CALLS
 dist.all_reduce of one float on a group of the rank alone (U), and as many of the function
 ddprun's wrapper calls (W; the same function when nothing is recorded): U - W is the recording
 wrapper's cost per call.
 Rank 0 prints one line:
   python_hook_overhead_job ranks=N steps=S seconds=T steps_per_s=R calls=C us_per_call=U
-    us_per_call_unwrapped=W recorded=0|1 ddp_hooked=0|1
-(recorded: dist.all_reduce is ddprun's recording wrapper; ddp_hooked: the DDP module carries
-ddprun's communication hook.)
+    us_per_call_unwrapped=W recorded=0|1 ddp_recorded=0|1
+(recorded: dist.all_reduce is ddprun's recording wrapper; ddp_recorded: DDP's forward is
+ddprun's, which arms the recording of the backward() after it.)
 Usage: python_hook_overhead_job.py [--steps S] [--warmup W] [--calls C] [--hidden H] [--depth D]
                                    [--batch B]"""
 import argparse
@@ -103,12 +102,12 @@ def main():
     per_call = spent["recorded"] / args.calls
     per_plain = spent["plain"] / args.calls
     recorded = int(getattr(dist.all_reduce, "__ddprun_recorded__", False))
-    hooked = int(getattr(model, "_ddprun_hooked", None) is not None)
+    hooked = int(getattr(type(model).forward, "__ddprun_recorded__", False))
     if rank == 0:
         print(f"python_hook_overhead_job ranks={size} steps={args.steps} seconds={seconds:.4f} "
               f"steps_per_s={args.steps / seconds:.2f} calls={args.calls} us_per_call={per_call * 1e6:.2f} "
               f"us_per_call_unwrapped={per_plain * 1e6:.2f} "
-              f"recorded={recorded} ddp_hooked={hooked}", flush=True)
+              f"recorded={recorded} ddp_recorded={hooked}", flush=True)
     dist.destroy_process_group()
     # Out now, without the interpreter's teardown: in torch 1.13, freeing the DDP module frees its
     # Reducer, whose ProcessGroupGloo joins its worker threads while holding the GIL, and a worker

@@ -4,9 +4,9 @@
 // Python frame, and stops the job. And the jobs that are merely slow, which must not be
 // called hung: long computation with nothing pending, a rank that keeps the others waiting
 // a little less than the timeout again and again, async calls that completed, and DDP steps
-// of any length. DDP's gradient all-reduces, issued by torch's reducer from C++, are seen
-// through the communication hook ddprun gives each DDP module. Debian's torch 1.13, and torch 2.6 in the torch 2.x tier
-// (pythonPath()).
+// of any length. DDP's gradient all-reduces, issued by torch's reducer from C++, are seen as
+// one all_reduce per syncing backward(), pending from the end of its computation until it
+// returns. Debian's torch 1.13, and torch 2.6 in the torch 2.x tier (pythonPath()).
 //
 // Each run is bounded at 60 s: a verdict must come from --hang_timeout (10 s), since torch's
 // own timeout (300 s) would come far later, and torch's words are checked to be absent. The
@@ -238,8 +238,8 @@ TEST_CASE(
 
 TEST_CASE("Python under --hang_timeout: DDP steps longer than the timeout are not hung", "[e2e][torch]") {
   TempDir dir;
-  // Every rank's forward takes 12 s: the gradient all-reduces, recorded through ddprun's DDP
-  // communication hook, each wait only as long as the ranks are apart.
+  // Every rank's forward takes 12 s: the gradient all-reduce, recorded at each backward(),
+  // waits only as long as the ranks are apart.
   const std::string script = writeScript(dir, "ddp_slow.py",
                                          "class Slow(torch.nn.Module):\n"
                                          "    def __init__(self):\n"
@@ -259,12 +259,40 @@ TEST_CASE("Python under --hang_timeout: DDP steps longer than the timeout are no
   checkOnlyTheLastHangJudged(r, 3);
 }
 
+TEST_CASE("Python under --hang_timeout: DDP backward passes longer than the timeout are not hung", "[e2e][torch]") {
+  TempDir dir;
+  // Every rank's backward() computes for 12 s before its gradients are ready: its all_reduce
+  // counts as pending only once the computation is done, so no rank waits in it for long.
+  const std::string script = writeScript(dir, "ddp_slow_backward.py",
+                                         "class SlowBackward(torch.autograd.Function):\n"
+                                         "    @staticmethod\n"
+                                         "    def forward(ctx, x):\n"
+                                         "        return x.clone()\n"
+                                         "    @staticmethod\n"
+                                         "    def backward(ctx, grad):\n"
+                                         "        time.sleep(12)\n"
+                                         "        return grad\n"
+                                         "class Model(torch.nn.Module):\n"
+                                         "    def __init__(self):\n"
+                                         "        super().__init__()\n"
+                                         "        self.lin = torch.nn.Linear(4, 4)\n"
+                                         "    def forward(self, x):\n"
+                                         "        return SlowBackward.apply(self.lin(x))\n"
+                                         "model = torch.nn.parallel.DistributedDataParallel(Model())\n"
+                                         "model(torch.ones(2, 4)).sum().backward()\n" +
+                                             std::string(kThenHang));
+  auto r = runJob(dir, script);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  checkOnlyTheLastHangJudged(r, 2);
+}
+
 TEST_CASE("Python under --hang_timeout: a rank that stops before backward() is named from DDP's gradient all-reduce",
           "[e2e][torch]") {
   TempDir dir;
   // Rank 0 waits in DDP's gradient all-reduce inside backward(), which torch's reducer issues
   // from C++; rank 1 sleeps before its backward of the second step. The replicas stay equal
-  // while DDP's all-reduce is ddprun's hook (checked after the first step).
+  // under the recording (checked after the first step).
   const std::string script = writeScript(dir, "ddp_hang.py",
                                          "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))\n"
                                          "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
@@ -339,8 +367,9 @@ TEST_CASE("Python under --hang_timeout: two nodes, the rank behind on the other 
 TEST_CASE("Python under --hang_timeout: a DDP communication hook the user registers runs, and is recorded",
           "[e2e][torch]") {
   TempDir dir;
-  // The user's hook takes the place of ddprun's; so does a built-in hook (its Python twin). Each
-  // rank reads its own ring's newest sequence number: both all-reduces were recorded.
+  // The user's hook runs and its all_reduce is recorded (#1), then that backward() (#2); a
+  // built-in hook runs in C++ as ever, its backward() recorded too (#3). Each rank reads its own
+  // ring's newest sequence number.
   const std::string script = writeScript(
       dir, "user_hook.py",
       "import struct\n"
@@ -363,7 +392,7 @@ TEST_CASE("Python under --hang_timeout: a DDP communication hook the user regist
   REQUIRE(r.finished);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  CHECK(countOf(r.out, "hook states ['mine'] recorded 2") == 2);
+  CHECK(countOf(r.out, "hook states ['mine'] recorded 3") == 2);
   CHECK_THAT(r.err, !Catch::Contains("recording stopped"));
 }
 
@@ -390,12 +419,12 @@ TEST_CASE("Python stragglers: a rank of 3 that sleeps 50 ms before each all_redu
   CHECK_THAT(r.err, !Catch::Contains("rank 1 is a straggler"));
 }
 
-TEST_CASE("Python under --hang_timeout: DDP jobs with ddprun's communication hook exit cleanly, run after run",
-          "[e2e][torch]") {
+TEST_CASE("Python under --hang_timeout: DDP jobs under the recording exit cleanly, run after run", "[e2e][torch]") {
   TempDir dir;
-  // The hook's bucket callbacks run Python on gloo's threads; one still running at the
-  // interpreter's shutdown aborted the worker (SIGABRT, "Fatal Python error") in 5 of 12 runs
-  // on torch 1.13 before the hook waited for them at exit. Six runs in a row must all succeed.
+  // Python run on gloo's threads (a communication hook's future callbacks, as ddprun's first
+  // DDP recording had) aborts a worker still running one at the interpreter's shutdown
+  // (SIGABRT, "Fatal Python error"): 5 of 12 runs on torch 1.13 did. Six runs in a row must all
+  // succeed.
   const std::string script = writeScript(dir, "ddp_exit.py",
                                          "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))\n"
                                          "model(torch.ones(2, 4)).sum().backward()\n");

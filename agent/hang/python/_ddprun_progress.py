@@ -11,10 +11,10 @@
 # dist.barrier, dist.isend ... and the *_object calls), sync and async (an async call is
 # pending until its Work completes, from its future where torch gives one, else from
 # is_completed looked at every 50 ms); and DDP's gradient all-reduces, which its C++ reducer
-# would issue unseen inside backward(): each DistributedDataParallel gets a communication hook
-# that does what the built-in all-reduce does (divide by the group's size, then all_reduce)
-# through the recorded dist.all_reduce. A hook the user registers takes its place (and is
-# recorded where it calls torch.distributed). What is not seen: collectives issued from C++
+# issues unseen inside backward(): each backward() after a syncing DDP forward is one recorded
+# all_reduce of the module's group, pending from the end of the backward's computation until
+# backward() returns (see _patch_autograd). A communication hook the user registers is
+# recorded where it calls torch.distributed. What is not seen: collectives issued from C++
 # otherwise (torch's functional collectives, FSDP's): a hang there is left to torch's timeout.
 #
 # Nothing here may change what the user's program does: a failure to record is swallowed,
@@ -383,41 +383,10 @@ def _patch(module):
         module.new_group = _numbered_new_group(fn)
 
 
-class _Hooked:
-    """The communication hook ddprun gives each DDP module: the user's, once registered, else
-    the built-in all-reduce's equivalent. A mutable target, as torch takes one hook per module."""
-
-    def __init__(self, ddp):
-        self.hook = None  # None: the built-in all-reduce
-        self.state = ddp.process_group
-        # The names torch's DDP and its logger read off a hook function.
-        self.__name__ = self.__qualname__ = "ddprun_recorded_allreduce"
-
-    def __call__(self, _state, bucket):
-        if self.hook is not None:
-            return self.hook(self.state, bucket)
-        dist = sys.modules["torch.distributed"]
-        group = self.state if self.state is not None else dist.group.WORLD
-        tensor = bucket.buffer()
-        tensor.div_(group.size())  # as the reducer's all-reduce: average, dividing first
-        return dist.all_reduce(tensor, group=group, async_op=True).get_future().then(_bucket_done)
-
-
-# The callbacks of DDP's buckets (and _watch's) run Python on torch's communication threads. One still running
-# while the interpreter shuts down aborts the process (torch's futures, 1.13 and 2.6 alike), so
-# the end of the program waits for them (_quiesce, at exit).
+# The callbacks of async calls' futures (_watch) run Python on torch's communication threads.
+# One still running while the interpreter shuts down aborts the process (torch's futures, 1.13
+# and 2.6 alike), so the end of the program waits for them (_quiesce, at exit).
 _callbacks = [0, 0.0]  # running now, when the last one ended (time.monotonic())
-
-
-def _bucket_done(future):
-    with _lock:
-        _callbacks[0] += 1
-    try:
-        return future.value()[0]
-    finally:
-        with _lock:
-            _callbacks[0] -= 1
-            _callbacks[1] = time.monotonic()
 
 
 def _quiesce_at_exit():
@@ -438,62 +407,114 @@ def _quiesce():
         time.sleep(0.01)
 
 
+# DDP's gradient all-reduces: torch's reducer issues them from C++ inside backward(), where no
+# Python function is called. A Python communication hook would make them visible bucket by
+# bucket, but its future's callback runs Python on the communication thread, and handing the
+# interpreter lock to it and back costs more than the recording (torch's own Python
+# allreduce_hook slows a small job's steps as much). So the reducer keeps its C++ all-reduce,
+# and each backward() that follows a forward of a DDP module syncing gradients is recorded as
+# one all_reduce of that module's group: started once the backward's computation is done (a
+# callback queued from the first node of the graph runs just before the reducer waits for its
+# buckets), completed when backward() returns. A rank that never reaches backward() is behind
+# a rank that waits there; ranks that compute in backward(), for however long, wait in nothing.
+_armed = {}  # id(process group) -> (index, group, dtype, count): DDP forwards awaiting their backward
+
+
+def _ddp_grads(ddp):
+    cached = getattr(ddp, "_ddprun_grads", None)
+    if cached is None:
+        params = [p for p in ddp.module.parameters() if p.requires_grad]
+        dtype = _dtype_code(params[0])[0] if params else 255
+        cached = (dtype, sum(p.numel() for p in params))
+        ddp._ddprun_grads = cached
+    return cached
+
+
 def _patch_ddp(module):
     ddp = getattr(module, "DistributedDataParallel", None)
-    if ddp is None or getattr(ddp, "__ddprun_recorded__", False):
+    if ddp is None or getattr(ddp.forward, "__ddprun_recorded__", False):
         return
-    init, register, builtin = ddp.__init__, ddp.register_comm_hook, ddp._register_builtin_comm_hook
+    forward = ddp.forward
+    grad_enabled = sys.modules["torch"].is_grad_enabled
 
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        if getattr(self, "reducer", None) is None or _failed[0]:
-            return
+    @functools.wraps(forward)
+    def recorded_forward(self, *args, **kwargs):
+        out = forward(self, *args, **kwargs)
+        if not _failed[0] and self.require_backward_grad_sync and grad_enabled():
+            try:
+                group = self.process_group
+                if id(group) not in _armed:
+                    index, group = _group_index(group)
+                    _armed[id(group)] = (index, group) + _ddp_grads(self)
+            except Exception as e:
+                _say_off(e)
+        return out
+
+    recorded_forward.__ddprun_recorded__ = True
+    ddp.forward = recorded_forward
+
+
+def _patch_autograd(module):
+    backward = getattr(module, "backward", None)
+    if backward is None or getattr(backward, "__ddprun_recorded__", False):
+        return
+
+    @functools.wraps(backward)
+    def recorded_backward(tensors, *args, **kwargs):
+        if not _armed:
+            return backward(tensors, *args, **kwargs)
+        armed = list(_armed.values())
+        _armed.clear()
+        calls = []
+
+        def begin():
+            if calls or _failed[0]:
+                return
+            try:
+                with _lock:
+                    for index, group, dtype, count in armed:
+                        ring = _ring(index, group, False)
+                        calls.append(_Call(ring, ring.begin(_ALL_REDUCE, dtype, count, -1)))
+            except Exception as e:
+                _say_off(e)
+
+        handle = None
         try:
-            hooked = _Hooked(self)
-            register(self, None, hooked)
-            self._ddprun_hooked = hooked
-            _quiesce_at_exit()
-        except Exception as e:
-            _say_off(e)
+            root = tensors if hasattr(tensors, "register_hook") else tensors[0]
+            if root.grad_fn is not None:
+                engine = sys.modules["torch.autograd.variable"].Variable._execution_engine
+                handle = root.register_hook(lambda grad: engine.queue_callback(begin))
+        except Exception:
+            handle = None  # then the wait counts from backward()'s start
+        if handle is None:
+            begin()
+        try:
+            result = backward(tensors, *args, **kwargs)
+        except BaseException:
+            for call in calls:
+                call.finish(False)
+            raise
+        finally:
+            if handle is not None:
+                handle.remove()
+        begin()  # a graph that never reached its hook still synced its gradients
+        for call in calls:
+            call.finish(True)
+        return result
 
-    @functools.wraps(register)
-    def register_comm_hook(self, state, hook):
-        hooked = getattr(self, "_ddprun_hooked", None)
-        if hooked is None:
-            return register(self, state, hook)
-        # torch takes one hook per module, and ddprun's holds the place: the user's goes in it.
-        self._check_comm_hook(hook)
-        self.logger._set_comm_hook_name(hook.__qualname__)
-        if hasattr(self, "_comm_hooks"):
-            self._comm_hooks.append((hook, state))
-        hooked.hook, hooked.state = hook, state
-
-    @functools.wraps(builtin)
-    def _register_builtin_comm_hook(self, comm_hook_type):
-        hooked = getattr(self, "_ddprun_hooked", None)
-        if hooked is None:
-            return builtin(self, comm_hook_type)
-        # The built-in hooks' Python twins (torch's own), in ddprun's place.
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        twins = {"ALLREDUCE": default_hooks.allreduce_hook, "FP16_COMPRESS": default_hooks.fp16_compress_hook}
-        hook = twins.get(getattr(comm_hook_type, "name", str(comm_hook_type)).split(".")[-1])
-        if hook is None:
-            raise RuntimeError("ddprun: no Python twin of DDP's built-in hook %s; run with DDPRUN_FLIGHT_RECORDER=0"
-                               % (comm_hook_type,))
-        self.logger._set_comm_hook_name(str(comm_hook_type))
-        hooked.hook, hooked.state = hook, self.process_group
-
-    ddp.__init__ = __init__
-    ddp.register_comm_hook = register_comm_hook
-    ddp._register_builtin_comm_hook = _register_builtin_comm_hook
-    ddp.__ddprun_recorded__ = True
+    recorded_backward.__ddprun_recorded__ = True
+    module.backward = recorded_backward
 
 
 # Modules patched as they are imported: torch.distributed.distributed_c10d before
 # torch.distributed copies its names, so that dist.all_reduce and the module's own calls are
-# the recorded ones; DDP's module before anyone makes a DDP module.
-_PATCHES = {"torch.distributed.distributed_c10d": _patch, "torch.nn.parallel.distributed": _patch_ddp}
+# the recorded ones; DDP's module before anyone makes a DDP module; torch.autograd, whose
+# backward() Tensor.backward calls through the module.
+_PATCHES = {
+    "torch.autograd": _patch_autograd,
+    "torch.distributed.distributed_c10d": _patch,
+    "torch.nn.parallel.distributed": _patch_ddp,
+}
 
 
 class _Finder:
