@@ -48,6 +48,7 @@ struct AgentConfig {
   std::optional<int> health_check_port;                 // --health_check_port; unset: no endpoint.
   std::string health_check_addr = "127.0.0.1";          // --health_check_addr: where it listens (loopback unless told).
   std::optional<std::string> events_file;               // DDPRUN_EVENTS_FILE; unset: events only in --log_dir.
+  bool events_console = false;                          // --event_log_handler=console: events on stderr too.
   // Whether workers go into cgroups where they can be written (default yes); DDPRUN_NO_CGROUPS=1 (a boolean) turns
   // them off, leaving process groups alone to contain the workers.
   bool cgroups = true;

@@ -34,6 +34,7 @@ void JobReporter::open(AgentRendezvous& rdzv, const std::vector<std::string>& ev
   rendezvous_ = &rdzv;
   events_ = std::make_unique<EventLog>(event_files, config_.rendezvous.run_id);
   events_->setNode(rdzv.nodeName());
+  if (config_.events_console) events_->alsoToConsole();
   if (config_.health_check_port) {
     health_ = std::make_unique<HealthServer>(config_.health_check_addr, *config_.health_check_port);
     log_->info("health check at http://{}:{}/", config_.health_check_addr, health_->port());

@@ -15,9 +15,12 @@
 #include "common/env_reader.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/text_escape.h"
 #include "launcher/nproc.h"
+#include "launcher/option_prefix.h"
 #include "launcher/parse_number.h"
 #include "launcher/program_resolver.h"
+#include "launcher/rdzv_conf.h"
 #include "launcher/signal_list.h"
 #include "launcher/slurm_env.h"
 #include "launcher/version.h"
@@ -58,6 +61,8 @@ struct RawFlags {
   std::string numa_binding;
   std::string local_addr;
   std::string start_method = "spawn";
+  std::string logs_specs;                  // empty: not given (torchrun's None: its default logs)
+  std::string event_log_handler = "null";  // torchrun's registered handlers: null, console
   std::string term_timeout = "30";
   std::string shutdown_timeout;   // torchrun's alias of --term_timeout; empty: not given.
   std::string signals_to_handle;  // empty: TORCHELASTIC_SIGNALS_TO_HANDLE, else torchrun's list.
@@ -87,16 +92,62 @@ std::string petName(const std::string& long_name) {
   return name;
 }
 
-void addOption(CLI::App& app, const std::string& short_name, const std::string& long_name, std::string& target,
-               const std::string& help) {
+// torch 2.11's run.py options (get_args_parser), by their underscore names: a prefix that
+// names one of these and some of ddprun's own flags means this one, as it does to torchrun.
+const std::set<std::string> kTorchrunOptions{"--nnodes",
+                                             "--nproc_per_node",
+                                             "--rdzv_backend",
+                                             "--rdzv_endpoint",
+                                             "--rdzv_id",
+                                             "--rdzv_conf",
+                                             "--standalone",
+                                             "--max_restarts",
+                                             "--monitor_interval",
+                                             "--start_method",
+                                             "--event_log_handler",
+                                             "--role",
+                                             "--module",
+                                             "--no_python",
+                                             "--run_path",
+                                             "--log_dir",
+                                             "--redirects",
+                                             "--tee",
+                                             "--local_ranks_filter",
+                                             "--node_rank",
+                                             "--master_addr",
+                                             "--master_port",
+                                             "--local_addr",
+                                             "--logs_specs",
+                                             "--numa_binding",
+                                             "--signals_to_handle"};
+
+// The flags as defined, with where each one's value lives.
+struct Registry {
+  struct Entry {
+    const CLI::Option* option;
+    std::string name;  // underscore spelling, "--nproc_per_node"
+    std::string* text = nullptr;
+    bool* flag = nullptr;
+  };
+  std::vector<Entry> entries;
+  std::set<const CLI::Option*> torchrun;
+};
+
+void addOption(CLI::App& app, Registry& registry, const std::string& short_name, const std::string& long_name,
+               std::string& target, const std::string& help, bool pet = true) {
   std::string names = short_name.empty() ? spellings(long_name) : short_name + "," + spellings(long_name);
-  app.add_option(names, target, help)->envname(petName(long_name))->capture_default_str();
+  CLI::Option* option = app.add_option(names, target, help)->capture_default_str();
+  if (pet) option->envname(petName(long_name));
+  registry.entries.push_back({option, long_name, &target, nullptr});
+  if (kTorchrunOptions.count(long_name)) registry.torchrun.insert(option);
 }
 
-void addFlag(CLI::App& app, const std::string& short_name, const std::string& long_name, bool& target,
-             const std::string& help) {
+void addFlag(CLI::App& app, Registry& registry, const std::string& short_name, const std::string& long_name,
+             bool& target, const std::string& help) {
   std::string names = short_name.empty() ? spellings(long_name) : short_name + "," + spellings(long_name);
-  app.add_flag(names, target, help)->envname(petName(long_name));
+  CLI::Option* option = app.add_flag(names, target, help)->envname(petName(long_name));
+  registry.entries.push_back({option, long_name, nullptr, &target});
+  if (kTorchrunOptions.count(long_name)) registry.torchrun.insert(option);
 }
 
 std::string randomRunId() {
@@ -125,24 +176,6 @@ void parseNnodes(const std::string& text, int& min_nodes, int& max_nodes) {
     throw UsageError("invalid --nnodes value '" + text + "': MIN (" + std::to_string(min_nodes) +
                      ") is larger than MAX (" + std::to_string(max_nodes) + ")");
   }
-}
-
-std::map<std::string, std::string> parseRdzvConf(const std::string& text) {
-  std::map<std::string, std::string> conf;
-  if (text.empty()) return conf;
-  std::string_view rest(text);
-  while (true) {
-    auto comma = rest.find(',');
-    std::string_view item = rest.substr(0, comma);
-    auto eq = item.find('=');
-    if (eq == std::string_view::npos || eq == 0) {
-      throw UsageError("invalid --rdzv_conf value '" + text + "': entry '" + std::string(item) + "' is not key=value");
-    }
-    conf[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
-  }
-  return conf;
 }
 
 void checkEndpoint(const std::string& endpoint) {
@@ -259,11 +292,12 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
     throw UsageError("invalid --rdzv_backend value '" + f.rdzv_backend + "': expected static, c10d or etcd-v2");
   }
   rdzv.backend = f.rdzv_backend;
-  rdzv.conf = parseRdzvConf(f.rdzv_conf);
+  // The keys as --standalone's c10d store reads them where it replaces the backend.
+  RdzvConf conf = rdzvConfForBackend(f.standalone ? "c10d" : f.rdzv_backend, splitRdzvConf(f.rdzv_conf));
+  for (const std::string& warning : conf.warnings) logger("launcher")->warn("{}", warning);
+  rdzv.conf = std::move(conf.conf);
   // Values are checked now, so a typo stops ddprun before anything starts.
-  for (const auto& key : rendezvous::parseRendezvousSettings(rdzv.conf).unknown_keys) {
-    logger("launcher")->warn("--rdzv_conf key '{}' is not used by ddprun", key);
-  }
+  rendezvous::parseRendezvousSettings(rdzv.conf);
   if (!f.rdzv_endpoint.empty() && !etcd) checkEndpoint(f.rdzv_endpoint);
   rdzv.endpoint = f.rdzv_endpoint;
   // etcd's member list and TLS keys, checked now (the files are read when the agent starts).
@@ -340,6 +374,18 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
     }
     config.cpu_bindings = agent::planNumaBindingForHost(*config.numa_binding, config.nproc_per_node);
   }
+  if (!f.logs_specs.empty() && f.logs_specs != "default") {
+    // torch looks the name up in the entry points of the group torchrun.logs_specs; ddprun's
+    // own log layout is the one it has, under torch's name for its default.
+    throw UsageError("could not find entry point under 'torchrun.logs_specs[" + printable(f.logs_specs) +
+                     "]': ddprun has only 'default' (torch's default log layout)");
+  }
+  if (f.event_log_handler == "console") {
+    config.events_console = true;
+  } else if (f.event_log_handler != "null") {
+    throw UsageError("invalid --event_log_handler value '" + printable(f.event_log_handler) +
+                     "': expected null or console (torch's registered handlers)");
+  }
   if (f.start_method != "spawn" && f.start_method != "fork" && f.start_method != "forkserver") {
     throw UsageError("invalid --start_method value '" + f.start_method + "': expected spawn, fork or forkserver");
   }
@@ -398,123 +444,109 @@ std::string describeFlags(const agent::AgentConfig& config) {
   return text;
 }
 
-// CLI11 reads "--log_dir=" as "--log_dir" without a value and takes the next argument
-// ("--no_python") as its value. argparse, and so torchrun, gives it the empty value. Up to
-// the training script, "--name=" of an option that takes a value becomes "--name" "".
-std::vector<std::string> withEmptyValuesKept(const CLI::App& app, int argc, const char* const* argv) {
-  std::vector<std::string> out(argv, argv + argc);
-  for (size_t i = 1; i < out.size(); ++i) {
-    const std::string& arg = out[i];
-    if (arg == "--" || arg.empty() || arg[0] != '-') break;  // the training script starts here
-    const auto eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const CLI::Option* option = app.get_option_no_throw(name);
-    if (option == nullptr || option->get_items_expected_min() == 0) continue;  // a flag, or CLI11's error later
-    if (eq == std::string::npos) {
-      ++i;  // its value follows as the next argument
-    } else if (eq + 1 == arg.size()) {
-      out[i] = name;
-      out.insert(out.begin() + static_cast<std::ptrdiff_t>(i) + 1, "");
-      ++i;
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
-  RawFlags f;
-  CLI::App app{
-      "ddprun: a native, torchrun-compatible launcher for distributed training.\n"
-      "Starts --nproc_per_node workers on this node with torchrun's environment (RANK, LOCAL_RANK,\n"
-      "WORLD_SIZE, MASTER_ADDR, ...), restarts them on failure and reports what failed.\n"
-      "Every flag can also be set through PET_<FLAG> (e.g. PET_NPROC_PER_NODE); the command line wins.",
-      "ddprun"};
+// ddprun's flags on `app`, each recorded in `registry`.
+void defineFlags(CLI::App& app, RawFlags& f, Registry& registry) {
   app.prefix_command();
   app.get_formatter()->column_width(34);
 
-  addOption(app, "", "--nnodes", f.nnodes,
+  addOption(app, registry, "", "--nnodes", f.nnodes,
             "Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes>.");
-  addOption(app, "", "--nproc_per_node", f.nproc_per_node,
+  addOption(app, registry, "", "--nproc_per_node", f.nproc_per_node,
             "Number of workers per node; supported values: [auto, cpu, gpu, xpu, int].");
-  addFlag(app, "", "--virtual_local_rank", f.virtual_local_rank,
+  addFlag(app, registry, "", "--virtual_local_rank", f.virtual_local_rank,
           "Every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own device.");
-  addOption(app, "", "--node_rank", f.node_rank,
+  addOption(app, registry, "", "--node_rank", f.node_rank,
             "Rank of the node for multi-node distributed training (static rendezvous).");
-  addOption(app, "", "--master_addr", f.master_addr, "Address of the master node (rank 0) for static rendezvous.");
-  addOption(app, "", "--master_port", f.master_port,
+  addOption(app, registry, "", "--master_addr", f.master_addr,
+            "Address of the master node (rank 0) for static rendezvous.");
+  addOption(app, registry, "", "--master_port", f.master_port,
             "Port on the master node for static rendezvous (default: a port from the kernel on one node, 29500 on "
             "several; 0: node 0 takes one from the kernel and prints it).");
-  addFlag(app, "", "--standalone", f.standalone,
+  addFlag(app, registry, "", "--standalone", f.standalone,
           "Single-node job with a local rendezvous on a free port; no --rdzv_* flags needed.");
-  addOption(app, "", "--rdzv_backend", f.rdzv_backend, "Rendezvous backend: static, c10d or etcd-v2 (alias etcd).");
-  addOption(app, "", "--rdzv_endpoint", f.rdzv_endpoint, "Rendezvous backend endpoint, usually in form <host>:<port>.");
-  addOption(app, "", "--rdzv_id", f.rdzv_id, "User-defined group id (the job id).");
-  addOption(app, "", "--rdzv_conf", f.rdzv_conf,
+  addOption(app, registry, "", "--rdzv_backend", f.rdzv_backend,
+            "Rendezvous backend: static, c10d or etcd-v2 (alias etcd).");
+  addOption(app, registry, "", "--rdzv_endpoint", f.rdzv_endpoint,
+            "Rendezvous backend endpoint, usually in form <host>:<port>.");
+  addOption(app, registry, "", "--rdzv_id", f.rdzv_id, "User-defined group id (the job id).");
+  addOption(app, registry, "", "--rdzv_conf", f.rdzv_conf,
             "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...).");
-  addOption(app, "", "--max_restarts", f.max_restarts, "Maximum number of worker group restarts before failing.");
-  addOption(app, "", "--monitor_interval", f.monitor_interval,
+  addOption(app, registry, "", "--max_restarts", f.max_restarts,
+            "Maximum number of worker group restarts before failing.");
+  addOption(app, registry, "", "--monitor_interval", f.monitor_interval,
             "Accepted for torchrun compatibility; ddprun sees worker exits as they happen.");
-  addOption(app, "", "--role", f.role, "User-defined role for the workers (ROLE_NAME).");
-  addFlag(app, "", "--no_python", f.no_python, "Exec the training script directly instead of prepending 'python -u'.");
-  addFlag(app, "-m", "--module", f.module, "Run the training script as a Python module ('python -m').");
-  addFlag(app, "", "--run_path", f.run_path, "Run the training script with python, whatever its name.");
-  addFlag(app, "", "--no_python_faulthandler", f.no_python_faulthandler,
+  addOption(app, registry, "", "--role", f.role, "User-defined role for the workers (ROLE_NAME).");
+  addFlag(app, registry, "", "--no_python", f.no_python,
+          "Exec the training script directly instead of prepending 'python -u'.");
+  addFlag(app, registry, "-m", "--module", f.module, "Run the training script as a Python module ('python -m').");
+  addFlag(
+      app, registry, "", "--run_path", f.run_path,
+      "Run the training script with python, whatever its name (torch: runpy.run_path); wins over --no_python and -m.");
+  addFlag(app, registry, "", "--no_python_faulthandler", f.no_python_faulthandler,
           "Do not set PYTHONFAULTHANDLER=1 for Python workers (with it, a worker stopped as hung prints its Python "
           "tracebacks).");
-  addFlag(app, "", "--no_python_stacks", f.no_python_stacks,
+  addFlag(app, registry, "", "--no_python_stacks", f.no_python_stacks,
           "Do not put ddprun's startup hook on Python workers' PYTHONPATH (with it, when a collective fails, ddprun "
           "reads every rank's Python stack and names the rank that is behind).");
-  addFlag(app, "", "--no_torch_flight_recorder", f.no_torch_flight_recorder,
+  addFlag(app, registry, "", "--no_torch_flight_recorder", f.no_torch_flight_recorder,
           "Do not set torch's flight recorder variables (TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_FR_BUFFER_SIZE, "
           "TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_NCCL_DEBUG_INFO_TEMP_FILE, TORCH_FR_DUMP_TEMP_FILE) for Python workers.");
-  addOption(app, "", "--log_dir", f.log_dir,
+  addOption(app, registry, "", "--log_dir", f.log_dir,
             "Base directory for log files (<run_id>_<unique>/attempt_<k>/<local_rank>/).");
   addOption(
-      app, "-r", "--redirects", f.redirects,
+      app, registry, "-r", "--redirects", f.redirects,
       "Redirect std streams into log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank, e.g. 0:1,1:2.");
-  addOption(app, "-t", "--tee", f.tee, "Tee std streams into log files and the console (same values as --redirects).");
-  addOption(app, "", "--local_ranks_filter", f.local_ranks_filter,
+  addOption(app, registry, "-t", "--tee", f.tee,
+            "Tee std streams into log files and the console (same values as --redirects).");
+  addOption(app, registry, "", "--local_ranks_filter", f.local_ranks_filter,
             "Show console output only from these local ranks, e.g. 0,1.");
-  addOption(app, "", "--duplicate_stdout_filters", f.duplicate_stdout_filters,
+  addOption(app, registry, "", "--duplicate_stdout_filters", f.duplicate_stdout_filters,
             "Also copy teed stdout lines containing any of these comma-separated strings (,, for a comma) to "
             "attempt_<k>/filtered_stdout.log.");
-  addOption(app, "", "--duplicate_stderr_filters", f.duplicate_stderr_filters,
+  addOption(app, registry, "", "--duplicate_stderr_filters", f.duplicate_stderr_filters,
             "Also copy teed stderr lines containing any of these comma-separated strings (,, for a comma) to "
             "attempt_<k>/filtered_stderr.log.");
   addOption(
-      app, "", "--numa_binding", f.numa_binding,
+      app, registry, "", "--numa_binding", f.numa_binding,
       "Bind each worker to the CPUs near its GPU (local rank = GPU index): node, socket, exclusive or core-complex.");
-  addOption(app, "", "--local_addr", f.local_addr, "Address of this node for the rendezvous (default: its host name).");
-  addOption(app, "", "--start_method", f.start_method,
+  addOption(app, registry, "", "--local_addr", f.local_addr,
+            "Address of this node for the rendezvous (default: its host name).");
+  addOption(app, registry, "", "--start_method", f.start_method,
             "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are native processes.");
-  addOption(app, "", "--hang_timeout", f.hang_timeout,
+  addOption(app, registry, "", "--logs_specs", f.logs_specs,
+            "torchrun's logs_specs entry point: only 'default' (ddprun's log layout, as torch's default).",
+            /*pet=*/false);
+  addOption(app, registry, "", "--event_log_handler", f.event_log_handler,
+            "Where ddprun's events also go: null (only the events files) or console (one JSON line per event on "
+            "stderr, as torch's console handler).");
+  addOption(app, registry, "", "--hang_timeout", f.hang_timeout,
             "Seconds without any local rank completing an operation (a collective or a point-to-point message) while "
             "one is pending before ddprun calls the job hung: it prints where every rank stands, takes stacks and "
             "restarts (default: off).");
-  addOption(app, "", "--straggler_threshold", f.straggler_threshold,
+  addOption(app, registry, "", "--straggler_threshold", f.straggler_threshold,
             "Seconds a rank may enter collectives after its group's median rank, on average over its last 64, "
             "before it is named a straggler (event, log line, health check); 0: never.");
-  addOption(app, "", "--term_timeout", f.term_timeout, "Seconds between SIGTERM and SIGKILL when stopping workers.");
-  addOption(app, "", "--shutdown_timeout", f.shutdown_timeout,
+  addOption(app, registry, "", "--term_timeout", f.term_timeout,
+            "Seconds between SIGTERM and SIGKILL when stopping workers.");
+  addOption(app, registry, "", "--shutdown_timeout", f.shutdown_timeout,
             "torchrun's name for --term_timeout (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30).");
-  addOption(app, "", "--signals_to_handle", f.signals_to_handle,
+  addOption(app, registry, "", "--signals_to_handle", f.signals_to_handle,
             "Comma-separated signals that stop the job (default: TORCHELASTIC_SIGNALS_TO_HANDLE, else "
             "SIGTERM,SIGINT,SIGHUP,SIGQUIT); SIGUSR1/SIGUSR2 not listed are forwarded to the workers.");
-  addOption(app, "", "--node_cooldown", f.node_cooldown,
+  addOption(app, registry, "", "--node_cooldown", f.node_cooldown,
             "Seconds a node whose workers failed twice in a row sits out of the job, doubling with each further "
             "failure (0: never).");
-  addOption(app, "", "--node_cooldown_max", f.node_cooldown_max, "Longest cooldown of a failing node, in seconds.");
-  addOption(app, "", "--health_check_port", f.health_check_port,
+  addOption(app, registry, "", "--node_cooldown_max", f.node_cooldown_max,
+            "Longest cooldown of a failing node, in seconds.");
+  addOption(app, registry, "", "--health_check_port", f.health_check_port,
             "Serve the agent's health on this port (HTTP GET: 200 and its state as JSON while healthy, else 503).");
-  addOption(app, "", "--health_check_addr", f.health_check_addr,
+  addOption(app, registry, "", "--health_check_addr", f.health_check_addr,
             "Address the health check listens on (default loopback; 0.0.0.0 or the node's address for probes from "
             "elsewhere).");
-  addFlag(app, "", "--slurm", f.slurm,
+  addFlag(app, registry, "", "--slurm", f.slurm,
           "Take --nnodes, --node_rank, --master_addr/--master_port (or --rdzv_endpoint), --rdzv_id and "
           "--nproc_per_node from SLURM's job step variables unless given.");
-  addFlag(app, "", "--dry_run", f.dry_run,
+  addFlag(app, registry, "", "--dry_run", f.dry_run,
           "Print the resolved flags, one per line, and exit without starting anything.");
   // No PET_VERSION: an exported variable must never turn a job into a version print.
   app.add_flag("--version", f.version,
@@ -522,20 +554,43 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   app.footer(
       "positional arguments:\n  training_script [args...]   The program to launch in parallel, followed by its "
       "arguments.");
+}
 
-  const std::vector<std::string> args = withEmptyValuesKept(app, argc, argv);
+CLI::App makeApp() {
+  return CLI::App{
+      "ddprun: a native, torchrun-compatible launcher for distributed training.\n"
+      "Starts --nproc_per_node workers on this node with torchrun's environment (RANK, LOCAL_RANK,\n"
+      "WORLD_SIZE, MASTER_ADDR, ...), restarts them on failure and reports what failed.\n"
+      "Every flag can also be set through PET_<FLAG> (e.g. PET_NPROC_PER_NODE); the command line wins.\n"
+      "A long flag may be shortened to any prefix that names one flag (--redirect=3), as torchrun's.",
+      "ddprun"};
+}
+
+}  // namespace
+
+ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
+  RawFlags f;
+  Registry registry;
+  CLI::App app = makeApp();
+  defineFlags(app, f, registry);
+
+  ArgvRules rules;
+  rules.preferred = registry.torchrun;
+  const std::vector<std::string> args = normalizeArgv(app, std::vector<std::string>(argv, argv + argc), rules);
   std::vector<const char*> arg_pointers;
   for (const auto& a : args) arg_pointers.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(arg_pointers.size()), arg_pointers.data());
   } catch (const CLI::CallForHelp&) {
-    return ParsedCommandLine{app.help(), {}, {}, {}, {}};
+    ParsedCommandLine parsed;
+    parsed.help_text = app.help();
+    return parsed;
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
   std::vector<std::string> program = app.remaining();
   if (!program.empty() && program.front().size() > 1 && program.front()[0] == '-') {
-    throw UsageError("unrecognized argument: " + program.front() + " (see ddprun --help)");
+    throw UsageError("unrecognized argument: " + printable(program.front()) + " (see ddprun --help)");
   }
   if (!program.empty() && program.front() == "--") program.erase(program.begin());
   if (f.version) {
@@ -548,7 +603,29 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   parsed.config = buildConfig(app, f, program);
   if (f.dry_run) parsed.dry_run_text = describeFlags(parsed.config);
   parsed.start_method = f.start_method;
+  for (const Registry::Entry& entry : registry.entries) {
+    parsed.flag_values[entry.name] = entry.text ? *entry.text : (*entry.flag ? "true" : "false");
+  }
   return parsed;
+}
+
+std::vector<LauncherOption> launcherOptions() {
+  RawFlags f;
+  Registry registry;
+  CLI::App app = makeApp();
+  defineFlags(app, f, registry);
+  std::vector<LauncherOption> options;
+  for (const Registry::Entry& entry : registry.entries) {
+    LauncherOption option;
+    for (const std::string& name : entry.option->get_lnames()) option.names.push_back("--" + name);
+    for (const std::string& name : entry.option->get_snames()) option.names.push_back("-" + name);
+    option.env_name = entry.option->get_envname();
+    option.takes_value = entry.text != nullptr;
+    option.default_text = entry.text ? *entry.text : "false";
+    option.torchrun = registry.torchrun.count(entry.option) > 0;
+    options.push_back(std::move(option));
+  }
+  return options;
 }
 
 }  // namespace ddprun::launcher

@@ -76,6 +76,19 @@ ResolvedProgram resolveProgram(const ProgramRequest& request) {
     return head;
   };
 
+  if (request.run_path) {
+    // torch runs the script with runpy.run_path in its agent's interpreter, before and instead
+    // of --no_python and -m; ddprun's workers are processes of their own, so the closest is
+    // the interpreter on the script, whatever its name. A directory or zip with a __main__.py
+    // runs as runpy.run_path runs it.
+    std::error_code ec;
+    if (!fs::exists(script, ec)) throw UsageError("training script '" + script + "' not found (--run_path)");
+    if (::access(script.c_str(), R_OK) != 0) throw UsageError("training script '" + script + "' is not readable");
+    resolved.argv = withArgs({pythonInterpreter(), "-u", script});
+    resolved.python = true;
+    resolved.display_name = fs::path(script).filename().string();
+    return resolved;
+  }
   if (request.no_python) {
     if (request.module) throw UsageError("--no_python and -m/--module cannot be used together");
     std::string path = findExecutable(script);
@@ -94,7 +107,7 @@ ResolvedProgram resolveProgram(const ProgramRequest& request) {
     resolved.display_name = "-m " + script;
     return resolved;
   }
-  const bool is_python_file = request.run_path || endsWith(script, ".py");
+  const bool is_python_file = endsWith(script, ".py");
   if (!is_python_file) {
     // A program that is not a Python file runs directly, as a user replacing torchrun
     // would expect of `ddprun ... ./train_binary`.

@@ -13,7 +13,7 @@ struct ProgramRequest {
   std::vector<std::string> args;  // everything after it.
   bool no_python = false;         // --no_python.
   bool module = false;            // -m/--module.
-  bool run_path = false;          // --run_path.
+  bool run_path = false;          // --run_path: python on the script, before --no_python and -m.
 };
 
 struct ResolvedProgram {

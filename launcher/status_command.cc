@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -17,7 +18,9 @@
 #include "agent/ops/event_log.h"
 #include "common/error.h"
 #include "common/json_writer.h"
+#include "common/logging.h"
 #include "common/text_escape.h"
+#include "launcher/rdzv_conf.h"
 #include "launcher/subcommand_args.h"
 #include "launcher/worker_stacks.h"
 #include "rendezvous/etcd/etcd_env.h"
@@ -444,25 +447,27 @@ int printStatus(const JobStatus& status, const JobProgress& progress, bool json,
   return 0;
 }
 
+// --rdzv_conf as the job's agents read it (launcher/rdzv_conf.h), so the job's own value can be
+// given as it is; keys without effect for the backend are warned about, as the launcher does.
+std::map<std::string, std::string> statusConf(const std::string& backend, const std::string& text) {
+  try {
+    RdzvConf conf = rdzvConfForBackend(backend, splitRdzvConf(text));
+    for (const std::string& warning : conf.warnings) logger("launcher")->warn("status: {}", warning);
+    return std::move(conf.conf);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("status: ") + e.what());
+  }
+}
+
 // The job's records on etcd (rendezvous/etcd/etcd_env.h), with --rdzv_conf's etcd keys, and
 // its progress into `progress`.
 JobStatus etcdJobStatus(JobProgress& progress, const std::string& endpoint, const std::string& run_id,
-                        const std::string& conf) {
+                        const std::string& backend, const std::string& conf) {
   rendezvous::RendezvousConfig config;
   config.backend = "etcd-v2";
   config.endpoint = endpoint;
   config.run_id = run_id;
-  size_t start = 0;
-  while (start < conf.size()) {
-    const size_t comma = conf.find(',', start);
-    const std::string item = conf.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw UsageError("status: --rdzv_conf item '" + item + "' is not key=value");
-    config.conf[item.substr(0, eq)] = item.substr(eq + 1);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  config.conf = statusConf(backend, conf);
   rendezvous::StoreClientOptions options;
   options.connect_timeout = kConnectTimeout;
   options.timeout = kOperationTimeout;
@@ -528,16 +533,13 @@ int runStatusCommand(int argc, const char* const* argv) {
   }
   JobProgress progress;
   if (rendezvous::etcd::isEtcdBackend(backend)) {
-    const JobStatus status = etcdJobStatus(progress, endpoint, run_id, conf);
+    const JobStatus status = etcdJobStatus(progress, endpoint, run_id, backend, conf);
     return printStatus(status, progress, json, trace, log_dir);
   }
-  std::string token_file;
-  if (!conf.empty()) {
-    if (conf.rfind("token_file=", 0) != 0 || conf.find(',') != std::string::npos) {
-      throw UsageError("status: --rdzv_conf takes only token_file=PATH");
-    }
-    token_file = conf.substr(11);
-  }
+  // Of the store's settings, status needs only the token; its own timeouts bound each look.
+  const std::map<std::string, std::string> settings = statusConf(backend, conf);
+  const auto token = settings.find("token_file");
+  const std::string token_file = token == settings.end() ? "" : token->second;
   rendezvous::StoreClientOptions options;
   rendezvous::splitHostPort(endpoint, options.host, options.port, 29400);
   options.connect_timeout = kConnectTimeout;

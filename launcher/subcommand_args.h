@@ -8,7 +8,8 @@
 
 namespace ddprun::launcher {
 
-// Parses argv[1..] (argv[0] is the subcommand's name) into `app`. Returns false when --help was
+// Parses argv[1..] (argv[0] is the subcommand's name) into `app`; long options may be shortened
+// to any prefix that names one (launcher/option_prefix.h). Returns false when --help was
 // asked for: the help is then on stdout and the subcommand exits 0. Throws UsageError
 // "<name>: <CLI11's message>" on a parse error.
 bool parseSubcommandArgs(CLI::App& app, int argc, const char* const* argv, std::string_view name);

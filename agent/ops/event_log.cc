@@ -8,6 +8,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/console_writer.h"
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -46,7 +47,7 @@ EventLog::EventLog(const std::vector<std::string>& paths, std::string run_id) : 
 EventLog::~EventLog() = default;
 
 void EventLog::emit(const std::string& event, const JsonObject& fields) {
-  if (fds_.empty()) return;
+  if (!enabled()) return;
   const int64_t now =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
@@ -56,6 +57,7 @@ void EventLog::emit(const std::string& event, const JsonObject& fields) {
   const std::string rest = fields.str();
   if (rest.size() > 2) line = line.substr(0, line.size() - 1) + "," + rest.substr(1);
   line += "\n";
+  if (console_) console().write(ConsoleStream::kStderr, line);
   for (size_t i = 0; i < fds_.size(); ++i) {
     // One write per line: with O_APPEND, lines of agents sharing the file do not interleave.
     const ssize_t n = ::write(fds_[i].get(), line.data(), line.size());

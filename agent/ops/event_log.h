@@ -29,7 +29,11 @@ class EventLog {
   // Appends one line. Never throws: a failed write is logged once and the job goes on.
   // Not thread-safe: call from the agent's main thread.
   void emit(const std::string& event, const JsonObject& fields = {});
-  bool enabled() const { return !fds_.empty(); }
+  bool enabled() const { return !fds_.empty() || console_; }
+  // --event_log_handler=console: every line also goes to stderr, through ddprun's console
+  // writer (a stalled console drops lines, never the agent), as torch's console handler
+  // writes each event as one line.
+  void alsoToConsole() { console_ = true; }
 
  private:
   std::vector<UniqueFd> fds_;
@@ -37,6 +41,7 @@ class EventLog {
   std::string run_id_;
   std::string node_;
   bool warned_ = false;
+  bool console_ = false;
 };
 
 // Checks that `path` (named by DDPRUN_EVENTS_FILE) can be opened for appending, creating

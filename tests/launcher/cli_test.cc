@@ -209,7 +209,7 @@ TEST_CASE("bad input is one clear error naming the problem", "[cli]") {
       {{"--rdzv_conf", "=1", "--no_python", "true"}, "--rdzv_conf"},
       {{"--rdzv_conf", "join_timeout=abc", "--no_python", "true"}, "join_timeout"},
       {{"--rdzv_conf", "keep_alive_max_attempt=0", "--no_python", "true"}, "keep_alive_max_attempt"},
-      {{"--rdzv_conf", "is_host=maybe", "--no_python", "true"}, "is_host"},
+      {{"--standalone", "--rdzv_conf", "is_host=maybe", "--no_python", "true"}, "is_host"},
       {{"--max_restarts", "-1", "--no_python", "true"}, "--max_restarts"},
       {{"--monitor_interval", "fast", "--no_python", "true"}, "--monitor_interval"},
       {{"--term_timeout", "-3", "--no_python", "true"}, "--term_timeout"},

@@ -124,17 +124,19 @@ TEST_CASE("virtual_local_rank needs a device per local rank", "[cli]") {
              Catch::Contains("--virtual_local_rank") && Catch::Contains("CUDA_VISIBLE_DEVICES='3,5'"));
 }
 
+// store_type is c10d's (torch's static rendezvous does not read it): --standalone is c10d.
 TEST_CASE("rdzv_conf store_type takes tcp only and heartbeat_timeout bounds a keep-alive", "[cli]") {
   auto settingsOf = [](const std::string& conf) {
-    return ddprun::rendezvous::parseRendezvousSettings(parse({"--rdzv_conf", conf}).config.rendezvous.conf);
+    return ddprun::rendezvous::parseRendezvousSettings(
+        parse({"--standalone", "--rdzv_conf", conf}).config.rendezvous.conf);
   };
   CHECK_NOTHROW(settingsOf("store_type=tcp"));
   CHECK_NOTHROW(settingsOf("store_type= TCP "));
   CHECK(settingsOf("store_type=tcp").unknown_keys.empty());
-  CHECK_THAT(usageErrorOf({"--rdzv_conf", "store_type=file"}),
+  CHECK_THAT(usageErrorOf({"--standalone", "--rdzv_conf", "store_type=file"}),
              Catch::Equals("--rdzv_conf store_type=file: ddprun's rendezvous uses a TCP store only; "
                            "store_type=file is not supported"));
-  CHECK_THAT(usageErrorOf({"--rdzv_conf", "store_type=etcd"}), Catch::Contains("store_type=etcd"));
+  CHECK_THAT(usageErrorOf({"--standalone", "--rdzv_conf", "store_type=etcd"}), Catch::Contains("store_type=etcd"));
   CHECK_FALSE(settingsOf("join_timeout=5").heartbeat_timeout);
   CHECK(settingsOf("heartbeat_timeout=2.5").heartbeat_timeout == 2500ms);
   CHECK(settingsOf("heartbeat_timeout=2").unknown_keys.empty());
