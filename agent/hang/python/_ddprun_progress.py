@@ -14,7 +14,9 @@
 # issues unseen inside backward(): each backward() after a syncing DDP forward is one recorded
 # all_reduce of the module's group, pending from the end of the backward's computation until
 # backward() returns (see _patch_autograd). A communication hook the user registers is
-# recorded where it calls torch.distributed. What is not seen: collectives issued from C++
+# recorded where it calls torch.distributed. On a GPU (NCCL), where a call returns once its
+# work is queued on a stream, a call stays pending until the GPU has done it (a CUDA event
+# after it, or its Work's is_completed(), looked at every 50 ms). What is not seen: collectives issued from C++
 # otherwise (torch's functional collectives, FSDP's): a hang there is left to torch's timeout.
 #
 # Nothing here may change what the user's program does: a failure to record is swallowed,
@@ -135,13 +137,15 @@ class _Ring:
 
 
 class _Call:
-    """One recorded call: its ring and its record; ends once."""
+    """One recorded call: its ring and its record; ends once. `device`: its tensors are on a GPU,
+    where a call returns once its work is queued on a stream, not done (see _end_on_device)."""
 
-    __slots__ = ("ring", "rec")
+    __slots__ = ("ring", "rec", "device")
 
-    def __init__(self, ring, rec):
+    def __init__(self, ring, rec, device=False):
         self.ring = ring
         self.rec = rec
+        self.device = device
 
     def finish(self, ok):
         with _lock:
@@ -155,7 +159,9 @@ class _Call:
 
 
 class _Poller:
-    """Async works without a future (gloo's send and recv): is_completed, every 50 ms."""
+    """Works whose completion no callback reports, looked at every 50 ms: gloo's send and recv
+    (no future in torch 1.13), and work queued on a GPU (a _DeviceMark, or an NCCL Work, whose
+    future completes when the work is queued: is_completed() asks the GPU)."""
 
     def __init__(self):
         self._cv = threading.Condition()
@@ -176,27 +182,56 @@ class _Poller:
                 while not self._items:
                     self._cv.wait()
                 items = list(self._items)
-            done = []
+            done = set()
             for item in items:
                 call, work = item
                 try:
                     if not work.is_completed():
                         continue
                     ok = True
-                    is_success = getattr(work, "is_success", None)
+                    # NCCL's Work has no is_success in torch 2.x (it raises): a failed NCCL
+                    # collective is torch's watchdog's to report.
+                    is_success = None if call.device else getattr(work, "is_success", None)
                     if is_success is not None:
                         ok = bool(is_success())
                 except Exception:
                     ok = False
                 call.finish(ok)
-                done.append(item)
+                done.add(id(item))
             if done:
                 with self._cv:
-                    self._items = [i for i in self._items if not any(i is d for d in done)]
+                    self._items = [i for i in self._items if id(i) not in done]
             time.sleep(0.05)
 
 
 _poller = _Poller()
+
+
+class _DeviceMark:
+    """The point a GPU stream has reached: a CUDA event recorded on the current stream, which a
+    synchronous collective's work has been made to wait for, so it completes when that
+    collective has."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self):
+        event = sys.modules["torch"].cuda.Event()
+        event.record()
+        self._event = event
+
+    def is_completed(self):
+        return self._event.query()
+
+
+def _end_on_device(call, work=None):
+    """Ends `call` when its GPU work is done: `work` (an async call's) or, for a synchronous
+    call, what the current stream has queued so far. torch returns from a synchronous NCCL
+    collective as soon as the stream waits for it, so a rank whose peer never comes keeps
+    running and blocks later, elsewhere; the call must stay pending until the GPU finishes it."""
+    try:
+        _poller.add(call, work if work is not None else _DeviceMark())
+    except Exception:
+        call.finish(True)  # no way to see the GPU: as recorded before (at return)
 
 
 _dtype_codes = {}  # torch dtype -> FlightDType code, filled at the first call
@@ -282,13 +317,17 @@ def _begin(name, args, kwargs):
     if root_kw is not None:
         group_root = kwargs.get("group_" + root_kw)  # torch 2.6: a rank in the group itself
         root = int(group_root) if group_root is not None else _group_rank_of(group, _arg(args, kwargs, root_at, root_kw))
+    device = bool(getattr(tensor, "is_cuda", False))
     with _lock:
         ring = _ring(index, group, p2p)
-        return _Call(ring, ring.begin(op, dtype, count, root))
+        return _Call(ring, ring.begin(op, dtype, count, root), device)
 
 
 def _watch(call, work):
     """Ends `call` when the async `work` completes."""
+    if call.device:
+        _end_on_device(call, work)
+        return
     try:
         future = work.get_future()
     except Exception:
@@ -346,6 +385,8 @@ def _recorded(name, fn):
         _inside.depth = 0
         if result is not None and hasattr(result, "is_completed"):
             _watch(rec, result)  # async_op=True, isend, irecv: pending until its work completes
+        elif rec.device:
+            _end_on_device(rec)
         else:
             rec.finish(True)
         return result
@@ -415,9 +456,10 @@ def _quiesce():
 # and each backward() that follows a forward of a DDP module syncing gradients is recorded as
 # one all_reduce of that module's group: started once the backward's computation is done (a
 # callback queued from the first node of the graph runs just before the reducer waits for its
-# buckets), completed when backward() returns. A rank that never reaches backward() is behind
+# buckets), completed when backward() returns (on a GPU: when the stream has done what was
+# queued by then). A rank that never reaches backward() is behind
 # a rank that waits there; ranks that compute in backward(), for however long, wait in nothing.
-_armed = {}  # id(process group) -> (index, group, dtype, count): DDP forwards awaiting their backward
+_armed = {}  # id(process group) -> (index, group, dtype, count, device): DDP forwards awaiting their backward
 
 
 def _ddp_grads(ddp):
@@ -425,7 +467,8 @@ def _ddp_grads(ddp):
     if cached is None:
         params = [p for p in ddp.module.parameters() if p.requires_grad]
         dtype = _dtype_code(params[0])[0] if params else 255
-        cached = (dtype, sum(p.numel() for p in params))
+        device = bool(params and getattr(params[0], "is_cuda", False))
+        cached = (dtype, sum(p.numel() for p in params), device)
         ddp._ddprun_grads = cached
     return cached
 
@@ -472,9 +515,9 @@ def _patch_autograd(module):
                 return
             try:
                 with _lock:
-                    for index, group, dtype, count in armed:
+                    for index, group, dtype, count, device in armed:
                         ring = _ring(index, group, False)
-                        calls.append(_Call(ring, ring.begin(_ALL_REDUCE, dtype, count, -1)))
+                        calls.append(_Call(ring, ring.begin(_ALL_REDUCE, dtype, count, -1), device))
             except Exception as e:
                 _say_off(e)
 
@@ -499,7 +542,11 @@ def _patch_autograd(module):
                 handle.remove()
         begin()  # a graph that never reached its hook still synced its gradients
         for call in calls:
-            call.finish(True)
+            # On a GPU, backward() returns once the stream waits for the all-reduces.
+            if call.device:
+                _end_on_device(call)
+            else:
+                call.finish(True)
         return result
 
     recorded_backward.__ddprun_recorded__ = True

@@ -126,6 +126,64 @@ TEST_CASE("the Python hook's rings read back as the agent reads them: ops, group
   CHECK(messages.records[0].state == FlightState::kStarted);
 }
 
+TEST_CASE("the Python hook keeps a GPU collective pending until the GPU has done it, not until the call returns",
+          "[unit]") {
+  TempDir dir;
+  writePythonHook(dir.file("hook"));
+  // A stand-in for torch with CUDA events the test completes, and a tensor on the GPU. As with
+  // NCCL, a synchronous call returns once its work is queued and an async call's future is
+  // complete at once: neither says the GPU has done the collective.
+  const std::string body =
+      "import shutil\n"
+      "torch = types.ModuleType('torch')\n"
+      "for n in ('float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8'):\n"
+      "    setattr(torch, n, n)\n"
+      "events = []\n"
+      "class Event:\n"
+      "    def __init__(self): self.done = False; events.append(self)\n"
+      "    def record(self): pass\n"
+      "    def query(self): return self.done\n"
+      "torch.cuda = types.SimpleNamespace(Event=Event)\n"
+      "sys.modules['torch'] = torch\n"
+      "class Queued:\n"
+      "    def add_done_callback(self, fn): fn(self)\n"
+      "    def value(self): return []\n"
+      "dc.Work.get_future = lambda self: Queued()\n"
+      "class Tensor:\n"
+      "    is_cuda = True\n"
+      "    dtype = 'float32'\n"
+      "    def numel(self): return 8\n"
+      "t = Tensor()\n"
+      "dc.all_reduce(t)\n"
+      "w = dc.all_reduce(t, async_op=True)\n"
+      "time.sleep(0.3)\n"  // six of the poller's looks
+      "ring = '" +
+      dir.file(flightRingFileName(2, 0)) +
+      "'\n"
+      "shutil.copy(ring, ring + '.queued')\n"
+      "events[0].done = True\n"
+      "w.done.set()\n"
+      "time.sleep(0.3)\n"
+      "print(len(events), 'event(s)', flush=True)\n";
+  std::ofstream(dir.file("job.py")) << script(dir.file("hook"), body);
+  auto r = run({"/usr/bin/python3", dir.file("job.py")}, {{"DDPRUN_FLIGHT_DIR", dir.path()}}, 30s);
+  REQUIRE(r.finished);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out == "1 event(s)\n");  // the sync call's; the async one's own Work is asked
+
+  const FlightRingSnapshot queued = ringAt(dir.file(flightRingFileName(2, 0)) + ".queued");
+  REQUIRE(queued.records.size() == 2);
+  CHECK(queued.records[0].info.count == 8);
+  CHECK(queued.records[0].state == FlightState::kStarted);
+  CHECK(queued.records[1].state == FlightState::kStarted);
+  const FlightRingSnapshot done = ringAt(dir.file(flightRingFileName(2, 0)));
+  REQUIRE(done.records.size() == 2);
+  CHECK(done.records[0].state == FlightState::kCompleted);
+  CHECK(done.records[1].state == FlightState::kCompleted);
+}
+
 TEST_CASE("the Python hook records nothing without the agent's directory, and the calls still run", "[unit]") {
   TempDir dir;
   writePythonHook(dir.file("hook"));
