@@ -1,7 +1,7 @@
 #include "agent/agent_rendezvous.h"
 
+#include "rendezvous/backends.h"
 #include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/etcd/etcd_env.h"
 #include "rendezvous/job_board.h"
 
 namespace ddprun::agent {

@@ -56,6 +56,7 @@
 #include "common/env_reader.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "rendezvous/backends.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/job_board.h"
 #include "rendezvous/job_status.h"
@@ -199,7 +200,7 @@ class ClientProcess {
     switch (phase) {
       case 'c':  // connect: setup, not timed as a phase of the job
         a.env = std::make_unique<CountingEnv>("sim-node-" + std::to_string(a.index));
-        a.rendezvous = std::make_unique<DynamicRendezvous>(config(), kNprocPerNode, *a.env);
+        a.rendezvous = openRendezvous(config(), kNprocPerNode, *a.env);
         break;
       case 'r': a.result = a.rendezvous->nextRound(); break;
       case 's': {

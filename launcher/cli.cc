@@ -24,7 +24,7 @@
 #include "launcher/signal_list.h"
 #include "launcher/slurm_env.h"
 #include "launcher/version.h"
-#include "rendezvous/etcd/etcd_env.h"
+#include "rendezvous/etcd/etcd_backend.h"
 
 namespace ddprun::launcher {
 namespace {

@@ -23,7 +23,8 @@
 #include "launcher/rdzv_conf.h"
 #include "launcher/subcommand_args.h"
 #include "launcher/worker_stacks.h"
-#include "rendezvous/etcd/etcd_env.h"
+#include "rendezvous/backends.h"
+#include "rendezvous/etcd/etcd_backend.h"
 #include "rendezvous/job_board.h"
 #include "rendezvous/local_addresses.h"
 #include "rendezvous/tcp_store_client.h"
@@ -459,7 +460,7 @@ std::map<std::string, std::string> statusConf(const std::string& backend, const 
   }
 }
 
-// The job's records on etcd (rendezvous/etcd/etcd_env.h), with --rdzv_conf's etcd keys, and
+// The job's records on etcd (rendezvous/etcd/etcd_backend.h), with --rdzv_conf's etcd keys, and
 // its progress into `progress`.
 JobStatus etcdJobStatus(JobProgress& progress, const std::string& endpoint, const std::string& run_id,
                         const std::string& backend, const std::string& conf) {
@@ -473,8 +474,7 @@ JobStatus etcdJobStatus(JobProgress& progress, const std::string& endpoint, cons
   options.timeout = kOperationTimeout;
   JobStatus status;
   try {
-    rendezvous::etcd::EtcdEnv env(config);
-    auto store = env.connect(options);
+    auto store = rendezvous::connectToJob(config, options);
     status = rendezvous::readJobStatus(*store, run_id);
     progress = readJobProgress(*store, status);
   } catch (const rendezvous::StoreError& e) {
@@ -540,16 +540,19 @@ int runStatusCommand(int argc, const char* const* argv) {
   const std::map<std::string, std::string> settings = statusConf(backend, conf);
   const auto token = settings.find("token_file");
   const std::string token_file = token == settings.end() ? "" : token->second;
+  rendezvous::RendezvousConfig config;
+  config.backend = backend;
+  config.endpoint = endpoint;
+  config.run_id = run_id;
+  if (!token_file.empty()) config.conf["token_file"] = token_file;
   rendezvous::StoreClientOptions options;
-  rendezvous::splitHostPort(endpoint, options.host, options.port, 29400);
   options.connect_timeout = kConnectTimeout;
   options.timeout = kOperationTimeout;
-  options.token = rendezvous::loadToken(token_file);
   JobStatus status;
   try {
-    rendezvous::TcpStoreClient store(options);
-    status = rendezvous::readJobStatus(store, run_id);
-    progress = readJobProgress(store, status);
+    const auto store = rendezvous::connectToJob(config, options);
+    status = rendezvous::readJobStatus(*store, run_id);
+    progress = readJobProgress(*store, status);
   } catch (const rendezvous::StoreError& e) {
     throw RendezvousError("status of job '" + run_id + "': " + e.what());
   }

@@ -15,7 +15,6 @@
 #include "common/logging.h"
 #include "common/sha256.h"
 #include "rendezvous/dynamic_rendezvous_impl.h"
-#include "rendezvous/local_addresses.h"
 #include "rendezvous/rendezvous_env.h"
 #include "rendezvous/token_auth.h"
 
@@ -23,9 +22,6 @@ namespace ddprun::rendezvous {
 namespace {
 
 using std::chrono::milliseconds;
-
-constexpr int kStaticDefaultPort = 29500;
-constexpr int kC10dDefaultPort = 29400;
 
 bool isIpLiteral(const std::string& host) {
   in6_addr buf{};
@@ -50,7 +46,8 @@ NodeEntry decodeEntry(const std::string& text) {
   return e;
 }
 
-DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env)
+DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env,
+                              const BackendMaker& make_backend)
     : env_(env),
       clock_(env.clock()),
       config_(std::move(config)),
@@ -60,74 +57,14 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
   token_ = loadToken(settings_.token_file);
   prefix_ = "rdzv/" + config_.run_id + "/";
   node_name_ = env_.nodeName();
-  bool should_host = false;
-  bool host_explicit = false;
-  // Port 0 asked for: the host takes a port from the kernel and announces it (many jobs on one
-  // machine never race for a port); the other nodes cannot guess it.
-  bool announce_port = false;
-  std::string bind_host = "0.0.0.0";
-  if (config_.standalone) {
-    store_host_ = "127.0.0.1";
-    store_port_ = 0;
-    should_host = host_explicit = true;
-    bind_host = store_host_;
-  } else if (config_.backend == "etcd-v2" || config_.backend == "etcd") {
-    // etcd's members are the store: no agent hosts it (rendezvous/etcd/etcd_env.h).
-    store_host_ = "etcd " + config_.endpoint;
-    outlives_job_ = true;
-  } else if (config_.backend == "static") {
-    store_host_ = config_.master_addr;
-    store_port_ = config_.master_port ? *config_.master_port : (config_.max_nodes == 1 ? 0 : kStaticDefaultPort);
-    should_host = host_explicit = config_.node_rank == 0;
-    if (isIpLiteral(store_host_) && isLocalAddress(store_host_)) bind_host = store_host_;
-    announce_port = config_.master_port == 0;
-    if (announce_port && !should_host) {
-      throw UsageError(
-          "--master_port 0 (a port from the kernel) is for node 0, the store's host; the other nodes "
-          "take the port it announces");
-    }
-  } else {
-    splitHostPort(config_.endpoint, store_host_, store_port_, kC10dDefaultPort);
-    host_explicit = settings_.is_host.has_value();
-    // Only resolve the endpoint (getaddrinfo) when is_host does not already decide.
-    should_host = settings_.is_host ? *settings_.is_host : isLocalAddress(store_host_);
-    if (store_host_ == "localhost") bind_host = "127.0.0.1";
-    if (isIpLiteral(store_host_) && isLocalAddress(store_host_)) bind_host = store_host_;
-    announce_port = store_port_ == 0;
-    if (announce_port && !should_host) {
-      throw UsageError("--rdzv_endpoint " + config_.endpoint +
-                       ": port 0 (a port from the kernel) needs this node to host the store (--rdzv_conf "
-                       "is_host=true); the other nodes take the port the host announces");
-    }
-  }
-  if (should_host) {
-    try {
-      StoreServerOptions options;
-      options.host = bind_host;
-      options.port = store_port_;
-      options.token = token_;
-      host_server_ = env_.host(options);
-      store_port_ = host_server_->port();
-      if (store_host_ == "0.0.0.0") store_host_ = "127.0.0.1";
-      if (announce_port) {
-        log_->info("serving the rendezvous store on {}:{}, a port from the kernel: give it to the other nodes",
-                   store_host_, store_port_);
-      } else {
-        log_->debug("hosting the rendezvous store on {}:{}", bind_host, store_port_);
-      }
-    } catch (const SystemError& e) {
-      // Another agent on this host already serves the endpoint: join it as a client.
-      if (host_explicit || e.code() != EADDRINUSE)
-        throw RendezvousError(std::string("cannot host the store: ") + e.what());
-      log_->debug("rendezvous store {}:{} is already served on this host; joining it", store_host_, store_port_);
-    }
-  }
+  // The backend hosts the store first where this node serves it.
+  backend_ = make_backend(BackendContext{config_, settings_, token_, env_});
   try {
     StoreClientOptions options = clientOptions(settings_.join_timeout);
     // The join is bounded by join_timeout (as torch's c10d handler bounds it): a store that
     // accepts and never answers is given no longer than that (nor than a call's read_timeout).
     options.first_answer_timeout = std::min(settings_.join_timeout, settings_.read_timeout);
-    client_ = env_.connect(options);
+    client_ = backend_->connect(options);
   } catch (const StoreError& e) {
     throw RendezvousError(e.what());
   }
@@ -187,7 +124,7 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::joinStatic(int round, Clo
 // (the counter holds count << 32 | workers), so joining costs O(1) store operations per
 // node however large the job: no node ever reads the whole membership.
 DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::TimePoint deadline) {
-  if (config_.backend == "static" && !config_.standalone) return joinStatic(round, deadline);
+  if (backend_->fixedSeats()) return joinStatic(round, deadline);
   constexpr int64_t kOneNode = int64_t{1} << 32;
   auto nodesOf = [](int64_t ticket) { return static_cast<int>(ticket >> 32); };
   auto workersOf = [](int64_t ticket) { return static_cast<int>(ticket & 0xffffffff); };
@@ -335,18 +272,16 @@ std::string DynamicRendezvous::Impl::rpcSecret(int round, int participants) cons
   return hex;
 }
 
-// Static jobs without a token give the workers the rendezvous store itself, as torchrun
-// does (MASTER_PORT = --master_port): then keys the previous round's workers left are wiped
-// first, while every node's workers are stopped. Otherwise the group-rank-0 node starts a
-// fresh token-free store for the round on its own address.
+// Where the workers use the rendezvous store itself (Backend::sharedWorkersStore: static
+// without a token, as torchrun), keys the previous round's workers left are wiped first,
+// while every node's workers are stopped. Otherwise the group-rank-0 node starts a fresh
+// token-free store for the round on its own address.
 void DynamicRendezvous::Impl::publishWorkerStore(int round, int world_size) {
-  const bool share_rendezvous_store =
-      config_.backend == "static" && !config_.standalone && token_.empty() && host_server_;
-  if (share_rendezvous_store) {
+  if (const auto shared = backend_->sharedWorkersStore()) {
     for (const auto& stale : client_->listKeys()) {
       if (stale.rfind("rdzv/", 0) != 0) client_->deleteKey(stale);
     }
-    client_->set(key(round, "master"), config_.master_addr + ":" + std::to_string(store_port_));
+    client_->set(key(round, "master"), *shared);
     return;
   }
   StoreServerOptions options;
@@ -419,7 +354,7 @@ void DynamicRendezvous::Impl::finish() {
     if (final_round_ >= 0) {
       // The job ended while this node sat out: it has no round to check out of, but as
       // the store's host it still leaves after the last round's participants.
-      if (host_server_) client_->wait({key(final_round_, "all_exited")}, remaining(deadline));
+      if (backend_->hostsStore()) client_->wait({key(final_round_, "all_exited")}, remaining(deadline));
     } else if (in_round_) {
       const int64_t n = participants_;
       if (client_->add(key(round_, "exited"), 1) >= n) {
@@ -428,18 +363,20 @@ void DynamicRendezvous::Impl::finish() {
       }
       // The host serves the store: it leaves last, so no peer loses the store while it
       // still reads how the job ended.
-      if (host_server_) client_->wait({key(round_, "all_exited")}, remaining(deadline));
+      if (backend_->hostsStore()) client_->wait({key(round_, "all_exited")}, remaining(deadline));
     }
     // Nodes sitting out a cooldown look for the job's end once per keep-alive interval;
-    // the host gives them two to learn it (a node killed while away costs no more).
-    if ((host_server_ || (outlives_job_ && last_out)) && job_ended) {
+    // the host (or, on a store that outlives the job, the last node out) gives them two to
+    // learn it (a node killed while away costs no more).
+    if ((backend_->hostsStore() || (backend_->outlivesJob() && last_out)) && job_ended) {
       const auto away_deadline = std::min(deadline, clock_.now() + 2 * settings_.keep_alive_interval);
       while (client_->add(prefix_ + "away", 0) > 0 && clock_.now() < away_deadline) {
         clock_.sleepFor(milliseconds(20));
       }
     }
-    // etcd: nobody's exit takes the store with it; the last node out removes the job's keys.
-    if (outlives_job_ && last_out) client_->deletePrefix(prefix_);
+    // A store that outlives the job (etcd): nobody's exit takes it with it; the last node
+    // out removes the job's keys.
+    if (backend_->outlivesJob() && last_out) client_->deletePrefix(prefix_);
   } catch (const StoreError& e) {
     log_->debug("exit barrier of round {}: {}", final_round_ >= 0 ? final_round_ : round_, e.what());
   }
@@ -458,7 +395,8 @@ std::optional<RoundPlace> DynamicRendezvous::Impl::currentRound() const {
 
 JobSite DynamicRendezvous::Impl::site() const {
   JobSite s;
-  s.env = &env_;
+  s.backend = backend_.get();
+  s.clock = &clock_;
   s.store = quickClientOptions();
   s.prefix = prefix_;
   s.node = node_name_;
@@ -482,7 +420,7 @@ void DynamicRendezvous::Impl::sitOut() {
 
 std::optional<std::string> DynamicRendezvous::Impl::jobEndedWhileAway() {
   try {
-    if (!away_client_) away_client_ = env_.connect(quickClientOptions());
+    if (!away_client_) away_client_ = backend_->connect(quickClientOptions());
     StoreClient& store = *away_client_;
     const std::string round_key = prefix_ + "round";
     if (!store.check({round_key})) return std::nullopt;
@@ -504,14 +442,9 @@ void DynamicRendezvous::Impl::markDone() {
   if (done >= participants_) client_->compareSet(key(round_, "end"), "", RoundEnd::done().format());
 }
 
-DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node)
-    : DynamicRendezvous(std::move(config), nproc_per_node, RendezvousEnv::real()) {}
-DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env)
-    : impl_(std::make_unique<Impl>(std::move(config), nproc_per_node, env)) {}
-DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node, std::unique_ptr<RendezvousEnv> env)
-    : DynamicRendezvous(std::move(config), nproc_per_node, *env) {
-  impl_->owned_env_ = std::move(env);
-}
+DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env,
+                                     const BackendMaker& make_backend)
+    : impl_(std::make_unique<Impl>(std::move(config), nproc_per_node, env, make_backend)) {}
 DynamicRendezvous::~DynamicRendezvous() = default;
 RendezvousResult DynamicRendezvous::nextRound() { return impl_->nextRound(); }
 void DynamicRendezvous::watch(std::function<void(RoundEvent)> on_event) { impl_->watch(std::move(on_event)); }
@@ -526,7 +459,7 @@ std::optional<RoundPlace> DynamicRendezvous::currentRound() const { return impl_
 JobSite DynamicRendezvous::site() const { return impl_->site(); }
 void DynamicRendezvous::onKeepAlive(std::function<void()> tick) { impl_->onKeepAlive(std::move(tick)); }
 const std::string& DynamicRendezvous::nodeName() const { return impl_->node_name_; }
-std::string DynamicRendezvous::storeAddress() const { return impl_->storeText(); }
-bool DynamicRendezvous::hostsStore() const { return impl_->host_server_ != nullptr; }
+std::string DynamicRendezvous::storeAddress() const { return impl_->backend_->storeText(); }
+bool DynamicRendezvous::hostsStore() const { return impl_->backend_->hostsStore(); }
 
 }  // namespace ddprun::rendezvous

@@ -1,12 +1,14 @@
-// The rendezvous of a ddprun job: static (--rdzv_backend=static, fixed --nnodes and
-// --node_rank) and dynamic (c10d, --nnodes=MIN:MAX), on the agents' own store. The state
+// The rendezvous of a ddprun job: its rounds, on the store of a backend (rendezvous/
+// backend.h: seats by --node_rank with static's fixed --nnodes, or in arrival order with
+// --nnodes=MIN:MAX), which rendezvous/backends.h picks by name. The state
 // machine is described in rendezvous/PROTOCOL.md; in short, each re-formation of the job
 // is a numbered round whose state is a handful of keys per node (no shared blob), and a
 // round ends, for every node at once, when any node writes its end reason.
 //
-// It also hosts the stores: the rendezvous store (on the host agent: --standalone, static
-// node 0, or the c10d endpoint's host) and, on the group-rank-0 node of each round, a
-// fresh workers' store (MASTER_ADDR/MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE=True).
+// It also hosts, on the group-rank-0 node of each round, a fresh workers' store
+// (MASTER_ADDR/MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE=True); the rendezvous store is
+// the backend's (an agent hosts the TCP one: --standalone, static node 0, or the c10d
+// endpoint's host).
 //
 // It keeps to rounds. What the agents post beside them (records for `ddprun status`, hang
 // summaries) is rendezvous/job_board.h's, on a connection of its own.
@@ -19,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+#include "rendezvous/backend.h"
 #include "rendezvous/rendezvous_config.h"
 #include "rendezvous/round_end.h"
 #include "rendezvous/tcp_store_client.h"
@@ -58,7 +62,8 @@ struct RoundPlace {
 
 // What a part beside the rounds needs to reach the job's store and name this node there.
 struct JobSite {
-  RendezvousEnv* env = nullptr;  // connects to the store; its clock keeps the time
+  Backend* backend = nullptr;  // connects to the store
+  Clock* clock = nullptr;      // keeps the time
   // The job's store (address, token), with timeouts that give up within a couple of
   // keep-alive intervals: what is posted beside the rounds must never hold up the job.
   StoreClientOptions store;
@@ -71,14 +76,11 @@ struct JobSite {
 
 class DynamicRendezvous {
  public:
-  // Validates the config, hosts the rendezvous store if this node should, and connects.
-  // Throws RendezvousError (unreachable store, bad endpoint) or UsageError. Over TCP, on
-  // the steady clock (RendezvousEnv::real()).
-  DynamicRendezvous(RendezvousConfig config, int nproc_per_node);
-  // The same in `env` (its stores, clock and node name), which must outlive this.
-  DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env);
-  // The same in an env of its own (etcd's: rendezvous/etcd/etcd_env.h, openRendezvous).
-  DynamicRendezvous(RendezvousConfig config, int nproc_per_node, std::unique_ptr<RendezvousEnv> env);
+  // Validates the config, makes its backend with `make_backend` (which hosts the
+  // rendezvous store if this node should; rendezvous/backends.h's openBackend picks it by
+  // name), and connects. Throws RendezvousError (unreachable store, bad endpoint) or
+  // UsageError. In `env` (its stores, clock and node name), which must outlive this.
+  DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env, const BackendMaker& make_backend);
   ~DynamicRendezvous();
   DynamicRendezvous(const DynamicRendezvous&) = delete;
   DynamicRendezvous& operator=(const DynamicRendezvous&) = delete;

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "rendezvous/backend.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/rendezvous_env.h"
 #include "rendezvous/round_end.h"
@@ -41,7 +42,7 @@ class DynamicRendezvous::Impl {
  public:
   using milliseconds = std::chrono::milliseconds;
 
-  Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env);
+  Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env, const BackendMaker& make_backend);
   ~Impl() { stopWatching(); }
 
   RendezvousResult nextRound();
@@ -57,11 +58,8 @@ class DynamicRendezvous::Impl {
   JobSite site() const;
   void onKeepAlive(std::function<void()> tick);
 
-  std::unique_ptr<RendezvousEnv> owned_env_;  // etcd's env; the TCP one is never destroyed
   std::string node_name_;
-  std::string store_host_;
-  int store_port_ = 0;
-  std::unique_ptr<HostedStore> host_server_;
+  std::unique_ptr<Backend> backend_;  // the job's store: where it is, how it lives
 
  private:
   // Time left until `deadline` on the env's clock; at least 1 ms, so that a wait that
@@ -95,20 +93,11 @@ class DynamicRendezvous::Impl {
   }
   RendezvousError error(int round, const std::string& what) const {
     return RendezvousError(
-        fmt::format("round {} of job '{}' (store {}): {}", round, config_.run_id, storeText(), what));
+        fmt::format("round {} of job '{}' (store {}): {}", round, config_.run_id, backend_->storeText(), what));
   }
-
- public:
-  // "host:port" of the TCP store; "etcd a:2379,b:2379" for etcd's members.
-  std::string storeText() const {
-    return store_port_ == 0 && outlives_job_ ? store_host_ : store_host_ + ":" + std::to_string(store_port_);
-  }
-
- private:
+  // Where the store is, the backend says (Backend::connect).
   StoreClientOptions clientOptions(milliseconds connect_timeout) const {
     StoreClientOptions o;
-    o.host = store_host_;
-    o.port = store_port_;
     o.timeout = settings_.read_timeout;
     o.connect_timeout = connect_timeout;
     o.token = token_;
@@ -133,9 +122,6 @@ class DynamicRendezvous::Impl {
   std::string token_;
   std::string prefix_;
   std::string advertise_address_;
-  // The store is not an agent's and outlives the job (etcd): the last node out removes
-  // the job's keys (PROTOCOL.md: "etcd").
-  bool outlives_job_ = false;
   std::shared_ptr<spdlog::logger> log_;
   std::unique_ptr<StoreClient> client_;
   std::unique_ptr<HostedStore> worker_store_;

@@ -61,7 +61,7 @@ constexpr size_t kProgressPerRead = 64;
 class JobBoard::Impl {
  public:
   explicit Impl(DynamicRendezvous& rendezvous)
-      : rendezvous_(rendezvous), site_(rendezvous.site()), clock_(site_.env->clock()), log_(logger("rendezvous")) {}
+      : rendezvous_(rendezvous), site_(rendezvous.site()), clock_(*site_.clock), log_(logger("rendezvous")) {}
 
   void publishStatus(const AgentRecord& record);
   void refreshHeartbeat();
@@ -81,7 +81,7 @@ class JobBoard::Impl {
   // The board's connection, opened when first needed (and again after a store error).
   // Called with mutex_ held.
   StoreClient& store() {
-    if (!client_) client_ = site_.env->connect(site_.store);
+    if (!client_) client_ = site_.backend->connect(site_.store);
     return *client_;
   }
 

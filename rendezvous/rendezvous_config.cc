@@ -81,7 +81,7 @@ RendezvousSettings parseRendezvousSettings(const std::map<std::string, std::stri
       if (value.empty()) throw UsageError("--rdzv_conf token_file= needs a path");
       s.token_file = value;
     } else if (key == "protocol" || key == "cacert" || key == "cert" || key == "key" || key == "key_prefix") {
-      // etcd's keys, read by rendezvous/etcd/etcd_env.cc (parseEtcdSettings).
+      // etcd's keys, read by rendezvous/etcd/etcd_backend.cc (parseEtcdSettings).
     } else {
       s.unknown_keys.push_back(key);
     }

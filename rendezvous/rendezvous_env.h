@@ -1,6 +1,7 @@
 // What DynamicRendezvous needs from the world around it, in one seam as leveldb's Env:
-// connections to the rendezvous store, hosting stores (the rendezvous store, each round's
-// workers' store), the clock its timeouts run on, and this node's name. The real one
+// connections to TCP stores, hosting stores (c10d's rendezvous store, each round's
+// workers' store), the clock its timeouts run on, and this node's name. Which store the
+// rounds run on is their backend's (rendezvous/backend.h), which may use these. The real one
 // (RendezvousEnv::real()) is TCP clients and servers, the steady clock and host:pid;
 // tests give every node of a job run as threads its own env over one in-memory network
 // (tests/rendezvous/in_memory_network.h), with injected faults and a manual clock.
@@ -10,7 +11,6 @@
 #include <string>
 
 #include "common/clock.h"
-#include "rendezvous/round_liveness.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
@@ -40,11 +40,6 @@ class RendezvousEnv {
   virtual Clock& clock() = 0;
   // This node's name in end reasons, node entries and logs (host:pid): unique in a job.
   virtual std::string nodeName() = 0;
-
-  // The store's own keep-alives for a running round (etcd: leases; round_liveness.h), or
-  // nullptr: the rendezvous then keeps its keep-alive counters in the store (TCP). Throws
-  // StoreError.
-  virtual std::unique_ptr<RoundLiveness> liveness(const RoundLivenessSpec&) { return nullptr; }
 
   // TCP (TcpStoreClient, StoreServer), Clock::real() and this host's name with this
   // process's id. Never destroyed; thread-safe.

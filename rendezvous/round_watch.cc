@@ -16,7 +16,7 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
     // The watcher's operations are the keep-alives, which torch bounds by heartbeat_timeout.
     StoreClientOptions options = clientOptions(settings_.read_timeout);
     options.timeout = settings_.heartbeat_timeout.value_or(settings_.read_timeout);
-    watcher_client_ = env_.connect(options);
+    watcher_client_ = backend_->connect(options);
   } catch (const StoreError& e) {
     on_event(RoundEvent{RoundEvent::Kind::kStoreLost, round_, e.what()});
     return;
@@ -42,11 +42,11 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
     // store's own host a timeout never counts (the store is in this process: a slow reply is
     // CPU starvation, and taking it for a loss would end the whole job).
     int failures = 0;
-    const bool own_store = host_server_ != nullptr;
+    const bool own_store = backend_->hostsStore();
     try {
-      // etcd: keep-alives on a lease (round_liveness.h); TCP: the counters below.
-      std::unique_ptr<RoundLiveness> lease;
-      if (outlives_job_) {
+      // The store's own keep-alives where the backend has them (etcd: leases;
+      // round_liveness.h); otherwise the counters below.
+      std::unique_ptr<RoundLiveness> lease = backend_->liveness([&] {
         RoundLivenessSpec spec;
         spec.own_key = key(round, "alive/" + std::to_string(me));
         if (n > 1) {
@@ -57,8 +57,8 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
         spec.end_key = end;
         spec.keep_alive_interval = settings_.keep_alive_interval;
         spec.ttl = settings_.keep_alive_interval * settings_.keep_alive_max_attempt;
-        lease = env_.liveness(spec);
-      }
+        return spec;
+      });
       if (!lease) store.add(my_beat, 1);
       tickKeepAlive();
       for (;;) {

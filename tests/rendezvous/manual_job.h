@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/backends.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/job_board.h"
 #include "tests/rendezvous/in_memory_network.h"
@@ -62,7 +63,7 @@ class Call {
 class Node {
  public:
   Node(InMemoryNetwork& network, const std::string& name, RendezvousConfig config)
-      : env_(network, name), rdzv_(std::move(config), kNproc, env_) {}
+      : env_(network, name), rdzv_(std::move(config), kNproc, env_, openBackend) {}
 
   DynamicRendezvous& rdzv() { return rdzv_; }
   // What this node posts beside the rounds (status, hang summaries).

@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
+#include "rendezvous/etcd/etcd_backend.h"
 #include "rendezvous/etcd/etcd_codec.h"
-#include "rendezvous/etcd/etcd_env.h"
 
 using namespace ddprun::rendezvous;
 using namespace ddprun::rendezvous::etcd;
@@ -105,9 +105,9 @@ TEST_CASE("etcd settings: protocol, key_prefix and TLS files checked, culprit na
   config.conf = {{"protocol", "gopher"}};
   CHECK_THROWS_WITH(parseEtcdSettings(config, settings), Catch::Contains("protocol=gopher"));
   config.conf = {{"protocol", "https"}, {"cacert", "/nonexistent/ca.pem"}};
-  CHECK_THROWS_WITH(EtcdEnv(config), Catch::Contains("cacert=/nonexistent/ca.pem"));
+  CHECK_THROWS_WITH(EtcdBackend(config), Catch::Contains("cacert=/nonexistent/ca.pem"));
   config.conf = {{"cert", "/tmp/c.pem"}};
-  CHECK_THROWS_WITH(EtcdEnv(config), Catch::Contains("cert and key go together"));
+  CHECK_THROWS_WITH(EtcdBackend(config), Catch::Contains("cert and key go together"));
   config.endpoint.clear();
   config.conf.clear();
   CHECK_THROWS_AS(parseEtcdSettings(config, settings), ddprun::UsageError);

@@ -205,7 +205,7 @@ TEST_CASE("the leader frozen while the job re-forms costs no agent, with a read_
   TempDir dir;
   Job job = newJob(cluster, dir, "frozen-reform");
   // 1 s per store operation, less than a silent leader's attempt and an election: each etcd
-  // operation gets at least 10 s (etcd_env.cc), or every agent fails at once here.
+  // operation gets at least 10 s (etcd_backend.cc), or every agent fails at once here.
   job.extra_conf = "read_timeout=1";
   std::vector<std::unique_ptr<TestProcess>> agents;
   agents.push_back(agent(job, 2, 3));

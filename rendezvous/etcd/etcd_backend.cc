@@ -1,4 +1,4 @@
-#include "rendezvous/etcd/etcd_env.h"
+#include "rendezvous/etcd/etcd_backend.h"
 
 #include <fmt/format.h>
 
@@ -58,43 +58,24 @@ EtcdSettings parseEtcdSettings(const RendezvousConfig& config, const RendezvousS
   return s;
 }
 
-EtcdEnv::EtcdEnv(const RendezvousConfig& config) {
+EtcdBackend::EtcdBackend(const RendezvousConfig& config) : endpoint_(config.endpoint) {
   const RendezvousSettings settings = parseRendezvousSettings(config.conf);
   settings_ = parseEtcdSettings(config, settings);
   read_timeout_ = settings.read_timeout;
   EtcdHttp check(settings_.connection);  // unreadable TLS files fail here, before any round
 }
 
-std::unique_ptr<StoreClient> EtcdEnv::connect(const StoreClientOptions& options) {
+std::unique_ptr<StoreClient> EtcdBackend::connect(StoreClientOptions options) {
   auto store = std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix,
                                            std::max(options.timeout, kOperationFloor));
   store->probe(std::min(options.connect_timeout, kReachTimeout));
   return store;
 }
 
-std::unique_ptr<HostedStore> EtcdEnv::host(const StoreServerOptions& options) {
-  return RendezvousEnv::real().host(options);
-}
-
-Clock& EtcdEnv::clock() { return RendezvousEnv::real().clock(); }
-
-std::string EtcdEnv::nodeName() { return RendezvousEnv::real().nodeName(); }
-
-std::unique_ptr<RoundLiveness> EtcdEnv::liveness(const RoundLivenessSpec& spec) {
+std::unique_ptr<RoundLiveness> EtcdBackend::liveness(const std::function<RoundLivenessSpec()>& spec) {
   auto store =
       std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix, std::max(read_timeout_, kOperationFloor));
-  return std::make_unique<EtcdRoundLease>(std::move(store), spec);
+  return std::make_unique<EtcdRoundLease>(std::move(store), spec());
 }
 
 }  // namespace ddprun::rendezvous::etcd
-
-namespace ddprun::rendezvous {
-
-std::unique_ptr<DynamicRendezvous> openRendezvous(const RendezvousConfig& config, int nproc_per_node) {
-  if (etcd::isEtcdBackend(config.backend)) {
-    return std::make_unique<DynamicRendezvous>(config, nproc_per_node, std::make_unique<etcd::EtcdEnv>(config));
-  }
-  return std::make_unique<DynamicRendezvous>(config, nproc_per_node);
-}
-
-}  // namespace ddprun::rendezvous
