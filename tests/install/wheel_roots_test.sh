@@ -16,7 +16,7 @@
 # Usage: tests/install/wheel_roots_test.sh SOURCE_DIR BUILD_DIR SUITE
 set -euo pipefail
 if [[ $# -ne 3 ]]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 src=$(cd "$1" && pwd)

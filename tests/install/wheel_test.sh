@@ -8,6 +8,7 @@
 #  - SIGTERM to the process id the command started: it is ddprun itself (exec, not a child
 #    process), stops its workers and exits 143, and it ignores the same signals as the binary
 #    started directly (Python's ignored SIGPIPE is not handed on);
+#  - ddprun-slurm in a SLURM job step's environment runs the packaged ddprun (--dry_run);
 #  - `pip uninstall -y ddprun` leaves the venv as it was before the install, file for file.
 # The wheel's binaries must need the C library alone (never the shared-linked launcher).
 # Exit 77 (ctest: skipped) where Debian's python3 lacks venv, pip, setuptools or wheel.
@@ -135,6 +136,13 @@ stop_job() {
     fi
   done
 }
+
+# ddprun-slurm, in a SLURM job step's environment, runs the packaged ddprun beside it.
+env -i PATH=/usr/bin:/bin SLURM_JOB_ID=7 SLURM_STEP_ID=0 SLURM_JOB_NUM_NODES=1 SLURM_NNODES=1 SLURM_NODEID=0 \
+  SLURM_JOB_NODELIST=node1 SLURM_STEP_NODELIST=node1 SLURM_TASKS_PER_NODE=2 \
+  "$venv/bin/ddprun-slurm" --dry_run >"$work/slurm.out" 2>&1 || { cat "$work/slurm.out"; fail "ddprun-slurm --dry_run"; }
+grep -qx -- "--rdzv_id=7" "$work/slurm.out" && grep -qx -- "--master_addr=node1" "$work/slurm.out" ||
+  { cat "$work/slurm.out"; fail "ddprun-slurm did not hand SLURM's job to ddprun"; }
 
 stop_job "$work/direct.stop" "$direct"
 direct_ignored=$(grep '^SigIgn:' "$work/direct.stop")
