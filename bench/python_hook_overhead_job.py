@@ -8,9 +8,9 @@ dist.all_reduce of one float on a group of the rank alone (U), and as many of th
 ddprun's wrapper calls (W; the same function when nothing is recorded): U - W is the recording
 wrapper's cost per call.
 Rank 0 prints one line:
-  python_hook_overhead_job ranks=N steps=S seconds=T steps_per_s=R calls=C us_per_call=U
+  python_hook_overhead_job ranks=N steps=S seconds=T steps_per_s=R cpu_us_per_step=P calls=C us_per_call=U
     us_per_call_unwrapped=W recorded=0|1 ddp_recorded=0|1
-(recorded: dist.all_reduce is ddprun's recording wrapper; ddp_recorded: DDP's forward is
+(P: rank 0's CPU time, all its threads, per timed step; recorded: dist.all_reduce is ddprun's recording wrapper; ddp_recorded: DDP's forward is
 ddprun's, which arms the recording of the backward() after it.)
 Usage: python_hook_overhead_job.py [--steps S] [--warmup W] [--calls C] [--hidden H] [--depth D]
                                    [--batch B]"""
@@ -65,11 +65,12 @@ def main():
     for _ in range(args.warmup):
         step()
     dist.barrier()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(args.steps):
         metric = step()
     dist.barrier()
     seconds = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start  # every thread of this process: gloo's too
     if not torch.isfinite(metric).all():
         raise SystemExit(f"python_hook_overhead_job: rank {rank}: the loss is {metric.item()}")
 
@@ -105,7 +106,7 @@ def main():
     hooked = int(getattr(type(model).forward, "__ddprun_recorded__", False))
     if rank == 0:
         print(f"python_hook_overhead_job ranks={size} steps={args.steps} seconds={seconds:.4f} "
-              f"steps_per_s={args.steps / seconds:.2f} calls={args.calls} us_per_call={per_call * 1e6:.2f} "
+              f"steps_per_s={args.steps / seconds:.2f} cpu_us_per_step={cpu / args.steps * 1e6:.1f} calls={args.calls} us_per_call={per_call * 1e6:.2f} "
               f"us_per_call_unwrapped={per_plain * 1e6:.2f} "
               f"recorded={recorded} ddp_recorded={hooked}", flush=True)
     dist.destroy_process_group()

@@ -19,12 +19,12 @@ out=$(env "${peer[@]}" DDPRUN_BIN_DIR="$1" TMPDIR="$tmp" timeout 300 "$root/benc
 echo "$out"
 ((rc == 0)) || fail "python_hook_overhead exited $rc"
 for arm in on off torchrun; do
-  grep -Eq "^ +1  $arm +[0-9.]+ +[0-9.]+ +[-+][0-9.]+$" <<<"$out" || fail "no row for round 1, arm $arm"
+  grep -Eq "^ +1  $arm +[0-9.]+ +[0-9.]+ +[-+][0-9.]+ +[0-9.]+$" <<<"$out" || fail "no row for round 1, arm $arm"
 done
 grep -q "^# recording on/off: steps/s ratio [0-9.]* " <<<"$out" || fail "no ratio line"
 last=$(tail -1 <<<"$out")
 num='[0-9]+\.[0-9]+'
-[[ "$last" =~ ^python_hook_overhead\ ranks=2\ rounds=1\ steps_per_s_on=$num\ steps_per_s_off=$num\ step_ratio=$num\ round_ratio=$num\ us_per_call_on=$num\ us_per_call_off=$num\ wrapper_us=-?$num\ steps_per_s_torchrun=$num\ on_vs_torchrun=$num$ ]] ||
+[[ "$last" =~ ^python_hook_overhead\ ranks=2\ rounds=1\ steps_per_s_on=$num\ steps_per_s_off=$num\ step_ratio=$num\ round_ratio=$num\ cpu_ratio=$num\ us_per_call_on=$num\ us_per_call_off=$num\ wrapper_us=-?$num\ steps_per_s_torchrun=$num\ on_vs_torchrun=$num$ ]] ||
   fail "summary line: $last"
 rc=0
 err=$(DDPRUN_BIN_DIR="$1" timeout 30 "$root/bench/python_hook_overhead" --steps 0 2>&1 >/dev/null) || rc=$?
