@@ -11,7 +11,7 @@
 
 #include "agent/output/std_streams.h"
 #include "agent/placement/numa_binding.h"
-#include "rendezvous/rendezvous_config.h"
+#include "rendezvous/rounds/rendezvous_config.h"
 
 namespace ddprun::agent {
 

@@ -1,5 +1,5 @@
 // What the agent's round loop needs from the world around it, in one seam as
-// rendezvous/rendezvous_env.h is for the rendezvous (and leveldb's Env for leveldb): the
+// rendezvous/rounds/rendezvous_env.h is for the rendezvous (and leveldb's Env for leveldb): the
 // event loop it waits on and the clock its timeouts run on, the signals it is sent, and the
 // processes it starts, signals, reaps and stops as hung. The real one (AgentEnv::real()) is
 // process_spawner.h, process_signals.h, waitpid(2), Asio's signal sets and the steady

@@ -1,8 +1,8 @@
 #include "agent/agent_rendezvous.h"
 
 #include "rendezvous/backends.h"
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/job_board.h"
+#include "rendezvous/board/job_board.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
 
 namespace ddprun::agent {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/job_status.h"
+#include "rendezvous/board/job_status.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
 
 namespace ddprun::agent {
 

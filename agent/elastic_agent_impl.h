@@ -23,7 +23,7 @@
 #include "agent/restart_policy.h"
 #include "agent/worker_group.h"
 #include "common/logging.h"
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
 
 namespace ddprun::agent {
 

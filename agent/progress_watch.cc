@@ -10,7 +10,7 @@
 #include "agent/hang/hang_verdict.h"
 #include "agent/hang/progress_summary.h"
 #include "common/json_writer.h"
-#include "rendezvous/job_status.h"
+#include "rendezvous/board/job_status.h"
 
 namespace ddprun::agent {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "agent/node_cooldown.h"
 #include "common/clock.h"
-#include "rendezvous/round_end.h"
+#include "rendezvous/rounds/round_end.h"
 
 namespace ddprun::agent {
 

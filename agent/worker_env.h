@@ -7,7 +7,7 @@
 #include <string>
 
 #include "agent/agent_config.h"
-#include "rendezvous/rendezvous_config.h"
+#include "rendezvous/rounds/rendezvous_config.h"
 
 namespace ddprun::agent {
 

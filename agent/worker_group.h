@@ -24,7 +24,7 @@
 #include "agent/output/log_layout.h"
 #include "agent/worker.h"
 #include "common/logging.h"
-#include "rendezvous/rendezvous_config.h"
+#include "rendezvous/rounds/rendezvous_config.h"
 
 namespace ddprun::agent {
 

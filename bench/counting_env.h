@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "rendezvous/rendezvous_env.h"
+#include "rendezvous/rounds/rendezvous_env.h"
 
 namespace ddprun::bench {
 

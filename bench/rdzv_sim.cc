@@ -57,10 +57,10 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "rendezvous/backends.h"
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/job_board.h"
-#include "rendezvous/job_status.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/board/job_board.h"
+#include "rendezvous/board/job_status.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
+#include "rendezvous/store/store_server.h"
 
 namespace {
 

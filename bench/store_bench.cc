@@ -46,7 +46,7 @@
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_server.h"
 
 namespace {
 

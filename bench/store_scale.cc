@@ -67,7 +67,7 @@ constexpr int kSpareDescriptors = 64;
 
 enum class Wire { kCurrent, kLegacy };
 
-// Command bytes of the two generations (rendezvous/wire_protocol.h, rendezvous/PROTOCOL.md).
+// Command bytes of the two generations (rendezvous/store/wire_protocol.h, rendezvous/PROTOCOL.md).
 struct Codes {
   uint8_t set, get, add, wait;
 };

@@ -23,7 +23,7 @@ if(CMAKE_STRIP)
 endif()
 install(PROGRAMS scripts/ddprun-slurm DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT launcher)
 
-set(runtime_targets ddprun_warnings ddprun_common ddprun_rendezvous ddprun_worker_runtime)
+set(runtime_targets ddprun_warnings ddprun_common ddprun_store ddprun_worker_runtime)
 if(Torch_FOUND)
   list(APPEND runtime_targets ddprun_dist ddprun_ddp ddprun_checkpoint ddprun_rpc)
 endif()
@@ -39,10 +39,13 @@ install(TARGETS ${runtime_targets} EXPORT ddprunTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
 # Headers keep their paths from the project root ("worker_runtime/distributed.h"), which
 # include each other that way.
-# rendezvous/etcd is the agent's (ddprun_rendezvous_etcd, not installed): its headers stay out,
-# and so do the *_impl.h headers, a library's insides shared by its own .cc files.
-install(DIRECTORY common rendezvous worker_runtime DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun
-  COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "etcd" EXCLUDE PATTERN "*_impl.h" EXCLUDE)
+# Of rendezvous/, only the store (ddprun_store) is the workers': the rounds, the job board and
+# the backends are the agent's (not installed) and their headers stay out; so do the *_impl.h
+# headers, a library's insides shared by its own .cc files.
+install(DIRECTORY common worker_runtime DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun
+  COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "*_impl.h" EXCLUDE)
+install(DIRECTORY rendezvous/store DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun/rendezvous
+  COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "*_impl.h" EXCLUDE)
 install(EXPORT ddprunTargets NAMESPACE ddprun:: FILE ddprunTargets.cmake DESTINATION ${DDPRUN_CMAKE_DIR}
   COMPONENT dev)
 

@@ -1,5 +1,5 @@
 // The mutual challenge-response over a shared secret that both of ddprun's handshakes use:
-// the store's token (rendezvous/token_auth.h; PROTOCOL.md, "Token") and the RPC workers'
+// the store's token (rendezvous/store/token_auth.h; PROTOCOL.md, "Token") and the RPC workers'
 // secret (worker_runtime/rpc/auth.h). Each side sends a fresh nonce; the server proves that
 // it knows the secret with HMAC-SHA256(secret, server label | cn | sn), and the client with
 // HMAC-SHA256(secret, client label | sn | cn). Each proof covers both nonces, so none can be

@@ -1,6 +1,6 @@
 // --rdzv_conf, read once for the launcher and `ddprun status`: the text split as torch's
 // _parse_rendezvous_config splits it, then each key taken with the meaning torch's backend of
-// that name gives it, in ddprun's own key names (rendezvous/rendezvous_config.h reads those).
+// that name gives it, in ddprun's own key names (rendezvous/rounds/rendezvous_config.h reads those).
 // Keys the backend does not read have no effect: each gets one warning and is dropped, so a
 // value torch never looks at (`timeout=5'` under c10d) cannot stop the job.
 #pragma once
@@ -26,7 +26,7 @@ struct RdzvConf {
 // nothing under c10d and etcd-v2; etcd-v2's ssl_cert, ssl_cert_key, ca_cert and etcd's
 // etcd_prefix are cert, key, cacert and key_prefix; is_host takes torch's boolean spellings.
 // ddprun's own keys (token_file, keep-alive and read timeouts...) apply wherever ddprun uses
-// them. Values are checked later, by the rendezvous settings (rendezvous/rendezvous_config.h).
+// them. Values are checked later, by the rendezvous settings (rendezvous/rounds/rendezvous_config.h).
 RdzvConf rdzvConfForBackend(const std::string& backend, const std::map<std::string, std::string>& parsed);
 
 }  // namespace ddprun::launcher

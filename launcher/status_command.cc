@@ -24,11 +24,11 @@
 #include "launcher/subcommand_args.h"
 #include "launcher/worker_stacks.h"
 #include "rendezvous/backends.h"
+#include "rendezvous/board/job_board.h"
+#include "rendezvous/c10d/local_addresses.h"
 #include "rendezvous/etcd/etcd_backend.h"
-#include "rendezvous/job_board.h"
-#include "rendezvous/local_addresses.h"
-#include "rendezvous/tcp_store_client.h"
-#include "rendezvous/token_auth.h"
+#include "rendezvous/store/tcp_store_client.h"
+#include "rendezvous/store/token_auth.h"
 
 namespace ddprun::launcher {
 namespace {

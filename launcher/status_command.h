@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "agent/hang/progress_summary.h"
-#include "rendezvous/job_status.h"
-#include "rendezvous/store.h"
+#include "rendezvous/board/job_status.h"
+#include "rendezvous/store/store.h"
 
 namespace ddprun::launcher {
 

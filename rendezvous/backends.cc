@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "rendezvous/c10d/c10d_backend.h"
 #include "rendezvous/etcd/etcd_backend.h"
-#include "rendezvous/token_auth.h"
+#include "rendezvous/store/token_auth.h"
 
 namespace ddprun::rendezvous {
 namespace {

@@ -1,4 +1,4 @@
-// The one place a rendezvous backend is picked (rendezvous/backend.h): a registry of
+// The one place a rendezvous backend is picked (rendezvous/rounds/backend.h): a registry of
 // backends by --rdzv_backend name, which the built-in ones (c10d, static, etcd-v2 and its
 // alias etcd) are in from the start and any other adds itself to from its own folder
 // (BackendRegistration), and what is made from it: the agent's rounds (openRendezvous)
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/backend.h"
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/rendezvous_env.h"
+#include "rendezvous/rounds/backend.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
+#include "rendezvous/rounds/rendezvous_env.h"
 
 namespace ddprun::rendezvous {
 

@@ -20,7 +20,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
-#include "rendezvous/descriptor_limit.h"
+#include "rendezvous/store/descriptor_limit.h"
 
 namespace ddprun::agent {
 namespace {
@@ -47,7 +47,7 @@ struct ChildPlan {
   char* const* argv;
   char* const* envp;
   rlimit nofile;        // the descriptor limit the worker gets back
-  bool restore_nofile;  // whether the store raised the agent's (rendezvous/descriptor_limit.h)
+  bool restore_nofile;  // whether the store raised the agent's (rendezvous/store/descriptor_limit.h)
 };
 
 [[noreturn]] void runChild(const ChildPlan& plan) {

@@ -6,8 +6,8 @@
 
 #include "common/error.h"
 #include "common/logging.h"
-#include "rendezvous/local_addresses.h"
-#include "rendezvous/rendezvous_env.h"
+#include "rendezvous/c10d/local_addresses.h"
+#include "rendezvous/rounds/rendezvous_env.h"
 
 namespace ddprun::rendezvous::c10d {
 namespace {

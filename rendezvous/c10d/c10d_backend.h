@@ -1,4 +1,4 @@
-// The agents' own TCP store as a rendezvous backend (rendezvous/backend.h): c10d
+// The agents' own TCP store as a rendezvous backend (rendezvous/rounds/backend.h): c10d
 // (--rdzv_endpoint host:port, hosted by the agent on that host or the one with is_host),
 // static (--master_addr/--master_port, hosted by node 0, seats by --node_rank) and
 // --standalone (a store of its own on 127.0.0.1, any port), whatever --rdzv_backend says.
@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "rendezvous/backend.h"
+#include "rendezvous/rounds/backend.h"
 
 namespace ddprun::rendezvous::c10d {
 

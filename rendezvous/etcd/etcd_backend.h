@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "rendezvous/backend.h"
 #include "rendezvous/etcd/etcd_http.h"
+#include "rendezvous/rounds/backend.h"
 
 namespace ddprun::rendezvous::etcd {
 

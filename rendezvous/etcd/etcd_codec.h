@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddprun::rendezvous::etcd {
 

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rendezvous/etcd/etcd_codec.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace boost::asio {
 class io_context;

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "rendezvous/etcd/etcd_store.h"
-#include "rendezvous/round_liveness.h"
+#include "rendezvous/rounds/round_liveness.h"
 
 namespace ddprun::rendezvous::etcd {
 

@@ -19,7 +19,7 @@
 #include <string>
 
 #include "rendezvous/etcd/etcd_http.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/store/store_client.h"
 
 namespace ddprun::rendezvous::etcd {
 

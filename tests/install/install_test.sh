@@ -25,7 +25,7 @@ libdir=$(ls -d "$prefix"/lib*/cmake/ddprun | head -1)
 libdir=${libdir%/cmake/ddprun}
 for f in bin/ddprun bin/ddprun_store_server bin/ddprun-slurm include/ddprun/worker_runtime/distributed.h \
          include/ddprun/worker_runtime/ddp/distributed_data_parallel.h include/ddprun/common/error.h \
-         include/ddprun/rendezvous/store.h; do
+         include/ddprun/rendezvous/store/store.h; do
   [[ -e "$prefix/$f" ]] || fail "$f is not installed"
 done
 for f in cmake/ddprun/ddprunConfig.cmake cmake/ddprun/ddprunConfigVersion.cmake cmake/ddprun/ddprunTargets.cmake \

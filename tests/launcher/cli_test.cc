@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "launcher/cli.h"
 #include "launcher/program_resolver.h"
-#include "rendezvous/rendezvous_config.h"
+#include "rendezvous/rounds/rendezvous_config.h"
 #include "tests/launcher/parse_args.h"
 #include "tests/support/scoped_env.h"
 #include "tests/support/test_process.h"

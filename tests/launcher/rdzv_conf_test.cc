@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 #include "launcher/rdzv_conf.h"
-#include "rendezvous/rendezvous_config.h"
+#include "rendezvous/rounds/rendezvous_config.h"
 #include "tests/launcher/parse_args.h"
 
 using ddprun::UsageError;

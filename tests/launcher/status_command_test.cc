@@ -1,6 +1,6 @@
 // Agent records, the status read from a real store server (in-process, loopback), and the
 // table and JSON `ddprun status` prints from them.
-#include "rendezvous/job_status.h"
+#include "rendezvous/board/job_status.h"
 
 #include <fstream>
 #include <random>
@@ -8,8 +8,8 @@
 #include <catch2/catch.hpp>
 
 #include "launcher/status_command.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/store/tcp_store_client.h"
 #include "tests/support/fuzz_run.h"
 #include "tests/support/hostile_store.h"
 #include "tests/support/test_process.h"

@@ -1,10 +1,10 @@
-#include "rendezvous/descriptor_limit.h"
+#include "rendezvous/store/descriptor_limit.h"
 
 #include <sys/resource.h>
 
 #include <catch2/catch.hpp>
 
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_server.h"
 
 using namespace ddprun::rendezvous;
 

@@ -4,7 +4,7 @@
 // once every thread it drives is blocked on the clock. So last call, keep-alives, eviction
 // and join timeouts are exact and nothing sleeps. Faults (a node cut off, the store's host
 // lost) come from FaultInjectingStore.
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/rendezvous_env.h"
+#include "rendezvous/rounds/rendezvous_env.h"
 #include "tests/support/fault_injecting_store.h"
 #include "tests/support/in_memory_store.h"
 #include "tests/support/manual_clock.h"

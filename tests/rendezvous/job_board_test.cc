@@ -1,7 +1,7 @@
-// The job board (rendezvous/job_board.h): what agents post beside the rounds, records for
+// The job board (rendezvous/board/job_board.h): what agents post beside the rounds, records for
 // `ddprun status` and hang summaries, on nodes run as threads on a manual clock
 // (tests/rendezvous/manual_job.h).
-#include "rendezvous/job_board.h"
+#include "rendezvous/board/job_board.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

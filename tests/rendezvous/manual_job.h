@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "rendezvous/backends.h"
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/job_board.h"
+#include "rendezvous/board/job_board.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
 #include "tests/rendezvous/in_memory_network.h"
 #include "tests/support/manual_clock.h"
 #include "tests/support/scoped_env.h"

@@ -1,7 +1,7 @@
 // The request parser on its own: every command of both generations, every truncation
 // point, limits enforced from the length fields alone, unknown commands, and telling the
 // generations apart from a connection's first bytes.
-#include "rendezvous/request_parser.h"
+#include "rendezvous/store/request_parser.h"
 
 #include <catch2/catch.hpp>
 #include <functional>

@@ -1,6 +1,6 @@
 // The end reasons of a round as they are stored (rendezvous/PROTOCOL.md): the text of
 // every kind, round trips, and text that is not an end reason.
-#include "rendezvous/round_end.h"
+#include "rendezvous/rounds/round_end.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,14 +1,14 @@
 // StoreState on its own, as the server's I/O thread drives it: torch's compare_set and
 // add rules, which connections a change wakes, queues, the barrier, torch 1.13 watches,
 // and a dropped connection that leaves nothing behind.
-#include "rendezvous/store_state.h"
+#include "rendezvous/store/store_state.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
 
-#include "rendezvous/wire_protocol.h"
+#include "rendezvous/store/wire_protocol.h"
 
 using namespace ddprun::rendezvous;
 

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "common/socket_io.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/tcp_store_client.h"
-#include "rendezvous/wire_protocol.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/store/tcp_store_client.h"
+#include "rendezvous/store/wire_protocol.h"
 
 namespace ddprun::rendezvous::testing {
 

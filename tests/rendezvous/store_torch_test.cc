@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/tcp_store_client.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::testing;

@@ -1,7 +1,7 @@
 // The store's shared token: the right token is let in, a wrong or missing one is kept
 // out before any command runs, torch 1.13 frames (which cannot authenticate) are
 // refused, and a client with a token will not talk to a store that does not know it.
-#include "rendezvous/token_auth.h"
+#include "rendezvous/store/token_auth.h"
 
 #include <catch2/catch.hpp>
 #include <fstream>

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/store/store_client.h"
 
 namespace ddprun::rendezvous {
 

@@ -15,9 +15,9 @@
 #include <mutex>
 
 #include "common/clock.h"
-#include "rendezvous/store.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_state.h"
+#include "rendezvous/store/store.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_state.h"
 
 namespace ddprun::rendezvous {
 

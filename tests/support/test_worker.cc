@@ -50,7 +50,7 @@
 
 #include "common/env_names.h"
 #include "common/env_reader.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/tcp_store_client.h"
 #include "worker_runtime/backend/host_backend.h"
 #include "worker_runtime/env_contract.h"
 #include "worker_runtime/error_record.h"

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/tcp_store_client.h"
 #include "tests/support/test_process.h"
 #include "tests/torch2/torch2_scripts.h"
 

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "common/flight_ring.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 #include "worker_runtime/backend/host_collectives.h"
 #include "worker_runtime/collectives/shm_collectives.h"
 #include "worker_runtime/flight_recorder.h"

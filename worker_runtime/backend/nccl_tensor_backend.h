@@ -21,7 +21,7 @@
 #include <memory>
 #include <string>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 #include "worker_runtime/backend/backend.h"
 
 namespace ddprun::dist {

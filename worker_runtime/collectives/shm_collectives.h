@@ -36,7 +36,7 @@
 #include <memory>
 #include <optional>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 #include "worker_runtime/collectives/dtype.h"
 #include "worker_runtime/transport/links.h"
 #include "worker_runtime/transport/shm_segment.h"

@@ -33,7 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/tcp_store_client.h"
 #include "worker_runtime/rpc/message_codec.h"
 #include "worker_runtime/rpc/pending_calls.h"
 #include "worker_runtime/rpc/rpc.h"

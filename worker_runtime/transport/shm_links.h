@@ -11,7 +11,7 @@
 #include <functional>
 #include <memory>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 #include "worker_runtime/transport/links.h"
 #include "worker_runtime/transport/shm_segment.h"
 

@@ -19,7 +19,7 @@
 #include <functional>
 #include <string>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddprun::runtime {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 #include "worker_runtime/transport/links.h"
 
 namespace ddprun::runtime {

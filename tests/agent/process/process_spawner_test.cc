@@ -9,7 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
-#include "rendezvous/descriptor_limit.h"
+#include "rendezvous/store/descriptor_limit.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::agent;

@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "rendezvous/backends.h"
-#include "rendezvous/rendezvous_env.h"
+#include "rendezvous/rounds/rendezvous_env.h"
 
 namespace ddprun::rendezvous::testing {
 namespace {

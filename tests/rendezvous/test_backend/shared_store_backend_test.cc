@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "rendezvous/backends.h"
-#include "rendezvous/round_end.h"
+#include "rendezvous/rounds/round_end.h"
 #include "tests/rendezvous/manual_job.h"
 
 using namespace ddprun::rendezvous;

@@ -10,7 +10,7 @@
 #include <memory>
 #include <thread>
 
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_server.h"
 #include "worker_runtime/rpc/function_registry.h"
 #include "worker_runtime/rpc/rpc_agent.h"
 

@@ -23,8 +23,8 @@
 
 #include "common/socket_io.h"
 #include "common/unique_fd.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/store/tcp_store_client.h"
 #include "tests/runtime/rpc/rpc_wire_client.h"
 #include "tests/support/fuzz_run.h"
 #include "tests/support/test_process.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_server.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::testing;

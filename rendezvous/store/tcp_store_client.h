@@ -10,7 +10,7 @@
 #include <memory>
 #include <mutex>
 
-#include "rendezvous/store_client.h"
+#include "rendezvous/store/store_client.h"
 
 namespace ddprun::rendezvous {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/wire_protocol.h"
+#include "rendezvous/store/wire_protocol.h"
 
 namespace ddprun::rendezvous {
 

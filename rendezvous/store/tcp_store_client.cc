@@ -1,4 +1,4 @@
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/tcp_store_client.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "common/socket_io.h"
-#include "rendezvous/token_auth.h"
-#include "rendezvous/wire_protocol.h"
+#include "rendezvous/store/token_auth.h"
+#include "rendezvous/store/wire_protocol.h"
 
 namespace ddprun::rendezvous {
 namespace {

@@ -1,4 +1,4 @@
-#include "rendezvous/token_auth.h"
+#include "rendezvous/store/token_auth.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -6,7 +6,7 @@
 #include "common/challenge_response.h"
 #include "common/env_names.h"
 #include "common/error.h"
-#include "rendezvous/wire_protocol.h"
+#include "rendezvous/store/wire_protocol.h"
 
 namespace ddprun::rendezvous {
 namespace {

@@ -1,4 +1,4 @@
-#include "rendezvous/request_parser.h"
+#include "rendezvous/store/request_parser.h"
 
 #include <cstring>
 

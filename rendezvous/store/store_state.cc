@@ -1,10 +1,10 @@
-#include "rendezvous/store_state.h"
+#include "rendezvous/store/store_state.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cstring>
 
-#include "rendezvous/wire_protocol.h"
+#include "rendezvous/store/wire_protocol.h"
 
 namespace ddprun::rendezvous {
 bool StoreState::exists(const std::string& key) const {

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "common/text_escape.h"
-#include "rendezvous/dynamic_rendezvous_impl.h"
-#include "rendezvous/round_liveness.h"
+#include "rendezvous/rounds/dynamic_rendezvous_impl.h"
+#include "rendezvous/rounds/round_liveness.h"
 
 namespace ddprun::rendezvous {
 

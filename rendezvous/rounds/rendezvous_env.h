@@ -1,7 +1,7 @@
 // What DynamicRendezvous needs from the world around it, in one seam as leveldb's Env:
 // connections to TCP stores, hosting stores (c10d's rendezvous store, each round's
 // workers' store), the clock its timeouts run on, and this node's name. Which store the
-// rounds run on is their backend's (rendezvous/backend.h), which may use these. The real one
+// rounds run on is their backend's (rendezvous/rounds/backend.h), which may use these. The real one
 // (RendezvousEnv::real()) is TCP clients and servers, the steady clock and host:pid;
 // tests give every node of a job run as threads its own env over one in-memory network
 // (tests/rendezvous/in_memory_network.h), with injected faults and a manual clock.
@@ -11,9 +11,9 @@
 #include <string>
 
 #include "common/clock.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/store/tcp_store_client.h"
 
 namespace ddprun::rendezvous {
 

@@ -13,8 +13,8 @@
 #include <boost/asio/write.hpp>
 
 #include "common/sha256.h"
-#include "rendezvous/store_server_impl.h"
-#include "rendezvous/token_auth.h"
+#include "rendezvous/store/store_server_impl.h"
+#include "rendezvous/store/token_auth.h"
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;

@@ -16,15 +16,15 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
-#include "rendezvous/backend.h"
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/rendezvous_env.h"
-#include "rendezvous/round_end.h"
+#include "rendezvous/rounds/backend.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
+#include "rendezvous/rounds/rendezvous_env.h"
+#include "rendezvous/rounds/round_end.h"
 
 namespace ddprun::rendezvous {
 
 // The most one read of a quick connection may carry: its keys are round keys and records,
-// kilobytes; hang summaries are at most a megabyte (rendezvous/job_board.cc).
+// kilobytes; hang summaries are at most a megabyte (rendezvous/board/job_board.cc).
 constexpr size_t kMaxQuickReplyBytes = 16 << 20;
 
 // One participant's entry in a round: "<node name>|<address>|<nproc>".

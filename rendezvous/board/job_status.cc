@@ -1,4 +1,4 @@
-#include "rendezvous/job_status.h"
+#include "rendezvous/board/job_status.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
-#include "rendezvous/round_end.h"
+#include "rendezvous/rounds/round_end.h"
 
 namespace ddprun::rendezvous {
 namespace {

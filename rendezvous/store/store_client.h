@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddprun::rendezvous {
 

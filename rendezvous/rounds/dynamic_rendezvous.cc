@@ -1,4 +1,4 @@
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
 
 #include <arpa/inet.h>
 
@@ -14,9 +14,9 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/sha256.h"
-#include "rendezvous/dynamic_rendezvous_impl.h"
-#include "rendezvous/rendezvous_env.h"
-#include "rendezvous/token_auth.h"
+#include "rendezvous/rounds/dynamic_rendezvous_impl.h"
+#include "rendezvous/rounds/rendezvous_env.h"
+#include "rendezvous/store/token_auth.h"
 
 namespace ddprun::rendezvous {
 namespace {

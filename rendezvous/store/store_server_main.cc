@@ -9,8 +9,8 @@
 
 #include "common/error.h"
 #include "common/logging.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/token_auth.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/store/token_auth.h"
 
 int main(int argc, char** argv) {
   using namespace ddprun;

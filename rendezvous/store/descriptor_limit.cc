@@ -1,4 +1,4 @@
-#include "rendezvous/descriptor_limit.h"
+#include "rendezvous/store/descriptor_limit.h"
 
 #include <atomic>
 

@@ -1,4 +1,4 @@
-#include "rendezvous/job_board.h"
+#include "rendezvous/board/job_board.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,15 +6,15 @@
 #include <optional>
 
 #include "common/logging.h"
-#include "rendezvous/rendezvous_env.h"
+#include "rendezvous/rounds/rendezvous_env.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
 using std::chrono::milliseconds;
 
-// The most one node's hang summary may hold (agent/hang/hang_verdict.h: a few thousand positions
-// of about a hundred bytes; agent/hang/torch_trace/dump_summary.h: torch's dumps and tracebacks, at most 544 KiB).
+// The most one node's hang summary may hold (agent/hang/rings/hang_verdict.h: a few thousand positions
+// of about a hundred bytes; agent/torch_trace/dump_summary.h: torch's dumps and tracebacks, at most 544 KiB).
 constexpr size_t kMaxHangSummaryBytes = 1 << 20;
 // What the judging node keeps of all answers together: 256 nodes at the most a summary holds,
 // 16,384 nodes at 16 KiB each.
@@ -52,7 +52,7 @@ std::optional<int> groupRankOf(const std::string& line, int participants) {
   return g;
 }
 
-// Progress values read in one MULTI_GET: at agent/hang/progress_summary.h's 128 KiB each,
+// Progress values read in one MULTI_GET: at agent/hang/rings/progress_summary.h's 128 KiB each,
 // 8 MiB, within the board's reply limit (16 MiB).
 constexpr size_t kProgressPerRead = 64;
 

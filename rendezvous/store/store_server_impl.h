@@ -19,9 +19,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "rendezvous/request_parser.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/store_state.h"
+#include "rendezvous/store/request_parser.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/store/store_state.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/local_addresses.h"
+#include "rendezvous/c10d/local_addresses.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

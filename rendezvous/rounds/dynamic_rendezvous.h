@@ -11,7 +11,7 @@
 // endpoint's host).
 //
 // It keeps to rounds. What the agents post beside them (records for `ddprun status`, hang
-// summaries) is rendezvous/job_board.h's, on a connection of its own.
+// summaries) is rendezvous/board/job_board.h's, on a connection of its own.
 #pragma once
 
 #include <chrono>
@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "rendezvous/backend.h"
-#include "rendezvous/rendezvous_config.h"
-#include "rendezvous/round_end.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/rounds/backend.h"
+#include "rendezvous/rounds/rendezvous_config.h"
+#include "rendezvous/rounds/round_end.h"
+#include "rendezvous/store/tcp_store_client.h"
 
 namespace ddprun::rendezvous {
 
@@ -117,7 +117,7 @@ class DynamicRendezvous {
   // gives up within a keep-alive interval or two; throws StoreError.
   std::optional<std::string> jobEndedWhileAway();
 
-  // For the parts beside the rounds (rendezvous/job_board.h: status records, hang
+  // For the parts beside the rounds (rendezvous/board/job_board.h: status records, hang
   // summaries), which reach the job's store on a connection of their own.
   // The round this node takes part in; nothing before its first round and while it sits
   // out. Call from the thread that calls nextRound().

@@ -11,10 +11,10 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/rendezvous_config.h"
-#include "rendezvous/round_liveness.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/rounds/rendezvous_config.h"
+#include "rendezvous/rounds/round_liveness.h"
+#include "rendezvous/store/store_client.h"
+#include "rendezvous/store/tcp_store_client.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,7 +1,7 @@
 // The store server: accepting clients (and shedding idle strangers when out of descriptors),
 // sweeping stalled requests, and routing each request's effects to the connections it wakes.
 // One client's connection is store_connection.cc.
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/store_server.h"
 
 #include <pthread.h>
 
@@ -12,8 +12,8 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/port_holder.h"
-#include "rendezvous/descriptor_limit.h"
-#include "rendezvous/store_server_impl.h"
+#include "rendezvous/store/descriptor_limit.h"
+#include "rendezvous/store/store_server_impl.h"
 
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;

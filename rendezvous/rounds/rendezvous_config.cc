@@ -1,4 +1,4 @@
-#include "rendezvous/rendezvous_config.h"
+#include "rendezvous/rounds/rendezvous_config.h"
 
 #include <cctype>
 #include <cmath>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/rendezvous_env.h"
+#include "rendezvous/rounds/rendezvous_env.h"
 
 #include <unistd.h>
 

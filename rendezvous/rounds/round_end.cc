@@ -1,4 +1,4 @@
-#include "rendezvous/round_end.h"
+#include "rendezvous/rounds/round_end.h"
 
 namespace ddprun::rendezvous {
 namespace {

@@ -1,5 +1,5 @@
 // What the agents of a job post beside the rounds, on the job's store: each agent's record
-// for `ddprun status` (rendezvous/job_status.h), kept fresh, and the exchange of hang
+// for `ddprun status` (rendezvous/board/job_status.h), kept fresh, and the exchange of hang
 // summaries within a round. The keys are in rendezvous/PROTOCOL.md ("Job status", and
 // `hang/` among a round's keys).
 //
@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/job_status.h"
-#include "rendezvous/store.h"
+#include "rendezvous/board/job_status.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
+#include "rendezvous/store/store.h"
 
 namespace ddprun::rendezvous {
 
@@ -47,13 +47,13 @@ class JobBoard {
   // Whether another node asked for summaries in the current round and this node has not
   // answered yet. One store round trip; false on a store error.
   bool hangSummaryRequested();
-  // This node's answer (agent/hang/hang_verdict.h's encoded positions, one a line, and
-  // agent/hang/torch_trace/dump_summary.h's lines of torch's dumps).
+  // This node's answer (agent/hang/rings/hang_verdict.h's encoded positions, one a line, and
+  // agent/torch_trace/dump_summary.h's lines of torch's dumps).
   void publishHangSummary(const std::string& summary);
   // Call all four from one thread. The hang calls read the rendezvous' current round: not
   // while nextRound() runs on another thread.
 
-  // Progress within the current round (agent/progress_watch.h, agent/hang/progress_summary.h):
+  // Progress within the current round (agent/progress_watch.h, agent/hang/rings/progress_summary.h):
   // this node's value under `r<round>/progress/<g>` (named in `progress/nodes` the first time
   // in a round), every node's value, and the medians the round's first node computes over
   // them (`progress/medians`). Best effort: one or two store round trips each; a store error

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "rendezvous/request_parser.h"
+#include "rendezvous/store/request_parser.h"
 
 namespace ddprun::rendezvous {
 
@@ -32,7 +32,7 @@ struct StoreServerOptions {
   // Clients expected at once (the workers' store: the world size); 0: not known. Only for the
   // start-up check of the descriptor limit: with a number, a hard limit too low to hold that
   // many connections is logged as a warning that says what to raise. The soft limit is raised
-  // to the hard one either way (see rendezvous/descriptor_limit.h).
+  // to the hard one either way (see rendezvous/store/descriptor_limit.h).
   size_t expected_clients = 0;
 };
 
