@@ -8,10 +8,11 @@
 
 #include <fmt/format.h>
 
-#include "agent/placement/nvml_session.h"
+#include "agent/placement/nvml_library.h"
 #include "common/env_names.h"
 #include "common/env_reader.h"
 #include "common/error.h"
+#include "common/logging.h"
 #include "launcher/parse_number.h"
 
 namespace ddprun::launcher {
@@ -46,6 +47,33 @@ std::string firstLine(const fs::path& file) {
   std::ifstream in(file);
   std::getline(in, line);
   return line;
+}
+
+// nvmlDeviceGetCount_v2 between nvmlInit_v2 and nvmlShutdown, as NVML says it: any unsigned
+// value, which the caller bounds. Nothing when the library is missing, lacks those functions,
+// or NVML fails (no driver loaded): the caller falls back to another source. Blocks while
+// NVML initialises (milliseconds).
+std::optional<unsigned> nvmlDeviceCount(const std::string& library) {
+  agent::NvmlLibrary nvml(library);
+  if (!nvml.opened()) {
+    logger("launcher")->debug("NVML not available ({}); counting GPUs without it", nvml.openError());
+    return std::nullopt;
+  }
+  const agent::NvmlFunctions& f = nvml.functions();
+  if (!f.init || !f.count || !f.shutdown) {
+    logger("launcher")->debug("{} lacks the NVML functions ddprun needs; counting GPUs without it", library);
+    return std::nullopt;
+  }
+  if (int rc = nvml.start(); rc != agent::kNvmlSuccess) {
+    logger("launcher")->debug("nvmlInit_v2 failed (NVML error {}); counting GPUs without it", rc);
+    return std::nullopt;
+  }
+  unsigned int n = 0;
+  if (int rc = f.count(&n); rc != agent::kNvmlSuccess) {
+    logger("launcher")->debug("nvmlDeviceGetCount_v2 failed (NVML error {})", rc);
+    return std::nullopt;
+  }
+  return n;
 }
 
 // An Intel GPU shows as one render node whose PCI device has vendor 0x8086 and one of

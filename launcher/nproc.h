@@ -6,18 +6,18 @@
 #include <string>
 #include <string_view>
 
-#include "launcher/nvml_probe.h"
+#include "agent/placement/nvml_library.h"
 
 namespace ddprun::launcher {
 
 // Where device counts come from. fromHost() reads this process's environment and the real
 // /proc and /sys; tests point the fields at fakes.
 struct DeviceSources {
-  std::optional<std::string> cuda_visible_devices;  // $CUDA_VISIBLE_DEVICES; unset: none.
-  std::optional<std::string> ze_affinity_mask;      // $ZE_AFFINITY_MASK; unset: none.
-  std::string nvml_library = kNvmlLibrary;          // opened at run time when present.
-  std::string proc_root = "/proc";                  // for driver/nvidia/gpus.
-  std::string sys_root = "/sys";                    // for class/drm.
+  std::optional<std::string> cuda_visible_devices;        // $CUDA_VISIBLE_DEVICES; unset: none.
+  std::optional<std::string> ze_affinity_mask;            // $ZE_AFFINITY_MASK; unset: none.
+  std::string nvml_library = agent::kDefaultNvmlLibrary;  // opened at run time when present.
+  std::string proc_root = "/proc";                        // for driver/nvidia/gpus.
+  std::string sys_root = "/sys";                          // for class/drm.
 
   static DeviceSources fromHost();
 };

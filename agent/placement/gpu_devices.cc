@@ -1,6 +1,5 @@
 #include "agent/placement/gpu_devices.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,45 +8,22 @@
 #include <filesystem>
 #include <optional>
 
-#include "agent/placement/nvml_session.h"
+#include "agent/placement/nvml_library.h"
 #include "common/env_names.h"
 #include "common/error.h"
 
 namespace ddprun::agent {
 namespace {
 
-// The few NVML declarations needed, so that building needs no NVIDIA headers.
-using NvmlDevice = struct NvmlDeviceOpaque*;
-struct NvmlPciInfo {  // nvmlPciInfo_t (v3)
-  char bus_id_legacy[16];
-  unsigned int domain;
-  unsigned int bus;
-  unsigned int device;
-  unsigned int pci_device_id;
-  unsigned int pci_sub_system_id;
-  char bus_id[32];
-};
-
-// NVML opened for one question and closed again: the agent asks once, at start.
+// NVML asked one question and closed again: the agent asks once, at start. Every function
+// used is required, else the GPUs come from the driver's list.
 class Nvml {
  public:
-  Nvml() {
-    lib_ = ::dlopen(nvmlLibrary().c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib_) return;
-    init_ = reinterpret_cast<int (*)()>(::dlsym(lib_, "nvmlInit_v2"));
-    shutdown_ = reinterpret_cast<int (*)()>(::dlsym(lib_, "nvmlShutdown"));
-    count_ = reinterpret_cast<int (*)(unsigned*)>(::dlsym(lib_, "nvmlDeviceGetCount_v2"));
-    by_index_ = reinterpret_cast<int (*)(unsigned, NvmlDevice*)>(::dlsym(lib_, "nvmlDeviceGetHandleByIndex_v2"));
-    by_uuid_ = reinterpret_cast<int (*)(const char*, NvmlDevice*)>(::dlsym(lib_, "nvmlDeviceGetHandleByUUID"));
-    pci_ = reinterpret_cast<int (*)(NvmlDevice, NvmlPciInfo*)>(::dlsym(lib_, "nvmlDeviceGetPciInfo_v3"));
-    ready_ = init_ && shutdown_ && count_ && by_index_ && by_uuid_ && pci_ && init_() == 0;
+  Nvml() : lib_(nvmlLibrary()) {
+    if (!lib_.opened()) return;
+    const NvmlFunctions& f = lib_.functions();
+    ready_ = f.init && f.shutdown && f.count && f.by_index && f.by_uuid && f.pci && lib_.start() == kNvmlSuccess;
   }
-  ~Nvml() {
-    if (ready_) shutdown_();
-    if (lib_) ::dlclose(lib_);
-  }
-  Nvml(const Nvml&) = delete;
-  Nvml& operator=(const Nvml&) = delete;
 
   bool ready() const { return ready_; }
 
@@ -55,12 +31,12 @@ class Nvml {
   // DdprunError when NVML claims more than kMaxGpusPerNode: each would be asked for.
   std::optional<std::vector<std::string>> allDevices() const {
     unsigned count = 0;
-    if (count_(&count) != 0) return std::nullopt;
+    if (lib_.functions().count(&count) != kNvmlSuccess) return std::nullopt;
     if (count > kMaxGpusPerNode) throw DdprunError(nvmlCountRefused(nvmlLibrary(), count));
     std::vector<std::string> addresses;
     for (unsigned i = 0; i < count; ++i) {
       NvmlDevice device = nullptr;
-      auto address = by_index_(i, &device) == 0 ? pciAddress(device) : std::nullopt;
+      auto address = lib_.functions().by_index(i, &device) == kNvmlSuccess ? pciAddress(device) : std::nullopt;
       if (!address) return std::nullopt;
       addresses.push_back(*address);
     }
@@ -69,25 +45,19 @@ class Nvml {
 
   std::optional<std::string> deviceByUuid(const std::string& uuid) const {
     NvmlDevice device = nullptr;
-    if (by_uuid_(uuid.c_str(), &device) != 0) return std::nullopt;
+    if (lib_.functions().by_uuid(uuid.c_str(), &device) != kNvmlSuccess) return std::nullopt;
     return pciAddress(device);
   }
 
  private:
   std::optional<std::string> pciAddress(NvmlDevice device) const {
     NvmlPciInfo info{};
-    if (pci_(device, &info) != 0) return std::nullopt;
+    if (lib_.functions().pci(device, &info) != kNvmlSuccess) return std::nullopt;
     return fmt::format("{:04x}:{:02x}:{:02x}.0", info.domain, info.bus, info.device);
   }
 
-  void* lib_ = nullptr;
+  NvmlLibrary lib_;
   bool ready_ = false;
-  int (*init_)() = nullptr;
-  int (*shutdown_)() = nullptr;
-  int (*count_)(unsigned*) = nullptr;
-  int (*by_index_)(unsigned, NvmlDevice*) = nullptr;
-  int (*by_uuid_)(const char*, NvmlDevice*) = nullptr;
-  int (*pci_)(NvmlDevice, NvmlPciInfo*) = nullptr;
 };
 
 // The driver's own list: one directory per GPU, named by its PCI address.

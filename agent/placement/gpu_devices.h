@@ -19,7 +19,7 @@ namespace ddprun::agent {
 // CUDA_VISIBLE_DEVICES hides them all). A fake topology root (CpuTopology::isRealHost()
 // false) is read from <root>/proc/driver/nvidia/gpus/ only. Throws DdprunError naming
 // CUDA_VISIBLE_DEVICES when an entry cannot be matched to a GPU, and naming NVML when it
-// reports more than kMaxGpusPerNode GPUs (agent/placement/nvml_session.h).
+// reports more than kMaxGpusPerNode GPUs (agent/placement/nvml_library.h).
 std::vector<std::string> visibleGpuPciAddresses(const CpuTopology& topology);
 
 }  // namespace ddprun::agent

@@ -1,8 +1,8 @@
-// NVML (the driver's libnvidia-ml.so.1), opened at run time and never linked, for what the
-// agent asks about its GPUs: their names (index, UUID, PCI bus id) and their health. Only
-// nvmlInit_v2, nvmlShutdown, nvmlDeviceGetCount_v2 and nvmlDeviceGetHandleByIndex_v2 are
-// required; every other function is looked up on its own, and one the driver lacks (older
-// drivers have no row remapping, say) is a question not asked, never an error.
+// What the agent asks NVML (agent/placement/nvml_library.h) about its GPUs: their names
+// (index, UUID, PCI bus id) and their health. Only nvmlInit_v2, nvmlShutdown,
+// nvmlDeviceGetCount_v2 and nvmlDeviceGetHandleByIndex_v2 are required; one of the other
+// functions the driver lacks (older drivers have no row remapping, say) is a question not
+// asked, never an error.
 #pragma once
 
 #include <optional>
@@ -10,28 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/placement/nvml_library.h"
+
 namespace ddprun::agent {
-
-// The library the loader finds on every host with an NVIDIA driver.
-inline constexpr const char* kDefaultNvmlLibrary = "libnvidia-ml.so.1";
-
-// The most GPUs ddprun believes NVML about, in the agent (placement, health) and in
-// --nproc_per_node=gpu/auto alike. A node has at most tens; a larger count is a broken or
-// forged NVML, and walking it (4 billion indices for 0xffffffff) would hang the caller.
-inline constexpr unsigned kMaxGpusPerNode = 1024;
-
-// "NVML (<library>) reports <count> GPUs (more than 1024): refusing", the one line said of an
-// NVML whose count is over kMaxGpusPerNode.
-std::string nvmlCountRefused(const std::string& library, unsigned count);
-
-// $DDPRUN_NVML_LIBRARY when set and not empty (a path or a name: a driver outside the
-// loader's path, or the tests' fake NVML), else kDefaultNvmlLibrary.
-std::string nvmlLibrary();
-
-// nvmlReturn_t values the agent tells apart.
-inline constexpr int kNvmlSuccess = 0;
-inline constexpr int kNvmlNotSupported = 3;
-inline constexpr int kNvmlGpuIsLost = 15;
 
 struct GpuIdentity {
   unsigned index = 0;                        // NVML's index (PCI bus order)
@@ -90,23 +71,12 @@ class NvmlSession {
   std::string errorText(int rc) const;
 
  private:
-  struct Device;
-  int handle(unsigned index, Device** device) const;
+  int handle(unsigned index, NvmlDevice* device) const;
 
-  void* lib_ = nullptr;
+  NvmlLibrary lib_;
   bool ready_ = false;
   bool refused_ = false;
   std::string problem_;
-  int (*init_)() = nullptr;
-  int (*shutdown_)() = nullptr;
-  int (*count_)(unsigned*) = nullptr;
-  int (*by_index_)(unsigned, Device**) = nullptr;
-  // Optional.
-  const char* (*error_string_)(int) = nullptr;
-  int (*uuid_)(Device*, char*, unsigned) = nullptr;
-  int (*pci_)(Device*, void*) = nullptr;
-  int (*retired_pending_)(Device*, int*) = nullptr;
-  int (*remapped_rows_)(Device*, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
 };
 
 }  // namespace ddprun::agent
