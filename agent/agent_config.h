@@ -59,17 +59,17 @@ struct AgentConfig {
   // stacks, stop and restart. Unset (default): off.
   std::optional<std::chrono::milliseconds> hang_timeout;
   // --straggler_threshold: a rank that enters collectives this much later than its group's
-  // median rank, on average over its last 64 (flight recorder; agent/hang/straggler.h), is
+  // median rank, on average over its last 64 (flight recorder; agent/hang/rings/straggler.h), is
   // named a straggler (event, log line, health check); 0: never. Default 0.5 s.
   std::chrono::milliseconds straggler_threshold{500};
   // The workers run Python (ddprun starts the interpreter, or the program is python*); default no.
   bool python_workers = false;
   // Python workers get PYTHONFAULTHANDLER=1 unless set; --no_python_faulthandler: not (default on).
   bool python_faulthandler = true;
-  // Python workers get ddprun's startup hook (agent/hang/python_hook.h): their Python stacks can be
+  // Python workers get ddprun's startup hook (agent/hang/python/python_hook.h): their Python stacks can be
   // read without stopping them when a collective fails; --no_python_stacks: not (default on).
   bool python_stacks = true;
-  // Python workers get torch's flight recorder variables (agent/hang/python_hook.h) unless set;
+  // Python workers get torch's flight recorder variables (agent/hang/python/python_hook.h) unless set;
   // --no_torch_flight_recorder: not (default on).
   bool torch_flight_recorder = true;
   rendezvous::RendezvousConfig rendezvous;

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/hang/hung_worker_stop.h"
+#include "agent/hang/stop/hung_worker_stop.h"
 #include "agent/process/process_spawner.h"
 #include "common/clock.h"
 

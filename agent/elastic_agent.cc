@@ -21,7 +21,7 @@
 #include "agent/agent_env.h"
 #include "agent/agent_rendezvous.h"
 #include "agent/containment.h"
-#include "agent/hang/python_hook.h"
+#include "agent/hang/python/python_hook.h"
 #include "agent/hang_watch.h"
 #include "agent/job_reporter.h"
 #include "agent/node_cooldown.h"

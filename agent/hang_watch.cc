@@ -6,10 +6,10 @@
 
 #include <fmt/format.h>
 
-#include "agent/hang/python_stacks.h"
-#include "agent/hang/stack_summary.h"
-#include "agent/hang/torch_trace/dump_summary.h"
+#include "agent/hang/python/python_stacks.h"
+#include "agent/hang/python/stack_summary.h"
 #include "agent/process/orphan_guard.h"
+#include "agent/torch_trace/dump_summary.h"
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/text_escape.h"

@@ -10,13 +10,13 @@
 
 #include <fmt/format.h>
 
-#include "agent/hang/python_hook.h"
-#include "agent/hang/python_stacks.h"
-#include "agent/hang/stack_summary.h"
-#include "agent/hang/torch_trace/dump_summary.h"
-#include "agent/hang/torch_trace/dump_verdict.h"
+#include "agent/hang/python/python_hook.h"
+#include "agent/hang/python/python_stacks.h"
+#include "agent/hang/python/stack_summary.h"
 #include "agent/hang_watch.h"
 #include "agent/ops/error_file.h"
+#include "agent/torch_trace/dump_summary.h"
+#include "agent/torch_trace/dump_verdict.h"
 #include "common/text_escape.h"
 
 namespace ddprun::agent {

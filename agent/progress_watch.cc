@@ -6,9 +6,9 @@
 #include <system_error>
 #include <utility>
 
-#include "agent/hang/flight_dir.h"
-#include "agent/hang/hang_verdict.h"
-#include "agent/hang/progress_summary.h"
+#include "agent/hang/rings/flight_dir.h"
+#include "agent/hang/rings/hang_verdict.h"
+#include "agent/hang/rings/progress_summary.h"
 #include "common/json_writer.h"
 #include "rendezvous/board/job_status.h"
 

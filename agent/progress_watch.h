@@ -2,7 +2,7 @@
 // `ddprun status --trace`. Every kLookInterval it reads this node's collective flight
 // recorder rings (common/flight_ring.h: C++ workers on ddprun's runtime and Python workers
 // through ddprun's hook write them alike), publishes the node's summary on the job's store
-// (agent/hang/progress_summary.h: each rank's mean wait over its last collectives, and where
+// (agent/hang/rings/progress_summary.h: each rank's mean wait over its last collectives, and where
 // it stands now), and judges its own ranks against the groups' medians (agent/hang/
 // straggler.h), which the round's first node computes over every node's summaries and
 // publishes beside them. A rank whose lag passes --straggler_threshold gets a `straggler`
@@ -20,7 +20,7 @@
 #include "agent/agent_config.h"
 #include "agent/agent_env.h"
 #include "agent/agent_rendezvous.h"
-#include "agent/hang/straggler.h"
+#include "agent/hang/rings/straggler.h"
 #include "agent/job_reporter.h"
 #include "agent/worker_group.h"
 #include "common/flight_ring.h"

@@ -11,9 +11,9 @@
 #include <optional>
 #include <string>
 
-#include "agent/hang/hung_worker_stop.h"
-#include "agent/hang/torch_dumps.h"
+#include "agent/hang/stop/hung_worker_stop.h"
 #include "agent/output/line_forwarder.h"
+#include "agent/torch_trace/torch_dumps.h"
 #include "agent/worker_env.h"
 
 namespace ddprun::agent {

@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "agent/hang/python_hook.h"
-#include "agent/hang/python_stacks.h"
+#include "agent/hang/python/python_hook.h"
+#include "agent/hang/python/python_stacks.h"
 #include "agent/ops/error_file.h"
 #include "agent/placement/numa_binding.h"
 #include "agent/process/orphan_guard.h"

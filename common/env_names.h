@@ -42,7 +42,7 @@ inline constexpr const char* kPythonFaultHandler = "PYTHONFAULTHANDLER";
 // The directory (on /dev/shm) where each worker keeps its process groups' flight recorder
 // rings (common/flight_ring.h), for the agent to read; the agent makes and removes it.
 inline constexpr const char* kFlightDir = "DDPRUN_FLIGHT_DIR";
-// Python workers' startup hook (agent/hang/python_hook.h): ddprun's sitecustomize.py goes first
+// Python workers' startup hook (agent/hang/python/python_hook.h): ddprun's sitecustomize.py goes first
 // on PYTHONPATH (and chains to the next one); it registers faulthandler for the signal
 // DDPRUN_PYTHON_STACKS_SIGNAL names, writing into DDPRUN_PYTHON_STACKS_DIR (the worker's
 // directory of the attempt), and saves an uncaught exception's traceback there.

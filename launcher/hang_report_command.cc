@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "agent/hang/hang_verdict.h"
-#include "agent/hang/torch_trace/dump_verdict.h"
+#include "agent/hang/rings/hang_verdict.h"
+#include "agent/torch_trace/dump_verdict.h"
 #include "common/text_escape.h"
 #include "launcher/subcommand_args.h"
 

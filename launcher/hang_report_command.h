@@ -1,4 +1,4 @@
-// `ddprun hang-report DIR`: the hang verdict (agent/hang/torch_trace/dump_verdict.h) from a
+// `ddprun hang-report DIR`: the hang verdict (agent/torch_trace/dump_verdict.h) from a
 // directory of torch flight-recorder dumps, named as torch's default writer names them,
 // `<prefix><rank>` (prefix `nccl_trace_rank_`, or --prefix), from a job of any launcher.
 #pragma once

@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "agent/hang/hang_verdict.h"
-#include "agent/hang/straggler.h"
+#include "agent/hang/rings/hang_verdict.h"
+#include "agent/hang/rings/straggler.h"
 #include "agent/ops/event_log.h"
 #include "common/error.h"
 #include "common/json_writer.h"

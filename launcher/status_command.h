@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/hang/progress_summary.h"
+#include "agent/hang/rings/progress_summary.h"
 #include "rendezvous/board/job_status.h"
 #include "rendezvous/store/store.h"
 
@@ -40,7 +40,7 @@ inline constexpr size_t kStatusCellColumns = 64;
 std::string formatStatusTable(const rendezvous::JobStatus& status);
 std::string formatStatusJson(const rendezvous::JobStatus& status);
 
-// The progress the current round's nodes published (agent/hang/progress_summary.h), decoded
+// The progress the current round's nodes published (agent/hang/rings/progress_summary.h), decoded
 // and bounded: at most kMaxProgressBytes a node and kMaxStatusProgressBytes in all.
 inline constexpr size_t kMaxStatusProgressBytes = size_t{64} << 20;
 struct JobProgress {

@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "agent/hang/stack_capture.h"
+#include "agent/hang/stop/stack_capture.h"
 #include "agent/process/proc_stat.h"
 #include "agent/process/process_signals.h"
 #include "common/error.h"

@@ -1,5 +1,5 @@
 // `ddprun status --stacks --log_dir DIR`: every thread's native stack of the workers that
-// an agent on this host runs now, without stopping them (agent/hang/stack_capture.h). The
+// an agent on this host runs now, without stopping them (agent/hang/stop/stack_capture.h). The
 // workers are found in the agent's events file (worker_start events not followed by the
 // worker's exit), and each is checked to be a live child of that agent, so that a reused
 // pid is never attached to. Python stacks appear only on the kill path (faulthandler).

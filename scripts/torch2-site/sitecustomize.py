@@ -59,7 +59,7 @@ sys.meta_path.insert(0, _PatchOnImport())
 
 
 # Python imports one sitecustomize: this one comes first on PYTHONPATH, so it runs the next one
-# (ddprun's hook for its Python workers, agent/hang/python_hook.h, or the user's) as that one runs
+# (ddprun's hook for its Python workers, agent/hang/python/python_hook.h, or the user's) as that one runs
 # the one after it.
 def _chain():
     import importlib.machinery

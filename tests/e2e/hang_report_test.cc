@@ -1,5 +1,5 @@
 // `ddprun hang-report DIR` through the real binary, on directories of flight-recorder dumps
-// that tests/agent/hang/torch_trace/flight_dumps.py writes: the verdict on stdout and exit 0; a
+// that tests/agent/torch_trace/flight_dumps.py writes: the verdict on stdout and exit 0; a
 // corrupt, truncated or missing dump exits 4 with one line; an empty directory, a wrong
 // prefix or a bad flag exits 2 with one line. Nothing crashes or hangs.
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/agent/hang/torch_trace/dumps_support.h"
+#include "tests/agent/torch_trace/dumps_support.h"
 #include "tests/support/sanitizers.h"
 #include "tests/support/test_process.h"
 

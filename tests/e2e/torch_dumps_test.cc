@@ -1,5 +1,5 @@
 // ddprun reads torch's flight-recorder dumps when a collective fails, with fake torch workers
-// (Python, no torch): each writes a synthetic dump (tests/agent/hang/torch_trace/flight_dumps.py)
+// (Python, no torch): each writes a synthetic dump (tests/agent/torch_trace/flight_dumps.py)
 // at the prefix ddprun gave it, as torch's watchdog does. Rank 0, which waited, writes its
 // dump and dies by SIGABRT with no error file (NCCL's watchdog); rank 1 sleeps and writes its
 // dump once rank 0's exists (torch signals the timeout dump through the store). The root cause
@@ -14,7 +14,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/agent/hang/torch_trace/dumps_support.h"
+#include "tests/agent/torch_trace/dumps_support.h"
 #include "tests/e2e/ops_support.h"
 #include "tests/support/test_process.h"
 

@@ -1,9 +1,9 @@
 // `ddprun status`'s lags and --trace from the progress the agents publish on the store
-// (agent/hang/progress_summary.h), read through an in-memory store: the straggler named,
+// (agent/hang/rings/progress_summary.h), read through an in-memory store: the straggler named,
 // every rank's current collective, forged values kept out; and --straggler_threshold's parse.
 #include <catch2/catch.hpp>
 
-#include "agent/hang/progress_summary.h"
+#include "agent/hang/rings/progress_summary.h"
 #include "launcher/status_command.h"
 #include "tests/launcher/parse_args.h"
 #include "tests/support/in_memory_store.h"

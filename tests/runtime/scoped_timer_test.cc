@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "agent/hang/timer_request.h"
+#include "agent/hang/timers/timer_request.h"
 #include "common/error.h"
 #include "common/unique_fd.h"
 #include "tests/support/scoped_env.h"
