@@ -129,10 +129,7 @@ void ElasticAgent::Impl::startWorkers(const rendezvous::RendezvousResult& rdzv) 
 
 ElasticAgent::Impl::Outcome ElasticAgent::Impl::waitForWorkers() {
   for (;;) {
-    if (stop_signal_ != 0) return Outcome::kStoppedBySignal;
-    if (round_event_) {
-      return round_event_->kind == rendezvous::RoundEvent::Kind::kEnded ? Outcome::kRoundEnded : Outcome::kStoreLost;
-    }
+    if (auto outcome = signalOrRoundEvent()) return *outcome;
     bool running = false;
     for (const Worker& w : group_.workers()) {
       if (w.failed()) return Outcome::kFailed;
@@ -354,7 +351,6 @@ int ElasticAgent::Impl::run() {
 }
 
 int ElasticAgent::Impl::runRounds() {
-  const std::string& node = rendezvous_->nodeName();
   for (;; ++attempt_) {
     // GPU health before each start (agent/placement/gpu_watch.h): while a GPU this node hands
     // out is sick, an elastic job goes on without the node; any other job does not start on it.
@@ -374,102 +370,142 @@ int ElasticAgent::Impl::runRounds() {
     if (!rdzv) return 128 + stop_signal_;
     reporter_.roundFormed(*rdzv);
     reporter_.setRound(*rdzv);
-    try {
-      if (!sick_gpus.empty()) {
-        throw DdprunError(sick_gpus +
-                          "; not starting workers on it (an elastic job, --nnodes MIN:MAX, would go on without "
-                          "this node)");
-      }
-      startWorkers(*rdzv);
-    } catch (const DdprunError& e) {
-      log_->error("cannot start workers: {}", e.what());
-      stopAttempt(SIGKILL);
-      reporter_.roundEnded(rendezvous_->endRound(rendezvous::RoundEnd::finalFailure(node)), true);
-      return finishJob(kExitWorkersFailed);
+    const Outcome outcome = runAttempt(*rdzv, sick_gpus);
+    if (auto code = endOfAttempt(outcome, *rdzv)) return *code;
+  }
+}
+
+ElasticAgent::Impl::Outcome ElasticAgent::Impl::runAttempt(const rendezvous::RendezvousResult& rdzv,
+                                                           const std::string& sick_gpus) {
+  try {
+    if (!sick_gpus.empty()) {
+      throw DdprunError(sick_gpus +
+                        "; not starting workers on it (an elastic job, --nnodes MIN:MAX, would go on without "
+                        "this node)");
     }
-    policy_.attemptStarted();
-    reporter_.setState("running");
-    watchRound(rdzv->round);
-    Outcome outcome = waitForWorkers();
-    if (outcome == Outcome::kSucceeded) {
-      endAttempt();
-      reporter_.setState("succeeded");
-      afterSuccess();
-      if (stop_signal_ == 0 && round_event_->kind == rendezvous::RoundEvent::Kind::kEnded &&
-          policy_.afterRoundEnd(round_event_->reason, true).action == RestartPolicy::Action::kSucceed) {
-        log_->info("all {} workers finished successfully", group_.workers().size());
-        reporter_.roundEnded(round_event_->reason, false);
-        return finishJob(kExitOk);
-      }
-      outcome = stop_signal_ != 0                                            ? Outcome::kStoppedBySignal
-                : round_event_->kind == rendezvous::RoundEvent::Kind::kEnded ? Outcome::kRoundEnded
-                                                                             : Outcome::kStoreLost;
-    }
-    if (outcome == Outcome::kStoppedBySignal) {
-      reporter_.setState("stopping");
-      stopAttempt(stop_signal_);
-      const auto mine = rendezvous::RoundEnd::abort(node, signalName(stop_signal_));
-      const std::string standing = rendezvous_->endRound(mine);
-      reporter_.roundEnded(standing, standing == mine.format());
-      return finishJob(128 + stop_signal_);
-    }
-    if (outcome == Outcome::kStoreLost) {
+    startWorkers(rdzv);
+  } catch (const DdprunError& e) {
+    log_->error("cannot start workers: {}", e.what());
+    return Outcome::kStartFailed;
+  }
+  policy_.attemptStarted();
+  reporter_.setState("running");
+  watchRound(rdzv.round);
+  const Outcome outcome = waitForWorkers();
+  if (outcome != Outcome::kSucceeded) return outcome;
+  endAttempt();
+  reporter_.setState("succeeded");
+  afterSuccess();
+  if (stop_signal_ == 0 && round_event_->kind == rendezvous::RoundEvent::Kind::kEnded &&
+      policy_.afterRoundEnd(round_event_->reason, true).action == RestartPolicy::Action::kSucceed) {
+    return Outcome::kJobDone;
+  }
+  return *signalOrRoundEvent();  // afterSuccess() returns with one of them
+}
+
+std::optional<ElasticAgent::Impl::Outcome> ElasticAgent::Impl::signalOrRoundEvent() const {
+  if (stop_signal_ != 0) return Outcome::kStoppedBySignal;
+  if (!round_event_) return std::nullopt;
+  return round_event_->kind == rendezvous::RoundEvent::Kind::kEnded ? Outcome::kRoundEnded : Outcome::kStoreLost;
+}
+
+// The one ending of an attempt: its workers stop and its round ends (this node writes why, or
+// another node did), in the order each outcome needs; then the job ends, or another attempt
+// follows (nothing returned).
+std::optional<int> ElasticAgent::Impl::endOfAttempt(Outcome outcome, const rendezvous::RendezvousResult& rdzv) {
+  const std::string& node = rendezvous_->nodeName();
+  AttemptEnd end;
+  std::vector<WorkerFailure> failures;
+  switch (outcome) {
+    case Outcome::kSucceeded:  // never: runAttempt() makes it one of the others
+    case Outcome::kJobDone:
+      log_->info("all {} workers finished successfully", group_.workers().size());
+      reporter_.roundEnded(round_event_->reason, false);
+      return finishJob(kExitOk);
+    case Outcome::kStartFailed:
+      // Its workers never ran: they are killed, not stopped.
+      end = {SIGKILL, rendezvous::RoundEnd::finalFailure(node), false, false, true};
+      break;
+    case Outcome::kStoppedBySignal:
+      end.mine = rendezvous::RoundEnd::abort(node, signalName(stop_signal_));
+      end.signal = stop_signal_;
+      break;
+    case Outcome::kStoreLost:
       log_->error("lost the rendezvous store at {}: {}; stopping the workers", rendezvous_->storeAddress(),
                   round_event_->reason);
       reporter_.storeLost();
-      reporter_.emit("store_lost", JsonObject().add("round", rdzv->round).add("error", round_event_->reason));
-      reporter_.setState("stopping");
-      stopAttempt(SIGTERM);
-      return kExitRendezvous;
-    }
-    if (outcome == Outcome::kRoundEnded) {
-      const std::string reason = round_event_->reason;
-      reporter_.roundEnded(reason, false);
-      reporter_.setState("stopping");
-      stopAttempt(SIGTERM);
-      if (policy_.afterRoundEnd(reason, false).action == RestartPolicy::Action::kFail) {
-        log_->error("the job failed on another node ({}); stopping", reason);
+      reporter_.emit("store_lost", JsonObject().add("round", rdzv.round).add("error", round_event_->reason));
+      break;
+    case Outcome::kRoundEnded: reporter_.roundEnded(round_event_->reason, false); break;
+    case Outcome::kFailed:
+      // A local worker failed: the hang watch says whether a collective did, and where the
+      // ranks stand, before the round ends.
+      failures = hang_.failures(host_);
+      if (failures.empty()) {
+        // A stderr line said a collective failed, and no worker failed even when stopped.
+        log_->error("{}; yet no worker failed; ending the job", hang_.collectiveLine());
+        end.mine = rendezvous::RoundEnd::finalFailure(node);
+        end.told_as_mine = true;
+      } else {
+        // Written before the workers stop, so that the other nodes stop theirs meanwhile.
+        end.mine = policy_.endForFailure(node, rdzv.restart_count);
+        end.round_first = true;
+      }
+      break;
+  }
+  const std::string standing = stopAndEndRound(end);
+
+  switch (outcome) {
+    case Outcome::kStoreLost: return kExitRendezvous;
+    case Outcome::kRoundEnded:
+      if (policy_.afterRoundEnd(round_event_->reason, false).action == RestartPolicy::Action::kFail) {
+        log_->error("the job failed on another node ({}); stopping", round_event_->reason);
         return finishJob(kExitWorkersFailed);
       }
       if (stop_signal_ != 0) return 128 + stop_signal_;
-      log_->warn("re-forming the job ({})", reason);
-      continue;
-    }
-    // A local worker failed: the hang watch says whether a collective did, and where the
-    // ranks stand, before the round ends.
-    std::vector<WorkerFailure> failures = hang_.failures(host_);
-    if (failures.empty()) {
-      // A stderr line said a collective failed, and no worker failed even when stopped.
-      log_->error("{}; yet no worker failed; ending the job", hang_.collectiveLine());
-      reporter_.setState("stopping");
-      stopAttempt(SIGTERM);
-      reporter_.roundEnded(rendezvous_->endRound(rendezvous::RoundEnd::finalFailure(node)), true);
-      return finishJob(kExitWorkersFailed);
-    }
-    const rendezvous::RoundEnd mine = policy_.endForFailure(node, rdzv->restart_count);
-    const std::string standing = rendezvous_->endRound(mine);
-    reporter_.roundEnded(standing, standing == mine.format());
-    reporter_.setState("stopping");
-    stopAttempt(SIGTERM);
-    gpu_watch_->explainFailures(failures);  // a GPU fault: its GPU named in the report, a gpu_fault event
-    if (stop_signal_ != 0) return 128 + stop_signal_;
-    const RestartPolicy::Decision decision = policy_.afterFailure(mine, standing);
-    if (decision.action == RestartPolicy::Action::kReform) {
-      log_->warn("re-forming the job ({}); rank {} failed meanwhile", standing, failures.front().rank);
-      continue;
-    }
-    if (decision.action == RestartPolicy::Action::kRestart) {
-      log_->warn("restarting the worker group after rank {} failed (restart {} of {})", failures.front().rank,
-                 rdzv->restart_count + 1, config_.max_restarts);
-      if (decision.sit_out.count() > 0) {
-        if (auto code = sitOut(decision.sit_out)) return *code;
-      }
-      continue;
-    }
-    group_.addStderrTails(failures);
-    console().write(ConsoleStream::kStderr, formatFailureReport(config_.entry_name, failures));
-    return finishJob(kExitWorkersFailed);
+      log_->warn("re-forming the job ({})", round_event_->reason);
+      return std::nullopt;
+    case Outcome::kStoppedBySignal: return finishJob(128 + stop_signal_);
+    case Outcome::kFailed:
+      if (!failures.empty()) return afterFailure(failures, *end.mine, standing, rdzv);
+      [[fallthrough]];
+    default: return finishJob(kExitWorkersFailed);
   }
+}
+
+std::string ElasticAgent::Impl::stopAndEndRound(const AttemptEnd& end) {
+  std::string standing;
+  const auto endRound = [&] {
+    if (!end.mine) return;
+    standing = rendezvous_->endRound(*end.mine);
+    reporter_.roundEnded(standing, end.told_as_mine || standing == end.mine->format());
+  };
+  if (end.round_first) endRound();
+  if (end.say_stopping) reporter_.setState("stopping");
+  stopAttempt(end.signal);
+  if (!end.round_first) endRound();
+  return standing;
+}
+
+std::optional<int> ElasticAgent::Impl::afterFailure(std::vector<WorkerFailure>& failures,
+                                                    const rendezvous::RoundEnd& mine, const std::string& standing,
+                                                    const rendezvous::RendezvousResult& rdzv) {
+  gpu_watch_->explainFailures(failures);  // a GPU fault: its GPU named in the report, a gpu_fault event
+  if (stop_signal_ != 0) return 128 + stop_signal_;
+  const RestartPolicy::Decision decision = policy_.afterFailure(mine, standing);
+  if (decision.action == RestartPolicy::Action::kReform) {
+    log_->warn("re-forming the job ({}); rank {} failed meanwhile", standing, failures.front().rank);
+    return std::nullopt;
+  }
+  if (decision.action == RestartPolicy::Action::kRestart) {
+    log_->warn("restarting the worker group after rank {} failed (restart {} of {})", failures.front().rank,
+               rdzv.restart_count + 1, config_.max_restarts);
+    if (decision.sit_out.count() > 0) return sitOut(decision.sit_out);
+    return std::nullopt;
+  }
+  group_.addStderrTails(failures);
+  console().write(ConsoleStream::kStderr, formatFailureReport(config_.entry_name, failures));
+  return finishJob(kExitWorkersFailed);
 }
 
 }  // namespace ddprun::agent

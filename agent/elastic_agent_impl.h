@@ -3,11 +3,14 @@
 // agent: nothing outside agent/elastic_agent.cc includes it.
 #pragma once
 
+#include <signal.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "agent/agent_config.h"
 #include "agent/agent_env.h"
@@ -35,14 +38,40 @@ class ElasticAgent::Impl {
   int run();
 
  private:
-  enum class Outcome { kSucceeded, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
+  // How an attempt ended. kSucceeded: this node's workers did (then the job is done, or one
+  // of the others follows).
+  enum class Outcome { kSucceeded, kJobDone, kStartFailed, kFailed, kStoppedBySignal, kRoundEnded, kStoreLost };
+  // How the attempt's workers stop and its round ends (endOfAttempt).
+  struct AttemptEnd {
+    int signal = SIGTERM;                      // to the workers
+    std::optional<rendezvous::RoundEnd> mine;  // the end this node writes; none: another node's, or no store
+    bool round_first = false;                  // written before the workers stop, not after
+    bool say_stopping = true;                  // the state "stopping" meanwhile
+    // A final failure is told as this node's end (round_end's by_this_node) even when another
+    // node's end stood: as before this ending was one place (a fix would be a change of its own).
+    bool told_as_mine = false;
+  };
 
   void onStopSignal(int signal);
   void setUp();
   int runRounds();
   // Starts the attempt's workers; throws what a start throws.
   void startWorkers(const rendezvous::RendezvousResult& rdzv);
+  // Starts the attempt's workers (none when `sick_gpus` names a sick GPU) and watches them
+  // until the attempt's outcome is known.
+  Outcome runAttempt(const rendezvous::RendezvousResult& rdzv, const std::string& sick_gpus);
   Outcome waitForWorkers();
+  // A stop signal, or the round's end or loss of its store, once one came: the outcome.
+  std::optional<Outcome> signalOrRoundEvent() const;
+  // Ends the attempt after `outcome` (endOfAttempt, elastic_agent.cc); returns the exit code
+  // when the job ends for this node, nothing when another attempt follows.
+  std::optional<int> endOfAttempt(Outcome outcome, const rendezvous::RendezvousResult& rdzv);
+  // Stops the workers and ends the round as `end` says; returns the round's end as it stands
+  // (empty when this node wrote none).
+  std::string stopAndEndRound(const AttemptEnd& end);
+  // After a local failure: restart, re-form (nothing returned), or end the job with the report.
+  std::optional<int> afterFailure(std::vector<WorkerFailure>& failures, const rendezvous::RoundEnd& mine,
+                                  const std::string& standing, const rendezvous::RendezvousResult& rdzv);
   std::optional<rendezvous::RendezvousResult> formRound();
   void watchRound(int round);
   // Stops the workers with `signal` and clears the attempt.
