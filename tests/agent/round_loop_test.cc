@@ -19,6 +19,7 @@
 #include "common/env_names.h"
 #include "tests/agent/manual_agent_env.h"
 #include "tests/agent/scripted_rendezvous.h"
+#include "tests/agent/test_rings.h"
 
 namespace ddprun::agent::testing {
 namespace {
@@ -261,6 +262,34 @@ TEST_CASE("round loop: a worker that even SIGKILL does not end is reported and t
   CHECK(has(unkillable, "\"state\":\"D (disk sleep)\""));
   CHECK(job.rounds.ends == std::vector<std::string>{"final:node-a:1"});
   CHECK(job.rounds.finished);
+}
+
+TEST_CASE("round loop: workers stopped as hung by --hang_timeout fail the attempt, which restarts using one restart",
+          "[unit]") {
+  Job job(2, 1, [](const SpawnRequest& r) {
+    if (restartOf(r) > 0) return exits(seconds(5), 0);
+    // Attempt 0 hangs in all_reduce #3, which rank 1 never called: each worker's ring says so
+    // where the agent named it.
+    writeTestRing(r.env.at(env::kFlightDir), rankOf(r), 2, 2, rankOf(r) == 0);
+    return Script{};  // runs until stopped
+  });
+  job.config.hang_timeout = seconds(10);
+  REQUIRE(job.run() == kExitOk);
+
+  const auto& p = job.env.processes();
+  REQUIRE(p.size() == 4);
+  REQUIRE(job.env.hungStops().size() == 1);
+  CHECK(job.env.hungStops()[0].workers.size() == 2);
+  CHECK(p[0].got(SIGKILL));
+  CHECK(p[1].got(SIGKILL));
+  CHECK_FALSE(p[0].got(SIGTERM));  // stopped as hung, not by the ordinary stop
+  CHECK(p[2].restartCount() == 1);
+  CHECK(job.rounds.ends == std::vector<std::string>{"fail:node-a:1"});
+  REQUIRE(job.events("restart").size() == 1);
+  CHECK(has(job.events("restart")[0], "\"restart_count\":1"));
+  // One verdict: the restarted attempt's rings start empty.
+  REQUIRE(job.events("hang_verdict").size() == 1);
+  CHECK(has(job.events("hang_verdict")[0], "\"culprits\":\"1\""));
 }
 
 }  // namespace ddprun::agent::testing

@@ -1,0 +1,181 @@
+// One node's agent parts (agent/worker_group.h, agent/job_reporter.h, agent/hang_watch.h,
+// agent/containment.h) over fake workers on a manual clock (manual_agent_env.h) and a
+// scripted round (scripted_rendezvous.h), without the round loop: each test drives the part
+// it tests as the loop (agent/elastic_agent.cc) does, and reads what a user would see: the
+// workers' signals, the events file, the failures of the report. Nothing is spawned and
+// nothing sleeps; the log directory goes with the parts.
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <spdlog/sinks/ostream_sink.h>
+
+#include "agent/agent_config.h"
+#include "agent/containment.h"
+#include "agent/hang_watch.h"
+#include "agent/job_reporter.h"
+#include "agent/node_cooldown.h"
+#include "agent/output/log_layout.h"
+#include "agent/restart_policy.h"
+#include "agent/worker_group.h"
+#include "tests/agent/manual_agent_env.h"
+#include "tests/agent/scripted_rendezvous.h"
+
+namespace ddprun::agent::testing {
+
+class AgentParts {
+ public:
+  // `nproc` fake workers, each doing what `scripter` says. Set `config` before start().
+  AgentParts(int nproc, ManualAgentEnv::Scripter scripter) : env(std::move(scripter)), rdzv(rounds, env, nproc) {
+    static std::atomic<int> count{0};
+    const std::string id = "agent-parts-" + std::to_string(::getpid()) + "-" + std::to_string(count++);
+    dir_ = std::filesystem::temp_directory_path() / ("ddprun_" + id);
+    std::filesystem::create_directories(dir_);
+    config.entrypoint = {"/fake/worker"};
+    config.entry_name = "worker";
+    config.nproc_per_node = nproc;
+    config.term_timeout = std::chrono::milliseconds(2000);
+    config.cgroups = false;
+    config.log_dir = (dir_ / "logs").string();
+    config.events_file = (dir_ / "events.jsonl").string();
+    config.rendezvous.run_id = id;
+    // As the round loop: each exit is reaped and reported when SIGCHLD comes.
+    env.onSignals({SIGCHLD}, [this](int) {
+      for (const Worker* w : group.reap()) reporter.workerExited(*w);
+    });
+  }
+  ~AgentParts() {
+    hang.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  AgentParts(const AgentParts&) = delete;
+  AgentParts& operator=(const AgentParts&) = delete;
+
+  // Sets the parts up as the round loop's setUp() does (with the hang watch when `watch`),
+  // forms round 1 and starts attempt 0's workers.
+  void start(bool watch = false) {
+    layout = std::make_unique<LogLayout>(config.log_dir, config.rendezvous.run_id, true);
+    WorkerGroupSetup setup;
+    setup.layout = layout.get();
+    if (watch) {
+      hang = std::make_unique<HangWatch>(config, env, group, reporter, nullptr);
+      hang->setUp(rdzv, setup.base_env);
+      base_env = setup.base_env;
+    }
+    group.setUp(std::move(setup));
+    if (hang) hang->setLayout(*layout);
+    reporter.open(rdzv, {*config.events_file});
+    round = rdzv.nextRound();
+    reporter.setRound(round);
+    if (hang) hang->attemptStarting();
+    group.begin(0, round);
+    for (size_t i = 0; i < group.workers().size(); ++i) {
+      group.startOne(i, "");
+      reporter.workerStarted(group.workers()[i], round);
+    }
+    if (hang) hang->workersStarted();
+  }
+
+  // Runs the loop until `done()` or `limit` of manual time has passed.
+  template <typename Done>
+  void runUntil(Done done, Clock::Duration limit = std::chrono::hours(1)) {
+    const auto until = env.clock().now() + limit;
+    while (!done() && env.clock().now() < until) env.runFor(until - env.clock().now());
+  }
+  // Ticks the hang watch as the round loop does while the workers run, until `done()` or
+  // `limit` of manual time has passed.
+  template <typename Done>
+  void watchUntil(Done done, Clock::Duration limit) {
+    const auto until = env.clock().now() + limit;
+    while (!done() && env.clock().now() < until) {
+      const HangWatch::Wake wake = hang->wake(until);
+      env.runFor(std::max<Clock::Duration>(wake.at - env.clock().now(), Clock::Duration::zero()));
+      hang->tick(wake);
+    }
+  }
+
+  // The lines of the events file for `event`.
+  std::vector<std::string> events(const std::string& event) const {
+    std::vector<std::string> found;
+    std::ifstream in(*config.events_file);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"event\":\"" + event + "\"") != std::string::npos) found.push_back(line);
+    }
+    return found;
+  }
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+
+ public:
+  AgentConfig config;
+  ManualAgentEnv env;
+  RoundScript rounds;
+  ScriptedRendezvous rdzv;
+  RestartPolicy policy{0, NodeCooldown(std::chrono::seconds(0), std::chrono::seconds(0)), env.clock()};
+  std::unique_ptr<HangWatch> hang;  // made by start(true)
+  WorkerGroup group{config, env, nullptr, [this](int rank, std::string_view line) {
+                      if (hang) hang->onStderrLine(rank, line);
+                    }};
+  JobReporter reporter{config, group, policy};
+  std::unique_ptr<LogLayout> layout;
+  std::map<std::string, std::string> base_env;  // the workers' environment as the hang watch named it
+  rendezvous::RendezvousResult round;
+};
+
+// The "agent" logger's lines ("<level>: <text>"), at debug level, while it lives.
+class AgentLog {
+ public:
+  AgentLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)), log_(ddprun::logger("agent")) {
+    sink_->set_pattern("%l: %v");
+    saved_ = log_->sinks();
+    log_->sinks() = {sink_};
+    level_ = log_->level();
+    log_->set_level(spdlog::level::debug);
+  }
+  ~AgentLog() {
+    log_->sinks() = saved_;
+    log_->set_level(level_);
+  }
+  AgentLog(const AgentLog&) = delete;
+  AgentLog& operator=(const AgentLog&) = delete;
+  std::string text() const { return text_.str(); }
+  // How many lines hold `part`.
+  size_t count(const std::string& part) const {
+    std::istringstream in(text_.str());
+    size_t n = 0;
+    for (std::string line; std::getline(in, line);) n += line.find(part) != std::string::npos;
+    return n;
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::vector<spdlog::sink_ptr> saved_;
+  spdlog::level::level_enum level_;
+};
+
+inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A worker that ends by itself after `after` with `code`.
+inline ManualAgentEnv::Script exits(std::chrono::milliseconds after, int code) {
+  ManualAgentEnv::Script s;
+  s.exit_after = after;
+  s.exit_code = code;
+  return s;
+}
+
+}  // namespace ddprun::agent::testing
