@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "launcher/rdzv_conf.h"
+#include "launcher/status_command.h"
 #include "rendezvous/rounds/rendezvous_config.h"
 #include "tests/launcher/parse_args.h"
 
@@ -118,4 +119,16 @@ TEST_CASE("a value torch refuses for a key it reads is still refused", "[cli][rd
             .join_timeout == 5s);
   CHECK_THAT(refused({"--standalone", "--rdzv_conf", "read_timeout=0"}), Catch::Contains("read_timeout=0"));
   CHECK_THAT(refused({"--rdzv_conf", "novalue"}), Catch::Contains("'novalue' has no value"));
+}
+
+TEST_CASE("status reads the job's rdzv_conf as the launcher does", "[cli][rdzv_conf][status]") {
+  // The job's own value, quote marks and all: accepted (a warning for the keys c10d does not
+  // read), so the only failure left is the store that is not there (port 1).
+  const char* argv[] = {"ddprun", "status", "--rdzv_endpoint=127.0.0.1:1", "--rdzv_id=job",
+                        "--rdzv_conf='join_timeout=5,last_call_timeout=1,timeout=5'"};
+  CHECK_THROWS_AS(ddprun::launcher::runStatusCommand(5, argv), ddprun::RendezvousError);
+  const char* empty_value[] = {"ddprun", "status", "--rdzv_endpoint=127.0.0.1:1", "--rdzv_id=job",
+                               "--rdzv_conf=token_file="};
+  CHECK(errorOf([&] { ddprun::launcher::runStatusCommand(5, empty_value); }) ==
+        "status: --rdzv_conf key 'token_file' has no value (expected key=value)");
 }
