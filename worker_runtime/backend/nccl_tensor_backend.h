@@ -1,6 +1,7 @@
-// The NCCL backend on CUDA tensors. Its implementation (nccl_tensor_backend.cc) is built only
-// against a CUDA-enabled LibTorch; elsewhere nccl_unavailable.cc says why it is not viable,
-// so this header needs no CUDA.
+// The NCCL backend on CUDA tensors. Its implementation (nccl_tensor_backend_impl.h: the ops in
+// nccl_ops.cc, the communicators in nccl_comms.cc, the watchdog in nccl_watchdog.cc) is built
+// only against a CUDA-enabled LibTorch; elsewhere nccl_unavailable.cc says why it is not
+// viable, so this header needs no CUDA.
 //
 // Semantics are torch's ProcessGroupNCCL's: an op runs on the group's communication stream,
 // ordered after the caller's current stream by an event; wait() makes the caller's current
