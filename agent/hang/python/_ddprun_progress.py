@@ -1,4 +1,4 @@
-# ddprun's progress signal for Python workers (agent/hang/python_hook.h); written by ddprun.
+# ddprun's progress signal for Python workers (agent/hang/python/python_hook.h); written by ddprun.
 #
 # Every call of torch.distributed's collectives and point-to-point messages is recorded in
 # the flight recorder rings that ddprun's C++ runtime keeps (common/flight_ring.h): one

@@ -1,4 +1,4 @@
-# ddprun's startup hook for Python workers (agent/hang/python_hook.h); written by ddprun.
+# ddprun's startup hook for Python workers (agent/hang/python/python_hook.h); written by ddprun.
 # It registers faulthandler for a signal so that ddprun can read every thread's traceback
 # without stopping the process, saves an uncaught exception's traceback for the failure
 # report, has torch.distributed's calls recorded in flight recorder rings that ddprun reads
