@@ -68,6 +68,8 @@ void StoreServer::Impl::Connection::close() {
     // A write in flight keeps writing_ until its handler runs, but no longer counts.
     server_.unqueued(queuedBytes());
     std::string().swap(pending_);
+    if (partial_since_) --server_.incomplete_requests_;
+    partial_since_.reset();
   }
   boost::system::error_code ignored;
   socket_.close(ignored);
@@ -144,7 +146,7 @@ void StoreServer::Impl::Connection::onReadable(const boost::system::error_code& 
       return;
     }
     const size_t got = static_cast<size_t>(n);
-    last_heard_ = Clock::now();
+    last_heard_ = server_.clock_.now();
     if (into_scratch) {
       auto consumed = handleRequests({dst, got});
       if (!consumed) return;
@@ -235,9 +237,11 @@ std::optional<size_t> StoreServer::Impl::Connection::handleRequests(std::span<co
 
 void StoreServer::Impl::Connection::noteProgress(size_t consumed) {
   if (in_len_ == 0) {
+    if (partial_since_) --server_.incomplete_requests_;
     partial_since_.reset();
   } else if (consumed > 0 || !partial_since_) {
-    partial_since_ = Clock::now();
+    if (!partial_since_) ++server_.incomplete_requests_;
+    partial_since_ = server_.clock_.now();
   }
 }
 
@@ -360,6 +364,7 @@ bool StoreServer::Impl::Connection::handle(Request& r) {
   }
   if (!reply.empty()) send(std::move(reply));
   server_.deliver(effects);
+  server_.noteWaiters();
   return !closed_;
 }
 

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include <future>
 #include <limits>
 
 #include <boost/asio/post.hpp>
@@ -26,14 +27,14 @@ constexpr std::chrono::seconds kMinStrangerIdle{1};
 
 }  // namespace
 
-StoreServer::Impl::Impl(StoreServerOptions options)
+StoreServer::Impl::Impl(StoreServerOptions options, Clock& clock)
     : options_(std::move(options)),
+      clock_(clock),
       log_(logger("store")),
       // Sockets are only ever used from the one I/O thread, so their per-operation locks
       // can go; the scheduler keeps its lock for the post() from the destructor.
       io_(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO),
-      acceptor_(io_),
-      sweep_timer_(io_) {
+      acceptor_(io_) {
   // Every client holds a descriptor: the soft limit (often 1024) would cap the store far below
   // what the hard limit allows.
   DescriptorLimit limit;
@@ -61,7 +62,6 @@ StoreServer::Impl::Impl(StoreServerOptions options)
   }
   port_ = acceptor_.local_endpoint().port();
   accept();
-  sweepStalled();
   thread_ = std::thread([this] {
     // A named thread shows up as such in top, perf and gdb.
     pthread_setname_np(pthread_self(), "ddprun-store");
@@ -75,15 +75,22 @@ StoreServer::Impl::Impl(StoreServerOptions options)
       }
     }
   });
+  sweeper_ = std::thread([this] { runSweeper(); });
   log_->debug("store listening on {}:{}{} (descriptor limit {}, hard {})", options_.host, port_,
               options_.token.empty() ? "" : " (token required)", limit.soft, limit.hard);
 }
 
 StoreServer::Impl::~Impl() {
+  // The sweeper first: it may be waiting for a sweep it posted, which needs the I/O thread.
+  {
+    std::lock_guard lock(sweep_mutex_);
+    stopping_ = true;
+  }
+  sweep_cv_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
   asio::post(io_, [this] {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
-    sweep_timer_.cancel();
     accept_timer_.cancel();
     for (auto& [id, connection] : connections_) connection->close();
     connections_.clear();
@@ -121,7 +128,7 @@ void StoreServer::Impl::accept() {
     // six seconds. Back off (doubling up to a second) and log once per interval with a count.
     accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
     ++accept_failures_;
-    const auto now = Clock::now();
+    const auto now = clock_.now();
     if (now - last_accept_log_ >= kAcceptLogInterval) {
       DescriptorLimit limit;
       if (out_of_descriptors) raiseDescriptorLimit(0, &limit);
@@ -143,7 +150,7 @@ void StoreServer::Impl::accept() {
 // kMinStrangerIdle; returns whether one was closed. One warning per kAcceptLogInterval
 // with a count: strangers connecting in a loop would otherwise write a line each.
 bool StoreServer::Impl::closeIdleStranger() {
-  const auto now = Clock::now();
+  const auto now = clock_.now();
   const Connection* idlest = nullptr;
   for (const auto& [id, connection] : connections_) {
     if (connection->authenticated() || now - connection->lastHeard() < kMinStrangerIdle) continue;
@@ -165,26 +172,43 @@ bool StoreServer::Impl::closeIdleStranger() {
   return true;
 }
 
-// One timer for all connections (not one per request): every quarter of the request
-// timeout, close the connections whose current request has been incomplete too long.
+// One sweep for all connections (not a timer per request): every quarter of the request
+// timeout on clock_, close the connections whose current request has been incomplete too
+// long. The sweep itself runs on the I/O thread, which owns the connections, and this thread
+// waits for it: on a manual clock, a test knows the sweeps due by the time it moved to are
+// done once this thread waits on the clock again.
+void StoreServer::Impl::runSweeper() {
+  pthread_setname_np(pthread_self(), "ddprun-sweep");
+  const Clock::Duration period = std::max<Clock::Duration>(std::chrono::milliseconds(20), options_.request_timeout / 4);
+  std::unique_lock lock(sweep_mutex_);
+  while (!stopping_) {
+    const auto deadline = clock_.now() + period;
+    while (!stopping_ && clock_.waitUntil(lock, sweep_cv_, deadline) != std::cv_status::timeout) {
+    }
+    if (stopping_) return;
+    std::promise<void> swept;
+    asio::post(io_, [this, &swept] {
+      sweepStalled();
+      swept.set_value();
+    });
+    lock.unlock();
+    swept.get_future().wait();
+    lock.lock();
+  }
+}
+
 void StoreServer::Impl::sweepStalled() {
-  auto period = std::max(std::chrono::milliseconds(20), options_.request_timeout / 4);
-  sweep_timer_.expires_after(period);
-  sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;
-    const auto now = Clock::now();
-    std::vector<ConnectionId> stalled;
-    for (const auto& [id, connection] : connections_) {
-      if (connection->stalled(now)) stalled.push_back(id);
-    }
-    for (ConnectionId id : stalled) {
-      closeConnection(id,
-                      "request incomplete after " + std::to_string(options_.request_timeout.count()) +
-                          " ms (slow or stalled client)",
-                      true);
-    }
-    sweepStalled();
-  });
+  const auto now = clock_.now();
+  std::vector<ConnectionId> stalled;
+  for (const auto& [id, connection] : connections_) {
+    if (connection->stalled(now)) stalled.push_back(id);
+  }
+  for (ConnectionId id : stalled) {
+    closeConnection(
+        id,
+        "request incomplete after " + std::to_string(options_.request_timeout.count()) + " ms (slow or stalled client)",
+        true);
+  }
 }
 
 void StoreServer::Impl::closeConnection(ConnectionId id, const std::string& reason, bool is_error) {
@@ -197,6 +221,7 @@ void StoreServer::Impl::closeConnection(ConnectionId id, const std::string& reas
   }
   it->second->close();
   state_.dropConnection(id);
+  noteWaiters();
   connections_.erase(it);
   connection_count_ = connections_.size();
 }
@@ -264,10 +289,13 @@ void StoreServer::Impl::unqueued(size_t bytes) {
   queued_bytes_seen_ = queued_bytes_;
 }
 
-StoreServer::StoreServer(StoreServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+StoreServer::StoreServer(StoreServerOptions options, Clock& clock)
+    : impl_(std::make_unique<Impl>(std::move(options), clock)) {}
 StoreServer::~StoreServer() = default;
 int StoreServer::port() const { return impl_->port(); }
 size_t StoreServer::connectionCount() const { return impl_->connectionCount(); }
+size_t StoreServer::incompleteRequests() const { return impl_->incompleteRequests(); }
+size_t StoreServer::waitingClients() const { return impl_->waitingClients(); }
 size_t StoreServer::pendingReplyBytes() const { return impl_->pendingReplyBytes(); }
 size_t StoreServer::peakPendingReplyBytes() const { return impl_->peakPendingReplyBytes(); }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "common/clock.h"
 #include "rendezvous/store/request_parser.h"
 
 namespace ddprun::rendezvous {
@@ -40,8 +41,9 @@ class StoreServer {
  public:
   // Raises the process's soft descriptor limit to its hard one, binds, listens (with the largest
   // backlog the kernel allows: net.core.somaxconn) and starts the I/O thread. Throws
-  // SystemError (e.g. EADDRINUSE).
-  explicit StoreServer(StoreServerOptions options);
+  // SystemError (e.g. EADDRINUSE). Request deadlines (options.request_timeout) and how long a
+  // stranger has been silent run on `clock`, which outlives the server; tests give a manual one.
+  explicit StoreServer(StoreServerOptions options, Clock& clock = Clock::real());
   // Closes every connection and joins the I/O thread.
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
@@ -50,6 +52,10 @@ class StoreServer {
   int port() const;
   // Number of open client connections (for tests and logs). Thread-safe.
   size_t connectionCount() const;
+  // Connections holding a request not yet complete (whose request_timeout runs), and clients
+  // blocked in a WAIT, a queue pop or a BARRIER (for tests and logs). Thread-safe.
+  size_t incompleteRequests() const;
+  size_t waitingClients() const;
   // Reply bytes the server holds for all clients (queued or being written), now and at
   // most since it started (for tests and logs). Thread-safe.
   size_t pendingReplyBytes() const;

@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -19,6 +21,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "common/clock.h"
 #include "rendezvous/store/request_parser.h"
 #include "rendezvous/store/store_server.h"
 #include "rendezvous/store/store_state.h"
@@ -32,23 +35,27 @@ inline constexpr size_t kStoreScratchBytes = 64 * 1024;
 
 class StoreServer::Impl {
  public:
-  using Clock = std::chrono::steady_clock;
+  using TimePoint = Clock::TimePoint;
   using tcp = boost::asio::ip::tcp;
   // One client's connection (store_connection.cc); as a nested class it reaches the server's
   // state, options and shared read buffer.
   class Connection;
 
-  explicit Impl(StoreServerOptions options);
+  Impl(StoreServerOptions options, Clock& clock);
   ~Impl();
   int port() const { return port_; }
   size_t connectionCount() const { return connection_count_.load(); }
+  size_t incompleteRequests() const { return incomplete_requests_.load(); }
+  size_t waitingClients() const { return waiting_clients_.load(); }
   size_t pendingReplyBytes() const { return queued_bytes_seen_.load(); }
   size_t peakPendingReplyBytes() const { return peak_queued_bytes_.load(); }
 
  private:
   void accept();
   bool closeIdleStranger();
+  void runSweeper();
   void sweepStalled();
+  void noteWaiters() { waiting_clients_ = state_.waitingConnections(); }
   void closeConnection(ConnectionId id, const std::string& reason, bool is_error);
   void deliver(const StoreEffects& effects);
   void send(ConnectionId id, std::string bytes);
@@ -57,29 +64,37 @@ class StoreServer::Impl {
   void unqueued(size_t bytes);
 
   StoreServerOptions options_;
+  Clock& clock_;  // request deadlines and idle strangers; the accept back-off stays on the wall
   std::shared_ptr<spdlog::logger> log_;
   boost::asio::io_context io_;
   tcp::acceptor acceptor_;
   tcp::endpoint accept_peer_;  // filled by each accept
-  boost::asio::steady_timer sweep_timer_;
   boost::asio::steady_timer accept_timer_{io_};
   std::chrono::milliseconds accept_backoff_{0};
   uint64_t accept_failures_ = 0;
-  Clock::time_point last_accept_log_{};
+  TimePoint last_accept_log_{};
   static constexpr std::chrono::seconds kAcceptLogInterval{10};
   uint64_t strangers_closed_ = 0;
-  Clock::time_point last_stranger_log_{};
+  TimePoint last_stranger_log_{};
   int port_ = 0;
   StoreState state_;
   std::vector<uint8_t> scratch_ = std::vector<uint8_t>(kStoreScratchBytes);  // see Connection::onReadable
   std::unordered_map<ConnectionId, std::shared_ptr<Connection>> connections_;
   ConnectionId next_id_ = 1;
   std::atomic<size_t> connection_count_{0};
+  std::atomic<size_t> incomplete_requests_{0};  // connections whose partial_since_ is set
+  std::atomic<size_t> waiting_clients_{0};      // state_.waitingConnections(), for other threads
   // Reply bytes held for all connections (pending_ and writing_), and copies for other threads.
   size_t queued_bytes_ = 0;
   std::atomic<size_t> queued_bytes_seen_{0};
   std::atomic<size_t> peak_queued_bytes_{0};
   std::thread thread_;
+  // The sweep of stalled requests is timed on clock_ by a thread of its own (runSweeper): an
+  // Asio timer runs on the wall clock only, and a test on a manual clock moves time itself.
+  std::mutex sweep_mutex_;
+  std::condition_variable sweep_cv_;
+  bool stopping_ = false;  // under sweep_mutex_
+  std::thread sweeper_;
 };
 
 class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connection> {
@@ -87,7 +102,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   // `remote` comes from accept() itself: a getpeername() per connection and a string per
   // connection cost time and memory that 100,000 clients multiply; the text is made when logged.
   Connection(Impl& server, ConnectionId id, tcp::socket socket, const tcp::endpoint& remote)
-      : server_(server), id_(id), socket_(std::move(socket)), remote_(remote) {
+      : server_(server), id_(id), socket_(std::move(socket)), remote_(remote), last_heard_(server.clock_.now()) {
     boost::system::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);
     authenticated_ = server_.options_.token.empty();
@@ -98,7 +113,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   std::string peer() const { return remote_.address().to_string() + ":" + std::to_string(remote_.port()); }
   bool authenticated() const { return authenticated_; }
   // When bytes last came from the client (or it connected).
-  Clock::time_point lastHeard() const { return last_heard_; }
+  TimePoint lastHeard() const { return last_heard_; }
 
   // Closes the socket; the reply bytes it held no longer count against the server's total.
   void close();
@@ -116,7 +131,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   void notify(std::string frame);
 
   // True when a request has been incomplete for longer than the request timeout.
-  bool stalled(Clock::time_point now) const {
+  bool stalled(TimePoint now) const {
     return partial_since_ && now - *partial_since_ > server_.options_.request_timeout;
   }
 
@@ -173,10 +188,10 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   bool writing_in_flight_ = false;
   bool reading_ = false;
   size_t need_at_least_ = 0;
-  std::optional<Clock::time_point> partial_since_;
+  std::optional<TimePoint> partial_since_;
   bool closed_ = false;
   bool authenticated_ = false;
-  Clock::time_point last_heard_ = Clock::now();
+  TimePoint last_heard_;
   wire::Generation generation_ = wire::Generation::kUnknown;
   std::string client_nonce_;
   std::string server_nonce_;

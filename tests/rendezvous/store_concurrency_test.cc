@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "tests/rendezvous/store_test_util.h"
+#include "tests/support/test_process.h"
 
 using namespace ddprun::rendezvous;
 using namespace ddprun::rendezvous::testing;
@@ -116,18 +117,14 @@ TEST_CASE("concurrency: racing compare_set from empty has exactly one winner", "
 TEST_CASE("concurrency: one set releases every waiter on the key", "[concurrency]") {
   constexpr int kWaiters = 12;
   StoreServer server(localServerOptions());
-  std::atomic<int> connected{0};
   std::vector<std::future<std::string>> waiters;
   for (int w = 0; w < kWaiters; ++w) {
     waiters.push_back(std::async(std::launch::async, [&] {
       TcpStoreClient client(clientOptions(server.port()));
-      ++connected;
       return client.get("go");
     }));
   }
-  auto deadline = Clock::now() + 10s;
-  while (connected.load() < kWaiters && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
-  std::this_thread::sleep_for(100ms);
+  REQUIRE(ddprun::testing::eventually([&] { return server.waitingClients() == kWaiters; }, 10s));
   TcpStoreClient(clientOptions(server.port())).set("go", "now");
   for (auto& w : waiters) {
     REQUIRE(w.wait_for(10s) == std::future_status::ready);

@@ -20,6 +20,7 @@
 using namespace ddprun::rendezvous;
 using namespace ddprun::rendezvous::testing;
 using ddprun::testing::eventually;
+using ddprun::testing::ManualClock;
 using wire::Command;
 using wire::LegacyCommand;
 
@@ -41,10 +42,11 @@ long msSince(Clock::time_point start) {
   return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
 }
 
-// A server and one well-behaved client that stays connected throughout.
+// A server and one well-behaved client that stays connected throughout. The server's request
+// deadlines run on `clock` (a manual one where a test moves time itself).
 struct Fixture {
-  explicit Fixture(StoreServerOptions options = localServerOptions())
-      : server(std::move(options)), client(clientOptions(server.port())) {
+  explicit Fixture(StoreServerOptions options = localServerOptions(), ddprun::Clock& clock = ddprun::Clock::real())
+      : server(std::move(options), clock), client(clientOptions(server.port())) {
     client.set("sentinel/base", "base");
   }
 
@@ -219,45 +221,53 @@ TEST_CASE("bad input: unknown commands and a wrong VALIDATE close the connection
   f.expectServes("unknown commands");
 }
 
+// On a manual clock: the server sweeps stalled requests every request_timeout / 4 (75 ms here)
+// of the clock's time, which only passes when the test says so (passTime).
 TEST_CASE("bad input: a client that stalls mid-request is closed after request_timeout", "[bad-input]") {
   auto options = localServerOptions();
   options.request_timeout = 300ms;
-  Fixture f(options);
+  ManualClock clock;
+  Fixture f(options, clock);
   SECTION("stalled after part of a header") {
     RawConnection raw(f.server.port());
-    auto start = Clock::now();
     REQUIRE(raw.send(validateFrame() + std::string(Frame(Command::kSet)).append("\x05\x00\x00", 3)));
+    REQUIRE(eventually([&] { return f.server.incompleteRequests() == 1; }, 5s));
+    // Open for all of request_timeout, with a sweep at its very end (300 ms is not past it).
+    REQUIRE(passTime(clock, 300ms));
+    CHECK(f.server.connectionCount() == 2);
+    REQUIRE(passTime(clock, 75ms));
     CHECK(raw.closedByPeerWithin(5s));
-    auto elapsed = msSince(start);
-    CHECK(elapsed >= 250);
-    CHECK(elapsed < 3000);
   }
   SECTION("trickling one byte at a time does not extend the deadline") {
     RawConnection raw(f.server.port());
     std::string frame =
         validateFrame() + std::string(Frame(Command::kSet).str(std::string(100, 'k')).str(std::string(100, 'v')));
-    auto start = Clock::now();
-    bool closed = false;
-    for (size_t i = 0; i < frame.size() && !closed; ++i) {
-      if (!raw.send(frame.substr(i, 1))) break;
-      closed = raw.closedByPeerWithin(50ms);
+    REQUIRE(eventually([&] { return f.server.connectionCount() == 2; }, 5s));
+    size_t sent = 0;
+    while (sent < frame.size() && f.server.connectionCount() == 2) {
+      if (!raw.send(frame.substr(sent++, 1))) break;
+      REQUIRE(passTime(clock, 50ms));
     }
-    if (!closed) closed = raw.closedByPeerWithin(3s);
-    CHECK(closed);
-    CHECK(msSince(start) < 3000);  // all of it would take over 10 s
+    INFO("closed after " << sent << " of " << frame.size() << " bytes, 50 ms apart");
+    CHECK(sent < 20);  // request_timeout is six bytes' time; all of it would take over 10 s
+    CHECK(raw.closedByPeerWithin(5s));
     CHECK_FALSE(f.client.check({std::string(100, 'k')}));
   }
   SECTION("an idle client between requests is not closed") {
     RawConnection raw(f.server.port());
-    REQUIRE(raw.send(validateFrame()));
-    CHECK(raw.quietFor(1s));
+    REQUIRE(raw.send(validateFrame() + std::string(Frame(Command::kPing).u32(1))));
+    CHECK(raw.readValue<uint32_t>() == 1u);
+    REQUIRE(passTime(clock, 1s));
+    CHECK(f.server.connectionCount() == 2);
     REQUIRE(raw.send(Frame(Command::kPing).u32(31337)));
     CHECK(raw.readValue<uint32_t>() == 31337u);
   }
   SECTION("a client blocked in WAIT longer than request_timeout is not closed") {
     TcpStoreClient waiter(clientOptions(f.server.port()));
     auto blocked = std::async(std::launch::async, [&] { return waiter.get("slow-key"); });
-    std::this_thread::sleep_for(1s);
+    REQUIRE(eventually([&] { return f.server.waitingClients() == 1; }, 5s));
+    REQUIRE(passTime(clock, 1s));
+    CHECK(f.server.connectionCount() == 2);
     f.client.set("slow-key", "finally");
     REQUIRE(blocked.wait_for(5s) == std::future_status::ready);
     CHECK(blocked.get() == "finally");
@@ -269,17 +279,18 @@ TEST_CASE("bad input: a client that stalls mid-request is closed after request_t
 TEST_CASE("bad input: many stalled clients at once do not hold up others", "[bad-input]") {
   auto options = localServerOptions();
   options.request_timeout = 2s;
-  Fixture f(options);
+  ManualClock clock;
+  Fixture f(options, clock);
   std::vector<std::unique_ptr<RawConnection>> stalled;
   for (int i = 0; i < 50; ++i) {
     stalled.push_back(std::make_unique<RawConnection>(f.server.port()));
     REQUIRE(stalled.back()->send(validateFrame() + std::string(Frame(Command::kGet).u64(10)).append("abc")));
   }
-  CHECK(eventually([&] { return f.server.connectionCount() == 51; }, 1s));
-  auto start = Clock::now();
+  REQUIRE(eventually([&] { return f.server.incompleteRequests() == 50; }, 5s));
   f.client.set("during", "stall");
   CHECK(f.client.get("during") == "stall");
-  CHECK(msSince(start) < 1000);  // answered while they still hang
+  CHECK(f.server.connectionCount() == 51);  // answered while they still hang
+  REQUIRE(passTime(clock, 2s + 500ms));     // the first sweep past request_timeout
   for (auto& raw : stalled) CHECK(raw->closedByPeerWithin(5s));
   f.expectOnlyClientLeft();
   f.expectServes("many stalled clients");
@@ -293,21 +304,26 @@ TEST_CASE("bad input: many stalled clients at once do not hold up others", "[bad
 TEST_CASE("a client streaming requests that each complete in time is not closed", "[bad-input]") {
   auto options = localServerOptions();
   options.request_timeout = 300ms;
-  Fixture f(options);
+  ManualClock clock;
+  Fixture f(options, clock);
   RawConnection raw(f.server.port());
   REQUIRE(raw.send(validateFrame()));
-  const std::string frame = Frame(Command::kSet).str("/stream").str(std::string(1000, 'x'));
-  const size_t half = frame.size() / 2;
-  REQUIRE(raw.send(frame.substr(0, half)));
-  auto start = Clock::now();
+  // Each request its own key, so that the test sees it handled before time moves on.
+  const auto frame = [](int i) {
+    return std::string(Frame(Command::kSet).str("/stream/" + std::to_string(i)).str(std::string(1000, 'x')));
+  };
+  const auto firstHalf = [&](int i) { return frame(i).substr(0, frame(i).size() / 2); };
+  const auto secondHalf = [&](int i) { return frame(i).substr(frame(i).size() / 2); };
+  REQUIRE(raw.send(firstHalf(0)));
+  // 1.5 s of the clock, five times request_timeout, in steps of 50 ms.
   int sent = 0;
-  while (msSince(start) < 1500) {
-    std::this_thread::sleep_for(50ms);
-    if (!raw.send(frame.substr(half) + frame.substr(0, half))) break;
-    ++sent;
+  for (; sent < 30; ++sent) {
+    if (!raw.send(secondHalf(sent) + firstHalf(sent + 1))) break;
+    REQUIRE(eventually([&] { return f.client.check({"/stream/" + std::to_string(sent)}); }, 5s));
+    REQUIRE(passTime(clock, 50ms));
   }
-  raw.send(frame.substr(half) + std::string(Frame(Command::kPing).u32(4242)));
-  INFO("sent " << sent << " requests over " << msSince(start) << " ms");
+  raw.send(secondHalf(sent) + std::string(Frame(Command::kPing).u32(4242)));
+  INFO("sent " << sent << " requests over 1500 ms of the server's clock");
   CHECK(raw.readValue<uint32_t>(3s) == 4242u);
 }
 
@@ -316,11 +332,13 @@ TEST_CASE("bad input: a client that vanishes while waiting leaves no waiter behi
   std::vector<std::string> many_keys;
   for (int i = 0; i < 1000; ++i) many_keys.push_back("/gate/" + std::to_string(i));
   for (int round = 0; round < 20; ++round) {
+    REQUIRE(eventually([&] { return f.server.waitingClients() == 0; }, 5s));  // the last round's is gone
     RawConnection raw(f.server.port());
     std::string wait = round % 2 ? std::string(Frame(Command::kWait).keys({"/gate", "/gate2"}))
                                  : std::string(Frame(LegacyCommand::kWait).keys(many_keys));
     REQUIRE(raw.send((round % 2 ? validateFrame() : std::string()) + wait));
-    CHECK(raw.quietFor(20ms));  // really waiting: no reply yet
+    CHECK(eventually([&] { return f.server.waitingClients() == 1; }, 5s));  // really waiting
+    CHECK(raw.quietFor(0ms));                                               // no reply yet
   }
   f.expectOnlyClientLeft();
   // The keys the vanished clients waited for now come; nobody is there to tell.
@@ -332,7 +350,7 @@ TEST_CASE("bad input: a client that vanishes while waiting leaves no waiter behi
   SECTION("other clients' waits still work") {
     TcpStoreClient waiter(clientOptions(f.server.port()));
     auto blocked = std::async(std::launch::async, [&] { return waiter.get("/gate/1"); });
-    std::this_thread::sleep_for(200ms);
+    REQUIRE(eventually([&] { return f.server.waitingClients() == 1; }, 5s));
     f.client.set("/gate/1", "open");
     REQUIRE(blocked.wait_for(5s) == std::future_status::ready);
     CHECK(blocked.get() == "open");
@@ -340,12 +358,15 @@ TEST_CASE("bad input: a client that vanishes while waiting leaves no waiter behi
   SECTION("a waiter that stays gets exactly one STOP_WAITING") {
     RawConnection raw(f.server.port());
     REQUIRE(raw.send(validateFrame() + std::string(Frame(Command::kWait).keys({"/once"}))));
-    CHECK(raw.quietFor(100ms));
+    REQUIRE(eventually([&] { return f.server.waitingClients() == 1; }, 5s));
+    CHECK(raw.quietFor(0ms));
     f.client.set("/once", "1");
     CHECK(raw.readValue<uint8_t>() == static_cast<uint8_t>(wire::WaitResponse::kStopWaiting));
     f.client.set("/once", "2");
     f.client.set("/once", "3");
-    CHECK(raw.quietFor(300ms));
+    // Handled, with whatever they queued for `raw`, before this reply; the PING's answer
+    // below is then the first byte `raw` gets unless a second STOP_WAITING came.
+    CHECK(f.client.get("/once") == "3");
     REQUIRE(raw.send(Frame(Command::kPing).u32(5)));
     CHECK(raw.readValue<uint32_t>() == 5u);
   }
@@ -371,7 +392,8 @@ TEST_CASE("bad input: a client that never reads its replies does not stall other
   }
   RawConnection raw(f.server.port());
   REQUIRE(raw.send(requests, 10s));
-  std::this_thread::sleep_for(500ms);
+  // The server holds back: more replies queued for `raw` than it lets pile up.
+  REQUIRE(eventually([&] { return f.server.pendingReplyBytes() > options.max_pending_reply_bytes; }, 10s));
   auto start = Clock::now();
   f.client.set("meanwhile", "served");
   CHECK(f.client.get("meanwhile") == "served");
@@ -462,7 +484,8 @@ TEST_CASE("bad input: torch 1.13 frames on a raw socket get torch 1.13 answers",
   REQUIRE(raw.send(Frame(LegacyCommand::kDeleteKey).str("/k")));
   CHECK(raw.readValue<int64_t>() == 1);
   REQUIRE(raw.send(Frame(LegacyCommand::kWait).keys({"/late"})));
-  CHECK(raw.quietFor(100ms));
+  REQUIRE(eventually([&] { return f.server.waitingClients() == 1; }, 5s));
+  CHECK(raw.quietFor(0ms));
   f.client.set("/late", "here");
   CHECK(raw.readValue<uint8_t>() == static_cast<uint8_t>(wire::WaitResponse::kStopWaiting));
   // WATCH_KEY: registered, then told of a creation with old and new values.
@@ -495,8 +518,10 @@ TEST_CASE("replies a client does not read stay within max_pending_reply_bytes", 
   for (int i = 0; i < 300; ++i) requests += Frame(Command::kGet).str("/big");  // 4 KB asking for 300 MiB
   RawConnection raw(f.server.port());
   REQUIRE(raw.send(requests));
-  CHECK(f.client.ping(1) == 1u);  // the server has handled the flood's first read by now
-  std::this_thread::sleep_for(300ms);
+  // The server has started on the flood; the one I/O thread then answers this PING only
+  // after it has handled all it read of it.
+  REQUIRE(eventually([&] { return f.server.pendingReplyBytes() > 0; }, 10s));
+  CHECK(f.client.ping(1) == 1u);
   const long grown_mb = (rssKb() - before) / 1024;
   INFO("the server's memory grew by " << grown_mb << " MiB");
   CHECK(grown_mb < 64);
@@ -545,10 +570,10 @@ TEST_CASE("bad input: requests announcing 60 MiB cost memory only as their bytes
   }
   // The buffer for the rest is sized when more of the request arrives: send more, in a
   // second segment each, once the server has taken the first.
-  std::this_thread::sleep_for(200ms);
+  REQUIRE(eventually([&] { return f.server.incompleteRequests() == 4; }, 5s));
   for (auto& raw : raws) REQUIRE(raw->send(std::string(8192, 'w')));
-  // The server reads each socket as soon as bytes arrive; half a second is ample for four.
-  std::this_thread::sleep_for(500ms);
+  // The server has taken the second segments too (and sized its buffers for them).
+  for (auto& raw : raws) REQUIRE(eventually([&] { return raw->unreadByServer() == 0; }, 5s));
   f.client.set("sentinel/during", "served");
   CHECK(f.client.get("sentinel/during") == "served");
   // The server lives in this process: 4 x 60 MiB zero-filled up front would show here.

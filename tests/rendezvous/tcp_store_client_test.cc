@@ -2,6 +2,7 @@
 // torch's semantics: ADD keeps decimal strings, compare_set's rules, waits released by
 // other clients, and a timed-out wait that leaves its client usable.
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <future>
 #include <thread>
@@ -22,18 +23,24 @@ long msSince(Clock::time_point start) {
   return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
 }
 
-// Runs `fn` on another thread after `delay`; the destructor joins, so no test leaves it behind.
-class Later {
+// Runs `fn` on another thread once `clients` clients are blocked in a wait on `server` (so
+// that what `fn` does comes while they wait), or after 10 s of not seeing them, to release
+// them all the same. The destructor joins, and checks that they were seen.
+class OnceWaiting {
  public:
   template <class Fn>
-  Later(std::chrono::milliseconds delay, Fn fn)
-      : thread_([delay, fn = std::move(fn)]() mutable {
-          std::this_thread::sleep_for(delay);
+  OnceWaiting(const StoreServer& server, size_t clients, Fn fn)
+      : thread_([this, &server, clients, fn = std::move(fn)]() mutable {
+          seen_ = eventually([&] { return server.waitingClients() >= clients; }, 10s);
           fn();
         }) {}
-  ~Later() { thread_.join(); }
+  ~OnceWaiting() {
+    thread_.join();
+    CHECK(seen_);
+  }
 
  private:
+  bool seen_ = false;  // written by thread_, read after joining it
   std::thread thread_;
 };
 
@@ -87,10 +94,8 @@ TEST_CASE("client: another client sees a value at once", "[client]") {
 TEST_CASE("client: get waits for a key that another client sets later", "[client]") {
   StoreServer server(localServerOptions());
   TcpStoreClient reader(clientOptions(server.port()));
-  auto start = Clock::now();
-  Later writer(300ms, [&] { TcpStoreClient(clientOptions(server.port())).set("late", "arrived"); });
+  OnceWaiting writer(server, 1, [&] { TcpStoreClient(clientOptions(server.port())).set("late", "arrived"); });
   CHECK(reader.get("late") == "arrived");
-  CHECK(msSince(start) >= 250);
 }
 
 TEST_CASE("client: add keeps a decimal string", "[client]") {
@@ -164,21 +169,28 @@ TEST_CASE("client: wait returns when another client sets the keys", "[client]") 
   TcpStoreClient waiter(clientOptions(server.port()));
   TcpStoreClient setter(clientOptions(server.port()));
   SECTION("one key") {
-    auto start = Clock::now();
-    Later later(300ms, [&] { setter.set("ready", "1"); });
+    std::atomic<bool> setting{false};
+    OnceWaiting later(server, 1, [&] {
+      setting = true;
+      setter.set("ready", "1");
+    });
     waiter.wait({"ready"}, 10s);
-    CHECK(msSince(start) >= 250);
+    CHECK(setting);  // it returned for the SET, not before
     CHECK(waiter.check({"ready"}));
   }
   SECTION("all of several keys, not just the first") {
-    auto start = Clock::now();
-    Later later(200ms, [&] {
+    std::atomic<bool> adding{false};
+    std::atomic<bool> waiting_after_x{false};
+    OnceWaiting later(server, 1, [&] {
       setter.set("x", "1");
-      std::this_thread::sleep_for(300ms);
+      CHECK_NOTHROW(setter.check({"x"}));  // the SET is handled once this is answered
+      waiting_after_x = server.waitingClients() == 1;
+      adding = true;
       setter.add("y", 1);
     });
     waiter.wait({"x", "y"}, 10s);
-    CHECK(msSince(start) >= 450);
+    CHECK(waiting_after_x);
+    CHECK(adding);
     CHECK(waiter.check({"x", "y"}));
   }
   SECTION("keys already there: at once") {
@@ -207,7 +219,7 @@ TEST_CASE("client: a wait that times out throws StoreTimeout and leaves the clie
   CHECK(waiter.get("never") == "now");
   CHECK(waiter.numKeys() == 2);
   // And it can wait again.
-  Later later(200ms, [&] { other.set("second", "1"); });
+  OnceWaiting later(server, 1, [&] { other.set("second", "1"); });
   waiter.wait({"second"}, 10s);
   CHECK(waiter.check({"second"}));
   CHECK(server.connectionCount() == 2);  // the same connections all along
@@ -275,7 +287,7 @@ TEST_CASE("client: multiSet and multiGet keep the order of keys", "[client]") {
   CHECK_THROWS_AS(store.multiSet({"a", "b"}, {"1"}), StoreError);
   SECTION("multiGet waits for keys set later") {
     TcpStoreClient setter(clientOptions(server.port()));
-    Later later(200ms, [&] { setter.set("late", "L"); });
+    OnceWaiting later(server, 1, [&] { setter.set("late", "L"); });
     CHECK(store.multiGet({"m1", "late"}) == Keys{"one", "L"});
   }
 }
@@ -296,10 +308,13 @@ TEST_CASE("client: queues are FIFO and pop waits for a push", "[client]") {
 
   SECTION("pop blocks until another thread pushes") {
     TcpStoreClient pusher(clientOptions(server.port()));
-    auto start = Clock::now();
-    Later later(300ms, [&] { pusher.queuePush("jobs", "job-1"); });
+    std::atomic<bool> pushing{false};
+    OnceWaiting later(server, 1, [&] {
+      pushing = true;
+      pusher.queuePush("jobs", "job-1");
+    });
     CHECK(store.queuePop("jobs", 10s) == "job-1");
-    CHECK(msSince(start) >= 250);
+    CHECK(pushing);
     CHECK(store.queueLength("jobs") == 0);
   }
   SECTION("one push releases one of two poppers") {
@@ -307,7 +322,7 @@ TEST_CASE("client: queues are FIFO and pop waits for a push", "[client]") {
     TcpStoreClient pusher(clientOptions(server.port()));
     auto a = std::async(std::launch::async, [&] { return store.queuePop("work", 10s); });
     auto b = std::async(std::launch::async, [&] { return popper2.queuePop("work", 10s); });
-    std::this_thread::sleep_for(200ms);
+    REQUIRE(eventually([&] { return server.waitingClients() == 2; }, 5s));
     pusher.queuePush("work", "only");
     bool a_done = a.wait_for(3s) == std::future_status::ready;
     bool b_done = b.wait_for(a_done ? 500ms : 3s) == std::future_status::ready;
@@ -439,12 +454,16 @@ TEST_CASE("client: a client retries until a late server comes up", "[client]") {
   std::unique_ptr<StoreServer> server;
   auto options = clientOptions(port);
   options.connect_timeout = 10s;
-  Later later(300ms, [&] {
+  // Time passing, on the wall: the client's own back-off between tries (TcpStoreClient takes
+  // no clock), and nothing to see from here that it has tried and failed.
+  std::thread later([&] {
+    std::this_thread::sleep_for(300ms);
     auto server_options = localServerOptions();
     server_options.port = port;
     server = std::make_unique<StoreServer>(server_options);
   });
   TcpStoreClient store(options);
+  later.join();
   store.set("up", "yes");
   CHECK(store.get("up") == "yes");
 }
@@ -453,7 +472,7 @@ TEST_CASE("client: interrupt releases a blocked wait at once", "[client]") {
   StoreServer server(localServerOptions());
   TcpStoreClient waiter(clientOptions(server.port()));
   auto blocked = std::async(std::launch::async, [&] { waiter.wait({"never"}, 20s); });
-  std::this_thread::sleep_for(200ms);
+  REQUIRE(eventually([&] { return server.waitingClients() == 1; }, 5s));
   auto start = Clock::now();
   waiter.interrupt();
   REQUIRE(blocked.wait_for(5s) == std::future_status::ready);
