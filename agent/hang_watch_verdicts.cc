@@ -194,6 +194,10 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
   const auto& current = reporter_.round();
   if (current && static_cast<size_t>(current->world_size) > group_.workers().size()) {
     for (const std::string& answer : otherNodes()) {
+      // Every Python rank's frames come in the answer, with a dump or without: when a dump is
+      // missing, the Python stacks' verdict (judgePythonHang) needs them. Only the ring
+      // verdict kept them before, so that verdict named the rank or not by which ran first.
+      remote_stacks_.merge(decodeStackSummary(answer, current->world_size, local_ranks).ranks);
       RemoteDumps theirs = decodeDumpSummary(answer, current->world_size, local_ranks);
       if (theirs.rejected > 0) {
         log_->warn(
