@@ -25,7 +25,7 @@ class Group: pass
 class Work:
     def __init__(self): self.done = threading.Event()
     def is_completed(self): return self.done.is_set()
-    def get_future(self): raise RuntimeError("not implemented")
+    def get_future(self): raise RuntimeError("this Work has no future")  # as gloo's send and recv in torch 1.13
 class GroupMember:
     WORLD = object()
     NON_GROUP_MEMBER = object()
