@@ -7,15 +7,22 @@ all-reduce, recorded at each backward(), and a plain torch.distributed call) run
 dist.all_reduce of one float on a group of the rank alone (U), and as many of the function
 ddprun's wrapper calls (W; the same function when nothing is recorded): U - W is the recording
 wrapper's cost per call.
+Then, with --ab_blocks N, the in-process A/B: 2N blocks of --ab_steps steps, taking turns with
+every function ddprun's hook wrapped put in place ("on") and its original back ("off"), in this
+one process, so that each on block is compared with the off block beside it, free of the
+run-to-run noise of separate processes (A = the median of the pairs' CPU time ratios, B of their
+wall time ratios; where nothing is wrapped both blocks run the same code, and A and B show the
+figure's noise).
 Rank 0 prints one line:
   python_hook_overhead_job ranks=N steps=S seconds=T steps_per_s=R cpu_us_per_step=P calls=C us_per_call=U
-    us_per_call_unwrapped=W recorded=0|1 ddp_recorded=0|1
+    us_per_call_unwrapped=W recorded=0|1 ddp_recorded=0|1 [ab_blocks=N ab_wrapped=F ab_cpu_ratio=A ab_step_ratio=B]
 (P: rank 0's CPU time, all its threads, per timed step; recorded: dist.all_reduce is ddprun's recording wrapper; ddp_recorded: DDP's forward is
 ddprun's, which arms the recording of the backward() after it.)
 Usage: python_hook_overhead_job.py [--steps S] [--warmup W] [--calls C] [--hidden H] [--depth D]
-                                   [--batch B]"""
+                                   [--batch B] [--ab_blocks N] [--ab_steps K]"""
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -26,6 +33,47 @@ from torch.nn.parallel import DistributedDataParallel
 IN, OUT = 256, 10
 
 
+def wrapped_functions():
+    """(owner, name, wrapper, original) of every function ddprun's hook put in place of torch's:
+    the recorded torch.distributed calls (in both modules that hold them), DDP's forward and
+    torch.autograd.backward. Empty without the hook."""
+    import torch.distributed.distributed_c10d as c10d
+    found = []
+    for owner in (dist, c10d, torch.autograd, DistributedDataParallel):
+        for name, fn in list(vars(owner).items()):
+            if getattr(fn, "__ddprun_recorded__", False) and hasattr(fn, "__wrapped__"):
+                found.append((owner, name, fn, fn.__wrapped__))
+    return found
+
+
+def in_process_ab(step, blocks, steps):
+    """' ab_blocks=N ab_wrapped=F ab_cpu_ratio=A ab_step_ratio=B': blocks of steps taking turns with
+    the hook's functions in place and with torch's originals back (every rank the same schedule,
+    so that both ranks run the same code in each block)."""
+    swaps = wrapped_functions()
+
+    def use(on):
+        for owner, name, wrapper, original in swaps:
+            setattr(owner, name, wrapper if on else original)
+
+    cpu_ratios, wall_ratios = [], []
+    for pair in range(blocks):
+        spent = {}
+        for on in ((True, False) if pair % 2 == 0 else (False, True)):  # each first every other pair
+            use(on)
+            dist.barrier()
+            start, cpu_start = time.perf_counter(), time.process_time()
+            for _ in range(steps):
+                step()
+            spent[on] = (time.perf_counter() - start, time.process_time() - cpu_start)
+        use(True)
+        wall_ratios.append(spent[True][0] / spent[False][0])
+        cpu_ratios.append(spent[True][1] / max(spent[False][1], 1e-9))
+    dist.barrier()
+    return (f" ab_blocks={blocks} ab_wrapped={len(swaps)} ab_cpu_ratio={statistics.median(cpu_ratios):.4f} "
+            f"ab_step_ratio={statistics.median(wall_ratios):.4f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=500, help="timed training steps")
@@ -34,9 +82,11 @@ def main():
     parser.add_argument("--hidden", type=int, default=256, help="width of the hidden layers")
     parser.add_argument("--depth", type=int, default=3, help="hidden layers")
     parser.add_argument("--batch", type=int, default=32, help="samples per rank and step")
+    parser.add_argument("--ab_blocks", type=int, default=0, help="in-process A/B pairs of blocks (0: none)")
+    parser.add_argument("--ab_steps", type=int, default=50, help="steps per A/B block")
     args = parser.parse_args()
-    for name in ("steps", "warmup", "calls", "hidden", "depth", "batch"):
-        if getattr(args, name) < (0 if name == "warmup" else 1):
+    for name in ("steps", "warmup", "calls", "hidden", "depth", "batch", "ab_blocks", "ab_steps"):
+        if getattr(args, name) < (0 if name in ("warmup", "ab_blocks") else 1):
             parser.error(f"--{name} {getattr(args, name)}: too small")
     torch.set_num_threads(1)
     dist.init_process_group("gloo")  # torch's default timeout, as a job that sets none
@@ -73,6 +123,7 @@ def main():
     cpu = time.process_time() - cpu_start  # every thread of this process: gloo's too
     if not torch.isfinite(metric).all():
         raise SystemExit(f"python_hook_overhead_job: rank {rank}: the loss is {metric.item()}")
+    ab = in_process_ab(step, args.ab_blocks, args.ab_steps) if args.ab_blocks else ""
 
     # The micro figure: CALLS calls of dist.all_reduce, and as many of the function it wraps
     # (functools.wraps keeps it as __wrapped__; without the hook, the same function), in blocks
@@ -108,7 +159,7 @@ def main():
         print(f"python_hook_overhead_job ranks={size} steps={args.steps} seconds={seconds:.4f} "
               f"steps_per_s={args.steps / seconds:.2f} cpu_us_per_step={cpu / args.steps * 1e6:.1f} calls={args.calls} us_per_call={per_call * 1e6:.2f} "
               f"us_per_call_unwrapped={per_plain * 1e6:.2f} "
-              f"recorded={recorded} ddp_recorded={hooked}", flush=True)
+              f"recorded={recorded} ddp_recorded={hooked}{ab}", flush=True)
     dist.destroy_process_group()
     # Out now, without the interpreter's teardown: in torch 1.13, freeing the DDP module frees its
     # Reducer, whose ProcessGroupGloo joins its worker threads while holding the GIL, and a worker
