@@ -13,6 +13,7 @@
 #include "agent/hang/python/python_hook.h"
 #include "agent/hang/python/python_stacks.h"
 #include "agent/hang/python/stack_summary.h"
+#include "agent/hang/python/worker_server_stacks.h"
 #include "agent/hang_watch.h"
 #include "agent/ops/error_file.h"
 #include "agent/torch_trace/dump_summary.h"
@@ -42,8 +43,13 @@ void HangWatch::takePythonStacks() {
     bool done = false;
   };
   std::vector<Ask> asks;
+  const auto start = now();
+  const size_t served = stacksFromWorkerServers(group_.workers(), [&](std::chrono::milliseconds step) {
+    env_.runFor(step);
+    return now() - start;
+  });
   for (Worker& w : group_.workers()) {
-    if (!w.running || !w.python_hook) continue;
+    if (!w.running || !w.python_hook || !w.python_stack.empty()) continue;
     // The worker itself when it registered the hook, else the first of its processes that did
     // (a wrapper: sh -c python ...); never a pid outside the worker.
     pid_t target = -1;
@@ -58,8 +64,7 @@ void HangWatch::takePythonStacks() {
     if (env_.signalProcess(target, kPythonStacksSignal) != 0) continue;
     asks.push_back(Ask{&w, pythonStacksFile(w.dir, target)});
   }
-  if (asks.empty()) return;
-  const auto start = now();
+  if (asks.empty() && served == 0) return;
   // Done when each file has something and did not grow since the last look.
   for (const auto deadline = start + kPythonStacksWait; now() < deadline;) {
     env_.runFor(kPythonStacksPoll);
@@ -81,8 +86,9 @@ void HangWatch::takePythonStacks() {
     a.worker->python_stack_file = a.file;
     ++taken;
   }
-  log_->info("took the Python stacks of {} of {} worker(s) in {} ms", taken, asks.size(),
-             std::chrono::duration_cast<std::chrono::milliseconds>(now() - start).count());
+  log_->info("took the Python stacks of {} of {} worker(s) in {} ms ({} from torch's worker server)", taken + served,
+             asks.size() + served, std::chrono::duration_cast<std::chrono::milliseconds>(now() - start).count(),
+             served);
 }
 
 std::string HangWatch::collectiveFailureTrigger(const std::vector<WorkerFailure>& failures, bool& maybe) const {

@@ -218,32 +218,6 @@ std::vector<int> parseRanks(const PickleRef& v, const Reader& r, const std::stri
   return ranks;
 }
 
-// "nccl:send 0->1" -> op "send", src 0, dst 1; "nccl:recv 1<-0" -> op "recv", dst 1, src 0.
-void parseProfilingName(FlightEntry& e) {
-  std::string_view name = e.profiling_name;
-  if (auto colon = name.find(':'); colon != std::string_view::npos) name.remove_prefix(colon + 1);
-  std::string_view meta;
-  if (auto space = name.find(' '); space != std::string_view::npos) {
-    meta = name.substr(space + 1);
-    name = name.substr(0, space);
-  }
-  e.op = std::string(name);
-  auto two = [&](std::string_view sep, int& first, int& second) {
-    auto at = meta.find(sep);
-    if (at == std::string_view::npos) return;
-    int a = -1, b = -1;
-    auto r1 = std::from_chars(meta.data(), meta.data() + at, a);
-    auto r2 = std::from_chars(meta.data() + at + sep.size(), meta.data() + meta.size(), b);
-    if (r1.ec == std::errc() && r1.ptr == meta.data() + at && r2.ec == std::errc() &&
-        r2.ptr == meta.data() + meta.size() && a >= 0 && b >= 0) {
-      first = a;
-      second = b;
-    }
-  };
-  if (e.op == "send") two("->", e.p2p_src, e.p2p_dst);
-  if (e.op == "recv") two("<-", e.p2p_dst, e.p2p_src);
-}
-
 FlightEntry parseEntry(const PickleRef& d, size_t index, const Reader& r) {
   const std::string where = fmt::format("entry {}", index);
   r.expect(d, PickleKind::kDict, "it", where);
@@ -329,6 +303,31 @@ bool isInstalledPackage(const FlightFrame& f) {
 }
 
 }  // namespace
+
+void parseProfilingName(FlightEntry& e) {
+  std::string_view name = e.profiling_name;
+  if (auto colon = name.find(':'); colon != std::string_view::npos) name.remove_prefix(colon + 1);
+  std::string_view meta;
+  if (auto space = name.find(' '); space != std::string_view::npos) {
+    meta = name.substr(space + 1);
+    name = name.substr(0, space);
+  }
+  e.op = std::string(name);
+  auto two = [&](std::string_view sep, int& first, int& second) {
+    auto at = meta.find(sep);
+    if (at == std::string_view::npos) return;
+    int a = -1, b = -1;
+    auto r1 = std::from_chars(meta.data(), meta.data() + at, a);
+    auto r2 = std::from_chars(meta.data() + at + sep.size(), meta.data() + meta.size(), b);
+    if (r1.ec == std::errc() && r1.ptr == meta.data() + at && r2.ec == std::errc() &&
+        r2.ptr == meta.data() + meta.size() && a >= 0 && b >= 0) {
+      first = a;
+      second = b;
+    }
+  };
+  if (e.op == "send") two("->", e.p2p_src, e.p2p_dst);
+  if (e.op == "recv") two("<-", e.p2p_dst, e.p2p_src);
+}
 
 FlightDump parseFlightDump(std::string_view bytes, const std::string& what, const PickleLimits& limits) {
   PickleDocument doc = [&] {

@@ -114,6 +114,10 @@ struct FlightDump {
   bool truncated = false;
 };
 
+// Sets e.op (and e.p2p_src, e.p2p_dst) from e.profiling_name: "nccl:send 0->1" -> op "send",
+// src 0, dst 1; "nccl:recv 1<-0" -> op "recv", dst 1, src 0; "gloo:all_reduce" -> "all_reduce".
+void parseProfilingName(FlightEntry& e);
+
 // The dump in `bytes`. `what` names it in errors (the file's path). Throws FlightDumpError
 // ("what: ...") for a bad pickle or a value of the wrong type under a known key; unknown
 // keys are ignored. Pure.

@@ -586,7 +586,13 @@ class _Finder:
         return spec
 
 
-def install():
+def install(record=True, extra=None):
+    """Patches the modules as they are imported: this file's recording when `record`, and
+    `extra` (module name -> function called with the module once it has run)."""
+    patches = dict(_PATCHES) if record else {}
+    patches.update(extra or {})
+    _PATCHES.clear()
+    _PATCHES.update(patches)
     missing = False
     for name, patch in _PATCHES.items():
         module = sys.modules.get(name)

@@ -2,7 +2,8 @@
 # It registers faulthandler for a signal so that ddprun can read every thread's traceback
 # without stopping the process, saves an uncaught exception's traceback for the failure
 # report, has torch.distributed's calls recorded in flight recorder rings that ddprun reads
-# (_ddprun_progress.py beside this file), and then runs the sitecustomize that would have run
+# (_ddprun_progress.py beside this file), starts torch's worker server where torch has one
+# (_ddprun_worker_server.py beside it), and then runs the sitecustomize that would have run
 # without it.
 import os as _os
 import sys as _sys
@@ -33,15 +34,25 @@ def _ddprun_hook():
     _sys.excepthook = excepthook
 
 
+def _ddprun_off(name):
+    return _os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off")
+
+
 def _ddprun_progress():
-    # Only where the agent watches: a ring directory named, and the recorder not turned off.
-    if not _os.environ.get("DDPRUN_FLIGHT_DIR"):
-        return
-    if _os.environ.get("DDPRUN_FLIGHT_RECORDER", "1").strip().lower() in ("0", "false", "no", "off"):
+    # Recording: only where the agent watches (a ring directory named, the recorder not turned
+    # off). torch's worker server: in the worker's own directory, unless turned off. Both act
+    # when torch.distributed is imported, never before: a script without it pays nothing.
+    record = bool(_os.environ.get("DDPRUN_FLIGHT_DIR")) and not _ddprun_off("DDPRUN_FLIGHT_RECORDER")
+    serve = bool(_os.environ.get("DDPRUN_PYTHON_STACKS_DIR")) and not _ddprun_off("DDPRUN_WORKER_SERVER")
+    if not record and not serve:
         return
     try:
         import _ddprun_progress
-        _ddprun_progress.install()
+        extra = {}
+        if serve:
+            import _ddprun_worker_server
+            extra["torch.distributed"] = _ddprun_worker_server.start
+        _ddprun_progress.install(record, extra)
     except Exception as e:  # never the user's problem: the job runs as it would without ddprun
         _sys.stderr.write("ddprun: Python progress recording is off in this worker: %r\n" % (e,))
 
