@@ -11,8 +11,8 @@ constexpr auto kPoll = std::chrono::milliseconds(20);
 
 }  // namespace
 
-std::vector<ServerStacks> stacksFromWorkerServers(const std::vector<std::pair<std::string, pid_t>>& workers,
-                                                  const WaitStep& wait) {
+std::vector<ServerStacks> askWorkerServersForStacks(const std::vector<std::pair<std::string, pid_t>>& workers,
+                                                    const WaitStep& wait) {
   std::vector<ServerStacks> out(workers.size());
   std::vector<WorkerServerAsks::Ask> asks;
   std::vector<size_t> index;

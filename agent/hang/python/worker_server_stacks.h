@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,8 @@ using WaitStep = std::function<std::chrono::nanoseconds(std::chrono::millisecond
 // their own, each bounded by kWorkerServerStacksWait; meanwhile `wait` runs the caller's loop
 // until every ask has ended. Logs one warning for each
 // server that gave no usable answer. One result per ask, in order.
-std::vector<ServerStacks> stacksFromWorkerServers(const std::vector<std::pair<std::string, pid_t>>& workers,
-                                                  const WaitStep& wait);
+std::vector<ServerStacks> askWorkerServersForStacks(const std::vector<std::pair<std::string, pid_t>>& workers,
+                                                    const WaitStep& wait);
 
 // The same over the agent's workers (running ones with ddprun's hook): sets python_stack and
 // python_stack_file of each that answered. Returns how many did.
@@ -45,7 +46,7 @@ size_t stacksFromWorkerServers(Workers& workers, const WaitStep& wait) {
     asks.emplace_back(w.dir, w.pid);
     asked.push_back(&w);
   }
-  const std::vector<ServerStacks> answers = stacksFromWorkerServers(asks, wait);
+  const std::vector<ServerStacks> answers = askWorkerServersForStacks(asks, wait);
   size_t served = 0;
   for (size_t i = 0; i < answers.size(); ++i) {
     if (answers[i].stacks.empty()) continue;

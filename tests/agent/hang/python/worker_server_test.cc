@@ -199,7 +199,7 @@ TEST_CASE("Worker server: stacks come from dump_traceback; a server that never a
   FakeServer silent(workerServerSocket(other.path(), 101), FakeServer::Mode::kNeverAnswers);
   Warnings warnings;
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<ServerStacks> stacks = stacksFromWorkerServers(
+  const std::vector<ServerStacks> stacks = askWorkerServersForStacks(
       {{dir.path(), 100}, {other.path(), 101}, {dir.path(), 102}}, [&](std::chrono::milliseconds step) {
         std::this_thread::sleep_for(step);
         return std::chrono::steady_clock::now() - start;
