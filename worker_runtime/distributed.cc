@@ -27,6 +27,8 @@
 #include "worker_runtime/backend/host_tensor_backend.h"
 #include "worker_runtime/backend/nccl_tensor_backend.h"
 #include "worker_runtime/env_contract.h"
+#include "worker_runtime/process_group_impl.h"
+#include "worker_runtime/recovery/in_job.h"
 
 namespace ddprun::dist {
 
@@ -35,75 +37,12 @@ using runtime::DeviceBackend;
 using runtime::HostBackend;
 using runtime::HostBackendOptions;
 
-class ProcessGroup {
- public:
-  // `host` when the spec names the host backend for some device, `nccl` when it names NCCL.
-  ProcessGroup(std::vector<int> ranks, int group_rank, BackendSpec spec, std::unique_ptr<HostTensorBackend> host,
-               std::unique_ptr<Backend> nccl)
-      : ranks_(std::move(ranks)),
-        group_rank_(group_rank),
-        spec_(spec),
-        host_(std::move(host)),
-        nccl_(std::move(nccl)) {}
-
-  int rank() const { return group_rank_; }
-  int size() const { return static_cast<int>(ranks_.size()); }
-  const BackendSpec& spec() const { return spec_; }
-  Backend* nccl() { return nccl_.get(); }
-  // The backend that runs `t`'s device; throws DdprunError naming the op when none does.
-  Backend& forTensor(const at::Tensor& t, const char* what) {
-    const at::Device device = t.device();
-    DeviceBackend b = DeviceBackend::kNone;
-    if (device.is_cpu()) {
-      b = spec_.cpu;
-    } else if (device.is_cuda()) {
-      b = spec_.cuda;
-    } else {
-      throw DdprunError(fmt::format("{}: tensors on {} are not supported (cpu and cuda are)", what, device.str()));
-    }
-    if (b == DeviceBackend::kHost) return *host_;
-    if (b == DeviceBackend::kNccl) return *nccl_;
-    throw DdprunError(
-        fmt::format("{}: a {} tensor, but this group's backend ({}) runs none; name one for it, e.g. "
-                    "backend \"cpu:gloo,cuda:nccl\"",
-                    what, device.is_cpu() ? "CPU" : "CUDA", runtime::describeBackendSpec(spec_)));
-  }
-  // barrier() has no tensor: the host backend where the group has one (it needs no device).
-  Backend& forBarrier() { return host_ ? static_cast<Backend&>(*host_) : *nccl_; }
-  // Group rank of a global rank; throws for ranks outside the group.
-  int local(int global, const char* what) const {
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-      if (ranks_[i] == global) return static_cast<int>(i);
-    }
-    throw DdprunError(fmt::format("{}: rank {} is not in this group", what, global));
-  }
-  int global(int local_rank) const { return ranks_.at(local_rank); }
-
- private:
-  std::vector<int> ranks_;
-  int group_rank_;
-  BackendSpec spec_;
-  std::unique_ptr<HostTensorBackend> host_;
-  std::unique_ptr<Backend> nccl_;
-};
-
-namespace {
-
-struct GlobalState {
-  std::mutex mutex;
-  std::unique_ptr<rendezvous::StoreServer> server;
-  std::shared_ptr<rendezvous::TcpStoreClient> store;  // shared with the NCCL watchdogs
-  std::string prefix;
-  std::string address;
-  std::chrono::milliseconds timeout{};
-  Group world;
-  int next_group = 0;
-};
-
 GlobalState& state() {
   static GlobalState s;
   return s;
 }
+
+namespace {
 
 ProcessGroup& resolve(const Group& group) {
   if (group) return *group;
@@ -223,6 +162,7 @@ void init_process_group(const InitOptions& o) {
   const BackendSpec spec = settle(parseSpec(o.backend, "init_process_group"), o.backend, "init_process_group");
   int rank = o.rank, size = o.world_size;
   const std::string& method = o.init_method;
+  bool use_agent_store = false;  // only an agent's store outlives every worker
   // Every setting is checked before connecting: a bad one must not wait out the timeout.
   const auto restart_count = env::integerOr(env::kRestartCount, 0, 0, INT_MAX);
   // The host backend reads DDPRUN_SHM when the group forms; a malformed one fails here, before
@@ -230,6 +170,7 @@ void init_process_group(const InitOptions& o) {
   static_cast<void>(env::booleanOr(env::kShm, true));
   if (method.rfind("env://", 0) == 0) {
     const auto e = runtime::StoreEnv::fromEnvironment(rank, size);
+    use_agent_store = e.use_agent_store;
     rank = e.rank;
     size = e.world_size;
     connectStore(s, e.master_addr, e.master_port, !e.use_agent_store && rank == 0, o.timeout);
@@ -270,15 +211,23 @@ void init_process_group(const InitOptions& o) {
   s.address = s.store->localAddress();
   s.timeout = o.timeout;
   s.next_group = 0;
+  s.restart_count = restart_count;
+  // In-job recovery (recovery/in_job.h) forms the group itself: a replacement joins the
+  // survivors' generation, and every generation's connections have keys of their own.
+  if (recovery::startWorld(s, spec, rank, size, use_agent_store)) return;
+  s.world = makeWorld(s, spec, s.prefix + "world/", rank, size, o.timeout);
+}
+
+Group makeWorld(GlobalState& s, const BackendSpec& spec, const std::string& prefix, int rank, int size,
+                std::chrono::milliseconds timeout) {
   std::vector<int> all(size);
   for (int i = 0; i < size; ++i) all[i] = i;
   HostBackendOptions backend_options;
   backend_options.flight_rank = rank;
-  const std::string prefix = s.prefix + "world/";
-  auto host = makeHost(spec, s, prefix, rank, size, o.timeout, backend_options);
+  auto host = makeHost(spec, s, prefix, rank, size, timeout, backend_options);
   std::unique_ptr<Backend> nccl;
-  if (spec.cuda == DeviceBackend::kNccl) nccl = makeNcclBackend(NcclGroup{s.store, prefix, rank, size, o.timeout});
-  s.world = std::make_shared<ProcessGroup>(all, rank, spec, std::move(host), std::move(nccl));
+  if (spec.cuda == DeviceBackend::kNccl) nccl = makeNcclBackend(NcclGroup{s.store, prefix, rank, size, timeout});
+  return std::make_shared<ProcessGroup>(all, rank, spec, std::move(host), std::move(nccl));
 }
 
 void init_process_group(const std::string& backend, const std::string& init_method, int world_size, int rank,
@@ -295,6 +244,7 @@ bool is_initialized() {
 void destroy_process_group() {
   auto& s = state();
   std::lock_guard lock(s.mutex);
+  recovery::stop();
   s.world.reset();
   s.store.reset();
   s.server.reset();

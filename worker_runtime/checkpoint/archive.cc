@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "worker_runtime/checkpoint/archive_impl.h"
 #include "worker_runtime/checkpoint/checkpoint.h"
 #include "worker_runtime/checkpoint/framing_impl.h"
 
@@ -130,10 +131,9 @@ std::string firstLine(const std::string& text) { return text.substr(0, text.find
 
 }  // namespace
 
-void saveFile(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer* optimizer,
-              const TrainingProgress& progress, const std::vector<at::Tensor>& rng_states,
-              const std::vector<at::Tensor>& cuda_rng_states) {
-  const auto start = std::chrono::steady_clock::now();
+std::string detail::archiveBytes(const torch::nn::Module& model, const torch::optim::Optimizer* optimizer,
+                                 const TrainingProgress& progress, const std::vector<at::Tensor>& rng_states,
+                                 const std::vector<at::Tensor>& cuda_rng_states) {
   OutputArchive root;
   root.write("format", c10::IValue(int64_t{kFormatVersion}));
 
@@ -166,6 +166,14 @@ void saveFile(const std::string& path, const torch::nn::Module& model, const tor
     payload.append(static_cast<const char*>(data), size);
     return size;
   });
+  return payload;
+}
+
+void saveFile(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer* optimizer,
+              const TrainingProgress& progress, const std::vector<at::Tensor>& rng_states,
+              const std::vector<at::Tensor>& cuda_rng_states) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string payload = detail::archiveBytes(model, optimizer, progress, rng_states, cuda_rng_states);
   detail::writeFileAtomically(path, detail::headerFor(payload), payload);
   logger("checkpoint")
       ->debug("saved step {} to {} ({} bytes, {} ms)", progress.step, path, payload.size() + kHeaderSize,
@@ -174,8 +182,12 @@ void saveFile(const std::string& path, const torch::nn::Module& model, const tor
 
 LoadedCheckpoint loadFile(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer* optimizer,
                           torch::Device map_location) {
-  const std::string op = "checkpoint load(" + path + ")";
-  const std::string payload = detail::readPayload(path);
+  return detail::loadArchive(detail::readPayload(path), "checkpoint load(" + path + ")", model, optimizer,
+                             map_location);
+}
+
+LoadedCheckpoint detail::loadArchive(const std::string& payload, const std::string& op, torch::nn::Module& model,
+                                     torch::optim::Optimizer* optimizer, torch::Device map_location) {
   LoadedCheckpoint loaded;
   try {
     InputArchive root;

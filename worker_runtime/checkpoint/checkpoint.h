@@ -26,6 +26,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -125,6 +126,15 @@ class CheckpointManager {
   // warning, newer ones that do not) and tells the others; every rank loads it and
   // restores its generator state. Returns nullopt when the directory holds none. Throws
   // DdprunError when a rank cannot load the chosen file.
+  //
+  // With in-job recovery (docs/recovery.md), a replacement takes model, optimizer,
+  // generator states and progress from the lowest surviving rank instead, and reads no file
+  // (not a collective then: the survivors are inside their failed step). The progress it
+  // gets is the survivor's latest resumed or saved one with `step` and `batch_in_epoch`
+  // advanced by the gradient reductions completed since: exact for a trainer that makes one
+  // synchronized backward per step and saves at least once per epoch. Every rank registers
+  // `model` and `optimizer` as the state it hands a replacement: both must outlive the
+  // default process group.
   std::optional<TrainingProgress> resumeLatest(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
 
   // Local, no collective: the checkpoints in the directory, oldest first (unverified).
@@ -133,7 +143,19 @@ class CheckpointManager {
   std::string pathFor(int64_t step) const;
 
  private:
+  std::optional<TrainingProgress> resumeFromDisk(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
+  std::optional<TrainingProgress> resumeFromPeer(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
+  // In-job recovery: hands `model` and `optimizer` to a replacement as the state.
+  void offerState(torch::nn::Module& model, torch::optim::Optimizer* optimizer, const TrainingProgress& progress);
+
   CheckpointManagerOptions options_;
+  // The progress a replacement resumes from: the latest resumed or saved, and the gradient
+  // reductions the runtime had completed then (shared with the registered state source).
+  struct Base {
+    TrainingProgress progress;
+    int64_t reductions = 0;
+  };
+  std::shared_ptr<Base> base_ = std::make_shared<Base>();
 };
 
 }  // namespace ddprun::checkpoint

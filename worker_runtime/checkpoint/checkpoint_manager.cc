@@ -9,8 +9,10 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "worker_runtime/checkpoint/archive_impl.h"
 #include "worker_runtime/checkpoint/checkpoint.h"
 #include "worker_runtime/checkpoint/group_view_impl.h"
+#include "worker_runtime/recovery/in_job.h"
 
 namespace ddprun::checkpoint {
 namespace {
@@ -58,6 +60,7 @@ std::string CheckpointManager::save(const torch::nn::Module& model, const torch:
     if (ec) throw DdprunError("checkpoint save(" + path + "): create directory: " + ec.message());
   }
   checkpoint::save(path, model, optimizer, progress, options_.group);
+  *base_ = Base{progress, recovery::reductions()};
   if (view.rank != 0) return path;
 
   // Only rank 0 writes, so only it cleans up: checkpoints beyond `keep`, and temporary
@@ -80,8 +83,45 @@ std::string CheckpointManager::save(const torch::nn::Module& model, const torch:
   return path;
 }
 
+void CheckpointManager::offerState(torch::nn::Module& model, torch::optim::Optimizer* optimizer,
+                                   const TrainingProgress& progress) {
+  if (!recovery::active()) return;
+  *base_ = Base{progress, recovery::reductions()};
+  recovery::setStateSource([base = base_, &model, optimizer] {
+    TrainingProgress now = base->progress;
+    const int64_t since = recovery::reductions() - base->reductions;
+    now.step += since;
+    now.batch_in_epoch += since;
+    return detail::archiveBytes(model, optimizer, now, {cpuRngState()}, {cudaRngState()});
+  });
+}
+
+std::optional<TrainingProgress> CheckpointManager::resumeFromPeer(torch::nn::Module& model,
+                                                                  torch::optim::Optimizer* optimizer) {
+  const std::string state = recovery::receiveState();
+  const LoadedCheckpoint loaded =
+      detail::loadArchive(state, "in-job recovery: the survivor's state", model, optimizer, options_.map_location);
+  if (!loaded.cuda_rng_states.empty() && !setCudaRngState(loaded.cuda_rng_states.front())) {
+    logger("checkpoint")->warn("in-job recovery: the survivor has another number of CUDA devices: generator not set");
+  }
+  setCpuRngState(loaded.rng_states.front());
+  offerState(model, optimizer, loaded.progress);
+  logger("checkpoint")->info("in-job recovery: took the state of step {} from a surviving rank", loaded.progress.step);
+  return loaded.progress;
+}
+
 std::optional<TrainingProgress> CheckpointManager::resumeLatest(torch::nn::Module& model,
                                                                 torch::optim::Optimizer* optimizer) {
+  if (recovery::joining()) return resumeFromPeer(model, optimizer);
+  // The start-up a replacement replays ends here: what follows it reads from the disk.
+  recovery::endStartup();
+  const std::optional<TrainingProgress> resumed = resumeFromDisk(model, optimizer);
+  offerState(model, optimizer, resumed.value_or(TrainingProgress{}));
+  return resumed;
+}
+
+std::optional<TrainingProgress> CheckpointManager::resumeFromDisk(torch::nn::Module& model,
+                                                                  torch::optim::Optimizer* optimizer) {
   const GroupView view = viewOf(options_.group);
   int64_t chosen = -1;
   if (view.rank == 0) {

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "worker_runtime/ddp/reducer.h"
 #include "worker_runtime/env_contract.h"
+#include "worker_runtime/recovery/in_job.h"
 
 namespace ddprun::ddp {
 namespace {
@@ -210,7 +211,10 @@ void DistributedDataParallelBase::beforeForward() {
     join_authority_ = static_cast<int>(state[1].item<int64_t>());
     buffer_source = join_authority_;
   }
-  if (require_sync_ && options_.broadcast_buffers) {
+  // A replacement's first forward (recovery/in_job.h): the survivors made this step's
+  // broadcast before the step failed, and the state it took holds their buffers.
+  const bool joined = recovery::takeJoinedForward();
+  if (require_sync_ && options_.broadcast_buffers && !joined) {
     const auto buffers = module_->buffers();
     if (!buffers.empty()) broadcastCoalesced(buffers, buffer_source, options_.process_group);
   }

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "worker_runtime/recovery/in_job.h"
 
 namespace ddprun::ddp {
 namespace {
@@ -119,6 +120,8 @@ void Reducer::prepareForBackward(const std::vector<at::Tensor>& outputs) {
   }
   events_.clear();
   unreachable_.clear();
+  // What a replacement's start-up replays ends before the first step.
+  recovery::endStartup();
   if (!find_unused_) return;
 
   std::unordered_set<torch::autograd::Node*> seen;
@@ -198,7 +201,12 @@ HookResult Reducer::runHook(size_t bucket_index, at::Tensor buffer) {
 void Reducer::launchReadyBucketsLocked() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     events_.push_back({ReducerEvent::Kind::kBucketLaunched, next_bucket_});
-    buckets_[next_bucket_].inflight = runHook(next_bucket_, buckets_[next_bucket_].buffer);
+    Bucket& b = buckets_[next_bucket_];
+    if (recovery::active()) {
+      if (!b.launched.defined()) b.launched = at::empty_like(b.buffer);
+      b.launched.copy_(b.buffer);
+    }
+    b.inflight = runHook(next_bucket_, b.buffer);
     ++next_bucket_;
   }
 }
@@ -213,26 +221,17 @@ void Reducer::finalizeBackward() {
   }
   DDPRUN_CHECK(next_bucket_ == buckets_.size());
   at::Tensor used_map;
-  runtime::WorkPtr used_work;
-  if (find_unused_) {
-    used_map = at::empty({static_cast<int64_t>(params_.size())}, at::kInt);
-    std::copy(locally_used_.begin(), locally_used_.end(), used_map.data_ptr<int>());
-    used_map = used_map.to(control_device_);
-    used_work = dist::all_reduce(used_map, dist::ReduceOp::MAX, group_, /*async_op=*/true);
+  runtime::WorkPtr used_work = launchUsedMap(used_map);
+  for (;;) {
+    try {
+      awaitReductions(used_map, used_work);
+      break;
+    } catch (const runtime::PeerError&) {
+      if (!recovery::active()) throw;
+      recoverAndRelaunch(std::current_exception(), used_map, used_work);
+    }
   }
-
-  std::vector<at::Tensor> reduced(buckets_.size());
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    Bucket& b = buckets_[i];
-    b.inflight->work->wait();
-    reduced[i] = b.inflight->result();
-    b.inflight.reset();
-    if (reduced[i].data_ptr() != b.buffer.data_ptr()) b.buffer.copy_(reduced[i]);
-  }
-  if (used_work) {
-    used_work->wait();
-    used_map = used_map.cpu();  // after wait(): ordered after the reduction on a device
-  }
+  recovery::noteReduction();
 
   std::vector<size_t> missing;
   for (size_t k = 0; k < params_.size(); ++k) {
@@ -252,6 +251,58 @@ void Reducer::finalizeBackward() {
                     missing.front(), names_[missing.front()],
                     missing.size() > 1 ? fmt::format(" (and {} more)", missing.size() - 1) : std::string()));
   }
+}
+
+runtime::WorkPtr Reducer::launchUsedMap(at::Tensor& used_map) {
+  if (!find_unused_) return nullptr;
+  used_map = at::empty({static_cast<int64_t>(params_.size())}, at::kInt);
+  std::copy(locally_used_.begin(), locally_used_.end(), used_map.data_ptr<int>());
+  used_map = used_map.to(control_device_);
+  return dist::all_reduce(used_map, dist::ReduceOp::MAX, group_, /*async_op=*/true);
+}
+
+void Reducer::awaitReductions(at::Tensor& used_map, runtime::WorkPtr& used_work) {
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    if (!b.inflight) continue;  // reduced before a failure of a later bucket
+    b.inflight->work->wait();
+    at::Tensor reduced = b.inflight->result();
+    b.inflight.reset();
+    if (reduced.data_ptr() != b.buffer.data_ptr()) b.buffer.copy_(reduced);
+  }
+  if (used_work) {
+    used_work->wait();
+    used_work = nullptr;
+    used_map = used_map.cpu();  // after wait(): ordered after the reduction on a device
+  }
+}
+
+void Reducer::recoverAndRelaunch(const std::exception_ptr& failure, at::Tensor& used_map, runtime::WorkPtr& used_work) {
+  // Nothing may still write a buffer when it is restored: every op of the broken group
+  // fails at once, so these waits are short.
+  for (auto& b : buckets_) {
+    if (!b.inflight) continue;
+    try {
+      b.inflight->work->wait();
+    } catch (const std::exception&) {
+    }
+    b.inflight.reset();
+  }
+  if (used_work) {
+    try {
+      used_work->wait();
+    } catch (const std::exception&) {
+    }
+  }
+  recovery::recover(failure);
+  // Every bucket again, in index order as every rank launches them, each from this rank's
+  // own gradients: the retry reduces exactly what the failed step would have.
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    b.buffer.copy_(b.launched);
+    b.inflight = runHook(i, b.buffer);
+  }
+  used_work = launchUsedMap(used_map);
 }
 
 void Reducer::shadowBackward() {

@@ -64,6 +64,10 @@ class Reducer {
     at::Tensor buffer;             // flat gradients of the whole bucket
     size_t pending = 0;            // parameters not yet ready in this backward
     std::optional<HookResult> inflight;
+    // With in-job recovery: this rank's gradients as the bucket was launched. The reduction
+    // runs in place (and .grad is a view of the buffer), so a reduction that failed, or one
+    // that succeeded before another bucket's failed, must start again from this copy.
+    at::Tensor launched;
   };
   struct Slot {
     size_t bucket;
@@ -75,6 +79,14 @@ class Reducer {
   void markReadyLocked(size_t index, bool used);
   void launchReadyBucketsLocked();
   void finalizeBackward();
+  // finalizeBackward()'s wait for the buckets (and the used-parameter map); throws the first
+  // failure.
+  void awaitReductions(at::Tensor& used_map, runtime::WorkPtr& used_work);
+  // After a failed reduction, with in-job recovery: waits out what is still in flight, has
+  // the runtime re-form the group (recovery/in_job.h; rethrows when it cannot) and starts
+  // every bucket again from the gradients it was launched with.
+  void recoverAndRelaunch(const std::exception_ptr& failure, at::Tensor& used_map, runtime::WorkPtr& used_work);
+  runtime::WorkPtr launchUsedMap(at::Tensor& used_map);
   at::Tensor slotView(size_t index);
   HookResult runHook(size_t bucket_index, at::Tensor buffer);
 

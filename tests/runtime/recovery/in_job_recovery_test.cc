@@ -1,0 +1,245 @@
+// In-job recovery in the worker runtime (worker_runtime/recovery/), without the agent: the
+// test plays the agent. It serves the workers' store, starts the chaos trainer's ranks with
+// DDPRUN_RECOVERY=in-job, kills one mid-training, bumps the round's generation and starts
+// the replacement with DDPRUN_GENERATION set, as ddprun --recovery=in-job does. The run must
+// finish with every rank's parameters after every step bit-identical to an uninterrupted
+// run's, each step applied once per rank, and the survivors never restarted.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/recovery_keys.h"
+#include "rendezvous/store/tcp_store_client.h"
+#include "tests/support/test_process.h"
+
+namespace {
+
+using namespace ddprun::testing;
+namespace fs = std::filesystem;
+
+constexpr int kSteps = 30;
+// Kills come after step 8, a few steps before the next save (step 14): the survivors notice
+// the loss in a step's gradient reduction, which is where the runtime recovers.
+
+// Each rank's step log read back: step -> parameter hash, and what looked wrong.
+struct RankLog {
+  std::map<int, std::string> sums;
+  std::vector<std::string> problems;
+  int starts = 0;
+  bool done = false;
+  std::vector<std::pair<int, long long>> step_times;  // step, wall clock ms
+};
+
+RankLog readRank(const std::string& dir, int rank) {
+  static const std::regex kStep(R"(^step .* step=(\d+) sum=([0-9a-f]+) t=(\d+))");
+  RankLog log;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("steps.", 0) != 0 || name.substr(name.rfind('.') + 1) != std::to_string(rank)) continue;
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) {
+      std::smatch m;
+      if (line.rfind("start ", 0) == 0) ++log.starts;
+      if (line.rfind("done ", 0) == 0) log.done = true;
+      if (!std::regex_search(line, m, kStep)) continue;
+      const int step = std::stoi(m[1]);
+      if (log.sums.count(step)) log.problems.push_back("step " + m[1].str() + " applied twice");
+      log.sums[step] = m[2];
+      log.step_times.emplace_back(step, std::stoll(m[3]));
+    }
+  }
+  return log;
+}
+
+int lastStep(const std::string& dir, int rank) {
+  const RankLog log = readRank(dir, rank);
+  return log.sums.empty() ? 0 : log.sums.rbegin()->first;
+}
+
+long long nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// One job of the chaos trainer on a store of its own; the test is its agent.
+class Job {
+ public:
+  Job(int world, int timeout_s) : world_(world), timeout_s_(timeout_s) {
+    server_ = startStoreServer(port_);
+    fs::create_directories(dir_.file("logs"));
+    ddprun::rendezvous::StoreClientOptions options;
+    options.host = "127.0.0.1";
+    options.port = port_;
+    options.timeout = std::chrono::seconds(10);
+    store_ = std::make_unique<ddprun::rendezvous::TcpStoreClient>(options);
+  }
+
+  void start(int rank, int64_t generation) {
+    workers_[rank] = std::make_unique<TestProcess>(
+        std::vector<std::string>{binDir() + "/chaos_trainer", "--steps", std::to_string(kSteps), "--step-ms", "30",
+                                 "--checkpoint-every", "7", "--timeout", std::to_string(timeout_s_), "--checkpoint-dir",
+                                 dir_.file("ck"), "--log-dir", logs()},
+        std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
+                                           {"LOCAL_RANK", std::to_string(rank)},
+                                           {"WORLD_SIZE", std::to_string(world_)},
+                                           {"LOCAL_WORLD_SIZE", std::to_string(world_)},
+                                           {"MASTER_ADDR", "127.0.0.1"},
+                                           {"MASTER_PORT", std::to_string(port_)},
+                                           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                           {"TORCHELASTIC_RESTART_COUNT", "0"},
+                                           {"DDPRUN_RECOVERY", "in-job"},
+                                           {"DDPRUN_GENERATION", std::to_string(generation)}});
+  }
+  void startAll() {
+    for (int r = 0; r < world_; ++r) start(r, 0);
+  }
+  // Waits until `rank` logged step `step` (or passed it); false after 60 s.
+  bool reach(int rank, int step) {
+    return eventually([&] { return lastStep(logs(), rank) >= step; }, std::chrono::seconds(60));
+  }
+  // SIGKILLs `rank` and reaps it; returns the wall clock of the kill (ms).
+  long long kill(int rank) {
+    const long long at = nowMs();
+    workers_[rank]->signal(SIGKILL);
+    REQUIRE(workers_[rank]->wait(std::chrono::seconds(10)));
+    return at;
+  }
+  // What the agent does: the next generation, then the rank again in it.
+  int64_t replace(int rank) {
+    const int64_t generation = store_->add(ddprun::recovery::generationKey(ddprun::recovery::roundScope(0)), 1);
+    start(rank, generation);
+    return generation;
+  }
+  bool finish(std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    bool all = true;
+    for (auto& [rank, w] : workers_) all = w->wait(timeout) && all;
+    return all;
+  }
+  TestProcess& worker(int rank) { return *workers_.at(rank); }
+  std::string logs() const { return dir_.file("logs"); }
+  ddprun::rendezvous::TcpStoreClient& store() { return *store_; }
+
+ private:
+  int world_;
+  int timeout_s_;
+  TempDir dir_;
+  int port_ = 0;
+  std::unique_ptr<TestProcess> server_;
+  std::unique_ptr<ddprun::rendezvous::TcpStoreClient> store_;
+  std::map<int, std::unique_ptr<TestProcess>> workers_;
+};
+
+std::string output(TestProcess& p) { return p.out() + p.err(); }
+
+// Every rank's hash after every step of an uninterrupted run of `world` ranks.
+std::vector<RankLog> uninterrupted(int world) {
+  Job job(world, 60);
+  job.startAll();
+  REQUIRE(job.finish());
+  std::vector<RankLog> logs;
+  for (int r = 0; r < world; ++r) {
+    INFO(output(job.worker(r)));
+    REQUIRE(job.worker(r).exitCode() == 0);
+    logs.push_back(readRank(job.logs(), r));
+    REQUIRE(logs.back().sums.size() == static_cast<size_t>(kSteps));
+  }
+  return logs;
+}
+
+// Every rank finished with exit 0, each step 1..kSteps applied once, every hash equal to the
+// uninterrupted run's.
+void checkAgainst(Job& job, int world, const std::vector<RankLog>& reference) {
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r << ": " << output(job.worker(r)));
+    CHECK(job.worker(r).exitCode() == 0);
+    const RankLog log = readRank(job.logs(), r);
+    CHECK(log.problems.empty());
+    CHECK(log.done);
+    CHECK(log.sums.size() == static_cast<size_t>(kSteps));
+    for (int s = 1; s <= kSteps; ++s) {
+      INFO("step " << s);
+      REQUIRE(log.sums.count(s) == 1);
+      CHECK(log.sums.at(s) == reference[r].sums.at(s));
+    }
+  }
+}
+
+// Wall-clock ms from `killed_at` to the first step a survivor logged after it.
+long long firstStepAfter(const std::string& dir, int survivor, long long killed_at) {
+  for (const auto& [step, t] : readRank(dir, survivor).step_times) {
+    if (t > killed_at) return t - killed_at;
+  }
+  return -1;
+}
+
+void killedRankIsReplaced(int world, int victim) {
+  const auto reference = uninterrupted(world);
+  Job job(world, 60);
+  job.startAll();
+  REQUIRE(job.reach(victim, 8));
+  const int survivor = victim == 0 ? 1 : 0;
+  const pid_t survivor_pid = job.worker(survivor).pid();
+  const long long killed_at = job.kill(victim);
+  CHECK(job.replace(victim) == 1);
+  REQUIRE(job.finish());
+  checkAgainst(job, world, reference);
+  // The survivors kept their processes: started once, still the same pid at the end.
+  for (int r = 0; r < world; ++r) {
+    if (r != victim) CHECK(readRank(job.logs(), r).starts == 1);
+  }
+  CHECK(job.worker(survivor).pid() == survivor_pid);
+  CHECK(readRank(job.logs(), victim).starts == 2);
+  WARN("world " << world << ": kill -> first step after it on rank " << survivor << ": "
+                << firstStepAfter(job.logs(), survivor, killed_at) << " ms");
+}
+
+}  // namespace
+
+TEST_CASE("in-job recovery: 2 ranks, rank 1 killed mid-training and replaced alone: every step bit-identical") {
+  killedRankIsReplaced(2, 1);
+}
+
+TEST_CASE("in-job recovery: 3 ranks, rank 0 killed mid-training and replaced alone: every step bit-identical") {
+  killedRankIsReplaced(3, 0);
+}
+
+TEST_CASE("in-job recovery: the replacement dies too, the next generation's replacement finishes the run") {
+  const auto reference = uninterrupted(2);
+  Job job(2, 60);
+  job.startAll();
+  REQUIRE(job.reach(1, 8));
+  job.kill(1);
+  CHECK(job.replace(1) == 1);
+  // Killed once it took its state (its start line): the survivor is in the step it retries.
+  REQUIRE(eventually([&] { return readRank(job.logs(), 1).starts == 2; }, std::chrono::seconds(60)));
+  job.kill(1);
+  CHECK(job.replace(1) == 2);
+  REQUIRE(job.finish());
+  checkAgainst(job, 2, reference);
+  CHECK(readRank(job.logs(), 0).starts == 1);
+}
+
+TEST_CASE("in-job recovery: no new generation within the timeout, the survivor exits non-zero with one line") {
+  Job job(2, 3);
+  job.startAll();
+  REQUIRE(job.reach(1, 4));
+  job.kill(1);
+  REQUIRE(job.worker(0).wait(std::chrono::seconds(60)));
+  const std::string out = output(job.worker(0));
+  INFO(out);
+  CHECK(job.worker(0).exitCode() != 0);
+  CHECK(countOf(out, "in-job recovery gave up in generation 0: no generation 1 came within 3 s") == 1);
+  // The agent learns that this round gave in-job recovery up.
+  const std::string key = ddprun::recovery::abandonedKey(ddprun::recovery::roundScope(0));
+  CHECK(job.store().check({key}));
+}
