@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,30 +36,6 @@ std::string writeFile(const std::string& path, const std::string& text) {
   return err == 0 ? "" : std::strerror(err);
 }
 
-// SIGABRT ends in a core dump after faulthandler's tracebacks. Nobody asked for that core
-// (it can take minutes and gigabytes for a large worker), so the soft limit goes to 1 byte:
-// below a page, which stops a core file, and the value at which the kernel also skips a
-// core piped to a handler (systemd-coredump), where 0 would not.
-void suppressCoreDump(pid_t pid) {
-  rlimit limit{};
-  if (::prlimit(pid, RLIMIT_CORE, nullptr, &limit) != 0) return;
-  limit.rlim_cur = std::min<rlim_t>(1, limit.rlim_max);
-  ::prlimit(pid, RLIMIT_CORE, &limit, nullptr);
-}
-
-void sendSignal(pid_t pid, int signal, int rank) {
-  const int err = signalProcess(pid, signal);
-  if (err != 0 && err != ESRCH) {
-    logger("agent")->warn("cannot send {} to pid {} of rank {}: {}", signalName(signal), pid, rank, std::strerror(err));
-  }
-}
-
-// Whether the process stamped is still there, neither gone, nor a zombie, nor another given its pid.
-bool stillThere(const ProcStat& stamp) {
-  const std::optional<ProcStat> now = readProcStat(stamp.pid);
-  return now && now->start_time == stamp.start_time && now->state != 'Z';
-}
-
 }  // namespace
 
 pid_t findOwningWorker(pid_t pid, const std::vector<pid_t>& workers) {
@@ -77,32 +52,36 @@ pid_t findOwningWorker(pid_t pid, const std::vector<pid_t>& workers) {
   return -1;
 }
 
-struct HungWorkerStopper::Pending {
-  explicit Pending(boost::asio::io_context& io) : timer(io) {}
-  boost::asio::steady_timer timer;
-};
-
 HungWorkerStopper::HungWorkerStopper(boost::asio::io_context& io, std::chrono::milliseconds capture_timeout,
                                      std::chrono::milliseconds abort_grace)
-    : io_(io), capture_timeout_(capture_timeout), abort_grace_(abort_grace) {}
+    : own_system_(StopSystem::real(io)),
+      system_(*own_system_),
+      capture_timeout_(capture_timeout),
+      abort_grace_(abort_grace) {}
+
+HungWorkerStopper::HungWorkerStopper(StopSystem& system, std::chrono::milliseconds capture_timeout,
+                                     std::chrono::milliseconds abort_grace)
+    : system_(system), capture_timeout_(capture_timeout), abort_grace_(abort_grace) {}
 
 HungWorkerStopper::~HungWorkerStopper() { cancel(); }
 
-template <typename Action>
-void HungWorkerStopper::after(std::chrono::milliseconds delay, Action action) {
-  auto pending = std::make_shared<Pending>(io_);
-  pending->timer.expires_after(delay);
-  pending->timer.async_wait([action = std::move(action)](const boost::system::error_code& ec) {
-    if (!ec) action();
-  });
-  pending_.push_back(std::move(pending));
+void HungWorkerStopper::sendSignal(pid_t pid, int signal, int rank) {
+  const int err = system_.signal(pid, signal);
+  if (err != 0 && err != ESRCH) {
+    logger("agent")->warn("cannot send {} to pid {} of rank {}: {}", signalName(signal), pid, rank, std::strerror(err));
+  }
+}
+
+bool HungWorkerStopper::stillThere(const ProcStat& stamp) {
+  const std::optional<ProcStat> now = system_.procStat(stamp.pid);
+  return now && now->start_time == stamp.start_time && now->state != 'Z';
 }
 
 void HungWorkerStopper::signalThenKill(const std::optional<ProcStat>& stamp, pid_t pid, int rank, int signal,
                                        std::chrono::milliseconds kill_after) {
   sendSignal(pid, signal, rank);
   if (!stamp || signal == SIGKILL || kill_after.count() <= 0) return;
-  after(kill_after, [stamp = *stamp, rank, signal, kill_after] {
+  system_.after(kill_after, [this, stamp = *stamp, rank, signal, kill_after] {
     if (!stillThere(stamp)) return;
     logger("agent")->warn("rank {} (pid {}) still runs {} ms after {}; sending SIGKILL", rank, stamp.pid,
                           kill_after.count(), signalName(signal));
@@ -110,10 +89,7 @@ void HungWorkerStopper::signalThenKill(const std::optional<ProcStat>& stamp, pid
   });
 }
 
-void HungWorkerStopper::cancel() {
-  for (auto& p : pending_) p->timer.cancel();
-  pending_.clear();
-}
+void HungWorkerStopper::cancel() { system_.cancelTimers(); }
 
 std::vector<HungStop> HungWorkerStopper::stop(const std::vector<HungWorker>& workers, int signal,
                                               const std::string& reason, std::chrono::milliseconds kill_after) {
@@ -122,8 +98,8 @@ std::vector<HungStop> HungWorkerStopper::stop(const std::vector<HungWorker>& wor
   // Stamped before anything is signalled: the late signal must reach this process, not a
   // later one that was given its pid.
   std::vector<std::optional<ProcStat>> stamps;
-  for (pid_t pid : pids) stamps.push_back(readProcStat(pid));
-  std::vector<ProcessStacks> stacks = captureNativeStacks(pids, capture_timeout_);
+  for (pid_t pid : pids) stamps.push_back(system_.procStat(pid));
+  std::vector<ProcessStacks> stacks = system_.captureStacks(pids, capture_timeout_);
 
   std::vector<HungStop> results(workers.size());
   for (size_t i = 0; i < workers.size(); ++i) {
@@ -148,13 +124,13 @@ std::vector<HungStop> HungWorkerStopper::stop(const std::vector<HungWorker>& wor
       if (signal > 0) signalThenKill(stamps[i], w.pid, w.rank, signal, kill_after);
       continue;
     }
-    suppressCoreDump(w.pid);
+    system_.suppressCoreDump(w.pid);
     sendSignal(w.pid, SIGABRT, w.rank);
     r.aborted_first = true;
     if (signal <= 0 || !stamps[i]) continue;
     const ProcStat stamp = *stamps[i];
     const int rank = w.rank;
-    after(abort_grace_, [this, stamp, signal, rank, kill_after] {
+    system_.after(abort_grace_, [this, stamp, signal, rank, kill_after] {
       if (!stillThere(stamp)) return;
       logger("agent")->warn("rank {} (pid {}) still runs after SIGABRT; sending {}", rank, stamp.pid,
                             signalName(signal));

@@ -5,7 +5,8 @@
 // prints every thread's Python traceback to its stderr before it dies; and only then the
 // stopping signal, to the others at once and to a Python worker still alive after a grace;
 // and, when asked, SIGKILL to one still there a while after that signal (SIGSTOP, or one it
-// handles, would leave it running or stopped for ever).
+// handles, would leave it running or stopped for ever). The processes, their stacks and the
+// timers of the late signals are reached through stop_system.h.
 #pragma once
 
 #include <sys/types.h>
@@ -17,9 +18,9 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "agent/hang/stop/stack_capture.h"
+#include "agent/hang/stop/stop_system.h"
 #include "agent/process/proc_stat.h"
 
 namespace ddprun::agent {
@@ -50,8 +51,12 @@ inline constexpr std::chrono::seconds kFaulthandlerGrace{3};
 
 class HungWorkerStopper {
  public:
+  // On the real processes, with its late signals on `io`'s timers.
   explicit HungWorkerStopper(boost::asio::io_context& io,
                              std::chrono::milliseconds capture_timeout = kStackCaptureTimeout,
+                             std::chrono::milliseconds abort_grace = kFaulthandlerGrace);
+  // On `system` (stop_system.h), which must outlive it.
+  explicit HungWorkerStopper(StopSystem& system, std::chrono::milliseconds capture_timeout = kStackCaptureTimeout,
                              std::chrono::milliseconds abort_grace = kFaulthandlerGrace);
   ~HungWorkerStopper();
   HungWorkerStopper(const HungWorkerStopper&) = delete;
@@ -72,17 +77,16 @@ class HungWorkerStopper {
   void cancel();
 
  private:
-  struct Pending;
-  // Runs `action` after `delay` on the io_context unless cancel() comes first.
-  template <typename Action>
-  void after(std::chrono::milliseconds delay, Action action);
   // `signal` now, then (kill_after > 0) SIGKILL after kill_after if the process stamped is still there.
   void signalThenKill(const std::optional<ProcStat>& stamp, pid_t pid, int rank, int signal,
                       std::chrono::milliseconds kill_after);
-  boost::asio::io_context& io_;
+  void sendSignal(pid_t pid, int signal, int rank);
+  // Whether the process stamped is still there, neither gone, nor a zombie, nor another given its pid.
+  bool stillThere(const ProcStat& stamp);
+  std::unique_ptr<StopSystem> own_system_;  // the real one, when given an io_context
+  StopSystem& system_;
   std::chrono::milliseconds capture_timeout_;
   std::chrono::milliseconds abort_grace_;
-  std::vector<std::shared_ptr<Pending>> pending_;
 };
 
 }  // namespace ddprun::agent
