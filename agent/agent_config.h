@@ -15,6 +15,12 @@
 
 namespace ddprun::agent {
 
+// --recovery: what a failed worker costs the others (docs/recovery.md).
+enum class Recovery {
+  kRestart,  // the whole worker group restarts on every node (torchrun's way)
+  kInJob,    // a failed worker on ddprun's runtime is replaced alone while the others run on
+};
+
 struct AgentConfig {
   // The worker command: argv[0] is an absolute path (python or the program itself).
   std::vector<std::string> entrypoint;
@@ -23,8 +29,11 @@ struct AgentConfig {
   int nproc_per_node = 1;  // --nproc_per_node, resolved to a count.
   // --virtual_local_rank: each worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming its one device.
   bool virtual_local_rank = false;
-  std::string role = "default";                      // --role; ROLE_NAME.
-  int max_restarts = 0;                              // --max_restarts.
+  std::string role = "default";  // --role; ROLE_NAME.
+  int max_restarts = 0;          // --max_restarts.
+  // --recovery (PET_RECOVERY); default restart. With in-job, a replacement of a failed
+  // worker counts against --max_restarts as a restart does (agent/in_job_recovery.h).
+  Recovery recovery = Recovery::kRestart;
   std::chrono::milliseconds monitor_interval{5000};  // --monitor_interval; only reported.
   std::chrono::milliseconds term_timeout{30000};     // --term_timeout: SIGTERM -> SIGKILL grace.
   // --signals_to_handle: signals that stop the job (forwarded, then SIGKILL after term_timeout).

@@ -12,6 +12,7 @@
 #include "agent/process/adopted_children.h"
 #include "agent/process/process_signals.h"
 #include "agent/process/process_state.h"
+#include "rendezvous/store/tcp_store_client.h"
 
 namespace ddprun::agent {
 namespace {
@@ -52,6 +53,17 @@ class RealAgentEnv final : public AgentEnv {
 
   std::string processState(pid_t pid) override { return describeProcessState(pid); }
   std::vector<pid_t> adoptedChildren(const std::vector<pid_t>& ours) override { return liveChildren(ours); }
+
+  std::unique_ptr<rendezvous::Store> connectStore(const std::string& host, int port,
+                                                  std::chrono::milliseconds timeout) override {
+    rendezvous::StoreClientOptions options;
+    options.host = host;
+    options.port = port;
+    options.timeout = timeout;
+    options.connect_timeout = timeout;
+    options.first_answer_timeout = timeout;
+    return std::make_unique<rendezvous::TcpStoreClient>(options);
+  }
 
   std::vector<HungStop> stopHung(const std::vector<HungWorker>& workers, int signal, const std::string& reason,
                                  std::chrono::milliseconds kill_after) override {

@@ -20,6 +20,7 @@
 #include "agent/hang/stop/hung_worker_stop.h"
 #include "agent/process/process_spawner.h"
 #include "common/clock.h"
+#include "rendezvous/store/store.h"
 
 namespace ddprun::agent {
 
@@ -54,6 +55,12 @@ class AgentEnv {
   virtual std::string processState(pid_t pid) = 0;
   // The agent's live children that are none of `ours` (adopted_children.h).
   virtual std::vector<pid_t> adoptedChildren(const std::vector<pid_t>& ours) = 0;
+
+  // A connection to the workers' store at `host`:`port` (no token: each round's is fresh and
+  // open, rendezvous/rounds/dynamic_rendezvous.h), each call bounded by `timeout`: in-job
+  // recovery reads and bumps its keys there (agent/in_job_recovery.h). Throws StoreError.
+  virtual std::unique_ptr<rendezvous::Store> connectStore(const std::string& host, int port,
+                                                          std::chrono::milliseconds timeout) = 0;
 
   // Stops hung workers, stacks first (hung_worker_stop.h's HungWorkerStopper::stop), and
   // forgets the signals it still has to send (cancel).

@@ -38,10 +38,18 @@ class DynamicAgentRendezvous final : public AgentRendezvous {
   void publishProgressMedians(const std::string& value) override { board_.publishProgressMedians(value); }
   std::string readProgressMedians(size_t max_bytes) override { return board_.readProgressMedians(max_bytes); }
 
+  // On a connection of its own, made when first needed (only --recovery=in-job counts).
+  int64_t addReplacements(int64_t amount) override {
+    const rendezvous::JobSite site = rdzv_.site();
+    if (!replacements_) replacements_ = site.backend->connect(site.store);
+    return replacements_->add(site.prefix + "replacements", amount);
+  }
+
  private:
   std::unique_ptr<rendezvous::DynamicRendezvous> owned_;  // c10d, static or etcd (openRendezvous)
   rendezvous::DynamicRendezvous& rdzv_;
   rendezvous::JobBoard board_;  // declared after rdzv_: destroyed before it
+  std::unique_ptr<rendezvous::StoreClient> replacements_;
 };
 
 }  // namespace

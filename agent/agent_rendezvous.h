@@ -49,6 +49,12 @@ class AgentRendezvous {
   virtual void publishProgressMedians(const std::string& value) = 0;
   virtual std::string readProgressMedians(size_t max_bytes) = 0;
 
+  // The job's count of in-job replacements (--recovery=in-job, agent/in_job_recovery.h): adds
+  // `amount` (0: reads it) and returns the new count. One counter for the whole job on its
+  // store (rdzv/<run_id>/replacements), so that every node counts them against --max_restarts
+  // alike, in this round and the next ones. Throws StoreError.
+  virtual int64_t addReplacements(int64_t amount) = 0;
+
   // The job's DynamicRendezvous (its constructor's contract: it may host the store, and
   // throws RendezvousError or UsageError).
   static std::unique_ptr<AgentRendezvous> dynamic(const rendezvous::RendezvousConfig& config, int nproc_per_node);

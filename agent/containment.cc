@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "agent/process/cgroup_v2.h"
 #include "agent/process/orphan_guard.h"
 
 namespace ddprun::agent {
@@ -52,6 +53,18 @@ void Containment::setUp() {
 }
 
 std::string Containment::cgroupFor(int local_rank, int attempt) { return cgroups_->create(local_rank, attempt); }
+
+std::string Containment::replacing(const Worker& failed, int attempt) {
+  if (failed.pid > 1 && groupAlive(failed.pid)) {
+    log_->debug("process group {} of replaced worker rank {} still has members; sending SIGKILL", failed.pid,
+                failed.place.rank);
+    env_.signalGroup(failed.pid, SIGKILL);
+  }
+  if (guard_ && failed.pid > 1) guard_->forget(failed.pid);
+  const std::string cgroup = cgroupFor(failed.place.local_rank, attempt);
+  if (!cgroup.empty() && cgroupPopulated(cgroup)) killCgroup(cgroup);
+  return cgroup;
+}
 
 bool Containment::groupAlive(pid_t pgid) {
   const int err = env_.signalGroup(pgid, 0);

@@ -37,6 +37,11 @@ class Containment {
   void setUp();
   // The cgroup worker `local_rank` of `attempt` starts in; empty: none.
   std::string cgroupFor(int local_rank, int attempt);
+  // --recovery=in-job: `failed` (reaped) of `attempt` is replaced alone while the others run.
+  // What it left in its process group and its cgroup gets SIGKILL now (it belongs to a process
+  // that is gone, and must not meet the newcomer), the guard forgets its pid (which the kernel
+  // may hand to anyone), and the newcomer's cgroup is returned: the same one. Does not block.
+  std::string replacing(const Worker& failed, int attempt);
   // Ends what is left of the attempt's processes once its workers are stopped: their process
   // groups (SIGTERM, SIGKILL after --term_timeout), the orphans adopted meanwhile, the
   // cgroups; then forgets them at the guard. Blocks up to a few timeouts.

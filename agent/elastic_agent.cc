@@ -74,7 +74,8 @@ ElasticAgent::Impl::Impl(AgentConfig config, OrphanGuard* guard, AgentEnv& env,
       reporter_(config_, group_, policy_),
       hang_(config_, env, group_, reporter_, guard),
       progress_(config_, env, group_, reporter_),
-      containment_(config_, env, group_, guard) {
+      containment_(config_, env, group_, guard),
+      recovery_(config_, env, group_, reporter_, containment_) {
   env_.onSignals({SIGCHLD}, [this](int) {
     for (const Worker* w : group_.reap()) reporter_.workerExited(*w);
   });
@@ -287,6 +288,7 @@ void ElasticAgent::Impl::setUp() {
   // The rings' directory, as the hang watch named it to the workers.
   const auto flight_dir = setup.base_env.find(env::kFlightDir);
   progress_.setUp(*rendezvous_, flight_dir != setup.base_env.end() ? flight_dir->second : std::string());
+  recovery_.setUp(*rendezvous_, flight_dir != setup.base_env.end() ? flight_dir->second : std::string());
   auto prefix_env = setup.base_env.find(env::kLogLinePrefixTemplate);
   setup.prefix_template = prefix_env != setup.base_env.end() ? prefix_env->second : kDefaultPrefixTemplate;
   const bool keep_logs = config_.redirects.anyStream() || config_.tee.anyStream();
@@ -383,6 +385,7 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::runAttempt(const rendezvous::Ren
                         "; not starting workers on it (an elastic job, --nnodes MIN:MAX, would go on without "
                         "this node)");
     }
+    recovery_.roundStarted(rdzv);
     startWorkers(rdzv);
   } catch (const DdprunError& e) {
     log_->error("cannot start workers: {}", e.what());
@@ -391,7 +394,9 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::runAttempt(const rendezvous::Ren
   policy_.attemptStarted();
   reporter_.setState("running");
   watchRound(rdzv.round);
-  const Outcome outcome = waitForWorkers();
+  Outcome outcome = waitForWorkers();
+  // --recovery=in-job: a failed worker replaced alone, the attempt goes on.
+  while (outcome == Outcome::kFailed && recovery_.replaceFailed()) outcome = waitForWorkers();
   if (outcome != Outcome::kSucceeded) return outcome;
   endAttempt();
   reporter_.setState("succeeded");
@@ -448,7 +453,7 @@ std::optional<int> ElasticAgent::Impl::endOfAttempt(Outcome outcome, const rende
         end.told_as_mine = true;
       } else {
         // Written before the workers stop, so that the other nodes stop theirs meanwhile.
-        end.mine = policy_.endForFailure(node, rdzv.restart_count);
+        end.mine = policy_.endForFailure(node, recovery_.restartsUsed(rdzv.restart_count));
         end.round_first = true;
       }
       break;

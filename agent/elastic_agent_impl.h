@@ -18,6 +18,7 @@
 #include "agent/containment.h"
 #include "agent/elastic_agent.h"
 #include "agent/hang_watch.h"
+#include "agent/in_job_recovery.h"
 #include "agent/job_reporter.h"
 #include "agent/output/log_layout.h"
 #include "agent/placement/gpu_watch.h"
@@ -104,6 +105,7 @@ class ElasticAgent::Impl {
   ProgressWatch progress_;  // stragglers and status --trace, from the same rings
   Containment containment_;
   std::unique_ptr<GpuWatch> gpu_watch_;  // GPU health before each start, GPU faults after a failure
+  InJobRecovery recovery_;               // --recovery=in-job: a failed worker replaced alone
 
   int stop_signal_ = 0;  // the first of config_.stop_signals received.
   int round_ = -1;

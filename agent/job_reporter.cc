@@ -106,6 +106,7 @@ void JobReporter::refreshHealth() {
   for (const Worker& w : group_.workers()) {
     JsonObject o;
     o.add("rank", w.place.rank).add("local_rank", w.place.local_rank).add("pid", w.pid).add("running", w.running);
+    o.add("generation", w.generation);  // above 0: a replacement (--recovery=in-job)
     workers.push_back(std::move(o));
   }
   body.add("workers", workers);
@@ -208,6 +209,23 @@ void JobReporter::workerExited(const Worker& w) {
   }
   exit.add("failed", w.failed()).add("stopped_by_agent", w.stopped_by_agent);
   emit("worker_exit", exit);
+  refreshHealth();
+}
+
+void JobReporter::workerReplaced(const Worker& failed, const Worker& newcomer, int restarts_used) {
+  JsonObject e;
+  e.add("rank", failed.place.rank).add("local_rank", failed.place.local_rank).add("failed_pid", failed.pid);
+  if (failed.signal) {
+    e.addNull("exit_code").add("signal", signalName(failed.signal));
+  } else {
+    e.add("exit_code", failed.exit_code).addNull("signal");
+  }
+  e.add("pid", newcomer.pid)
+      .add("generation", newcomer.generation)
+      .add("attempt", group_.attempt())
+      .add("restarts_used", restarts_used)
+      .add("max_restarts", config_.max_restarts);
+  emit("worker_replaced", e);
   refreshHealth();
 }
 

@@ -78,6 +78,9 @@ class JobReporter {
   // Workers started, exited, or could not be stopped.
   void workerStarted(const Worker& w, const rendezvous::RendezvousResult& rdzv);
   void workerExited(const Worker& w);
+  // --recovery=in-job: `failed` was replaced alone by `newcomer` (generation, pid), the job
+  // having used `restarts_used` of --max_restarts with it.
+  void workerReplaced(const Worker& failed, const Worker& newcomer, int restarts_used);
   void workersUnkillable(const std::vector<UnkillableWorker>& workers);
 
  private:

@@ -21,6 +21,7 @@ namespace ddprun::agent {
 struct Worker {
   WorkerPlace place;
   pid_t pid = -1;
+  int generation = 0;  // DDPRUN_GENERATION it started in: above 0 for a replacement (--recovery=in-job)
   bool running = false;
   bool stopped_by_agent = false;
   int exit_code = 0;

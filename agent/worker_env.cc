@@ -4,6 +4,7 @@
 
 #include "agent/ops/failure_report.h"
 #include "common/env_names.h"
+#include "common/recovery_keys.h"
 
 extern char** environ;
 
@@ -48,7 +49,7 @@ bool setsOmpNumThreads(const std::map<std::string, std::string>& base, int nproc
 
 std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::string> base, const AgentConfig& config,
                                                      const rendezvous::RendezvousResult& rdzv, const WorkerPlace& place,
-                                                     const std::string& error_file) {
+                                                     const std::string& error_file, int generation) {
   const bool set_omp = setsOmpNumThreads(base, config.nproc_per_node);
   auto& e = base;
   if (config.virtual_local_rank) {
@@ -73,6 +74,8 @@ std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::
   e[env::kRunId] = config.rendezvous.run_id;
   e[env::kUseAgentStore] = rdzv.use_agent_store ? "True" : "False";
   e[env::kErrorFile] = error_file;
+  e[recovery::kRecoveryEnv] = config.recovery == Recovery::kInJob ? recovery::kInJob : recovery::kRestart;
+  e[recovery::kGenerationEnv] = std::to_string(generation);
   std::string signals;
   for (int sig : config.stop_signals) signals += (signals.empty() ? "" : ",") + signalName(sig);
   e[env::kSignalsToHandle] = signals;

@@ -35,9 +35,12 @@ std::optional<std::string> virtualDevice(const std::optional<std::string>& inher
 // config.python_faulthandler is off or `base` has it.
 // With config.virtual_local_rank, LOCAL_RANK is 0 and CUDA_VISIBLE_DEVICES is virtualDevice()
 // (the launcher has checked that one exists for every local rank).
+// DDPRUN_RECOVERY is config.recovery's name and DDPRUN_GENERATION `generation`: 0 at a
+// round's start, the generation a replacement starts in (common/recovery_keys.h); both
+// always set, whatever `base` has, so that a worker never reads a stale pair.
 std::map<std::string, std::string> workerEnvironment(std::map<std::string, std::string> base, const AgentConfig& config,
                                                      const rendezvous::RendezvousResult& rdzv, const WorkerPlace& place,
-                                                     const std::string& error_file);
+                                                     const std::string& error_file, int generation = 0);
 
 // True when the agent will set OMP_NUM_THREADS itself (and should say so once).
 bool setsOmpNumThreads(const std::map<std::string, std::string>& base, int nproc_per_node);

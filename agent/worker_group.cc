@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -75,7 +76,24 @@ void WorkerGroup::begin(int attempt, const rendezvous::RendezvousResult& rdzv) {
              rdzv.master_port);
 }
 
-void WorkerGroup::startOne(size_t i, const std::string& cgroup) {
+void WorkerGroup::startOne(size_t i, const std::string& cgroup) { start(i, cgroup, false); }
+
+Worker WorkerGroup::replaceOne(size_t i, const std::string& cgroup, int generation) {
+  Worker failed = std::move(workers_.at(i));
+  workers_[i] = Worker{};
+  workers_[i].place = failed.place;
+  workers_[i].generation = generation;
+  if (!failed.error_file.empty()) ::unlink(failed.error_file.c_str());
+  try {
+    start(i, cgroup, true);
+  } catch (...) {
+    workers_[i] = std::move(failed);  // it stays the attempt's failure
+    throw;
+  }
+  return failed;
+}
+
+void WorkerGroup::start(size_t i, const std::string& cgroup, bool append) {
   Worker& worker = workers_.at(i);
   const int attempt = attempt_;
   const rendezvous::RendezvousResult& rdzv = rdzv_;
@@ -86,7 +104,7 @@ void WorkerGroup::startOne(size_t i, const std::string& cgroup) {
 
   SpawnRequest request;
   request.argv = config_.entrypoint;
-  request.env = workerEnvironment(setup_.base_env, config_, rdzv, worker.place, worker.error_file);
+  request.env = workerEnvironment(setup_.base_env, config_, rdzv, worker.place, worker.error_file, worker.generation);
   worker.dir = dir;
   if (config_.python_workers && !setup_.python_hook_dir.empty()) {
     addPythonHook(request.env, setup_.python_hook_dir, dir);
@@ -166,7 +184,7 @@ void WorkerGroup::startOne(size_t i, const std::string& cgroup) {
       options.file = p.file;
       // An earlier attempt's worker could have left a FIFO or a link where this log goes.
       std::string reason;
-      options.file_fd = createWorkerFile(p.file, O_TRUNC, 0644, &reason);
+      options.file_fd = createWorkerFile(p.file, append ? O_APPEND : O_TRUNC, 0644, &reason);
       if (!options.file_fd) {
         log_->warn("cannot open worker log {}: {}; this stream is not saved there", p.file, reason);
         if (record) record->file_error = reason;

@@ -69,6 +69,12 @@ class WorkerGroup {
   // Starts worker `i` of the attempt (in `cgroup` unless empty). Throws SystemError or
   // UsageError (it is not started then).
   void startOne(size_t i, const std::string& cgroup);
+  // --recovery=in-job: starts failed worker `i` again, alone, while the others run on, in
+  // `generation` (DDPRUN_GENERATION; common/recovery_keys.h) at the same place (RANK, ...).
+  // Its log files are appended to: the failed process's lines stay above the newcomer's.
+  // Its error file is removed first, so that the newcomer's failure report never shows the
+  // failed process's error. Returns the failed worker as it ended. Throws as startOne.
+  Worker replaceOne(size_t i, const std::string& cgroup, int generation);
 
   std::vector<Worker>& workers() { return workers_; }
   const std::vector<Worker>& workers() const { return workers_; }
@@ -99,6 +105,9 @@ class WorkerGroup {
   void drainOutput();
 
  private:
+  // startOne's work; `append`: the worker's log files are appended to, not truncated.
+  void start(size_t i, const std::string& cgroup, bool append);
+
   const AgentConfig& config_;
   AgentEnv& env_;
   OrphanGuard* guard_;

@@ -15,6 +15,7 @@
 #include "common/env_reader.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/recovery_keys.h"
 #include "common/text_escape.h"
 #include "launcher/nproc.h"
 #include "launcher/option_prefix.h"
@@ -44,6 +45,7 @@ struct RawFlags {
   std::string rdzv_id = "none";
   std::string rdzv_conf;
   std::string max_restarts = "0";
+  std::string recovery = "restart";
   std::string monitor_interval = "5";
   std::string role = "default";
   bool no_python = false;
@@ -357,6 +359,11 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
     agent::checkAppendable(events);
     config.events_file = events;
   }
+  if (f.recovery == recovery::kInJob) {
+    config.recovery = agent::Recovery::kInJob;
+  } else if (f.recovery != recovery::kRestart) {
+    throw UsageError("invalid --recovery value '" + printable(f.recovery) + "': expected restart or in-job");
+  }
   if (f.role.empty()) throw UsageError("--role must not be empty");
   config.role = f.role;
   config.redirects = agent::StdSpec::parse("--redirects", f.redirects);
@@ -441,6 +448,8 @@ std::string describeFlags(const agent::AgentConfig& config) {
     text += fmt::format("--rdzv_endpoint={}\n", rdzv.endpoint);
   }
   text += fmt::format("--rdzv_id={}\n--max_restarts={}\n", rdzv.run_id, config.max_restarts);
+  // Only when not the default, so that a job's dry run reads as it did before the flag.
+  if (config.recovery == agent::Recovery::kInJob) text += fmt::format("--recovery={}\n", recovery::kInJob);
   return text;
 }
 
@@ -473,6 +482,10 @@ void defineFlags(CLI::App& app, RawFlags& f, Registry& registry) {
             "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...).");
   addOption(app, registry, "", "--max_restarts", f.max_restarts,
             "Maximum number of worker group restarts before failing.");
+  addOption(app, registry, "", "--recovery", f.recovery,
+            "What a failed worker costs the others: restart (default: the whole worker group restarts) or in-job "
+            "(a worker on ddprun's runtime is replaced alone while the others keep running; each replacement "
+            "counts as a restart; docs/recovery.md).");
   addOption(app, registry, "", "--monitor_interval", f.monitor_interval,
             "Accepted for torchrun compatibility; ddprun sees worker exits as they happen.");
   addOption(app, registry, "", "--role", f.role, "User-defined role for the workers (ROLE_NAME).");

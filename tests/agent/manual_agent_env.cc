@@ -171,6 +171,12 @@ std::string ManualAgentEnv::processState(pid_t pid) {
   return p->script.unkillable ? "D (disk sleep)" : "S (sleeping)";
 }
 
+std::unique_ptr<rendezvous::Store> ManualAgentEnv::connectStore(const std::string& host, int port,
+                                                                std::chrono::milliseconds timeout) {
+  if (!workers_store) throw rendezvous::StoreError("no store at " + host + ":" + std::to_string(port));
+  return workers_store->connect(timeout);
+}
+
 std::vector<HungStop> ManualAgentEnv::stopHung(const std::vector<HungWorker>& workers, int signal,
                                                const std::string& reason, std::chrono::milliseconds) {
   hung_stops_.push_back(HungStopRequest{workers, signal, reason});

@@ -21,6 +21,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "agent/agent_env.h"
+#include "tests/support/in_memory_store.h"
 #include "tests/support/manual_clock.h"
 
 namespace ddprun::agent::testing {
@@ -74,6 +75,9 @@ class ManualAgentEnv final : public AgentEnv {
   std::optional<ReapedChild> reap() override;
   std::string processState(pid_t pid) override;
   std::vector<pid_t> adoptedChildren(const std::vector<pid_t>&) override { return {}; }
+  // A client of `workers_store` (set by the test); StoreError when it set none.
+  std::unique_ptr<rendezvous::Store> connectStore(const std::string& host, int port,
+                                                  std::chrono::milliseconds timeout) override;
   std::vector<HungStop> stopHung(const std::vector<HungWorker>& workers, int signal, const std::string& reason,
                                  std::chrono::milliseconds kill_after) override;
   void cancelHungStops() override {}
@@ -85,6 +89,9 @@ class ManualAgentEnv final : public AgentEnv {
   // Another thread will post to the event loop (the rendezvous' nextRound): until it has,
   // waiting means waiting for it, not moving time on.
   void expectPost() { expected_posts_++; }
+
+  // The store that connectStore() reaches (in-job recovery's workers' store); none: unreachable.
+  rendezvous::InMemoryStore* workers_store = nullptr;
 
   const std::vector<Process>& processes() const { return processes_; }
   const std::vector<HungStopRequest>& hungStops() const { return hung_stops_; }

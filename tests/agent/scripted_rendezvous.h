@@ -24,6 +24,7 @@ struct RoundScript {
   int round = 0;                    // the current round
   int restarts = 0;                 // its restart count
   std::string standing;             // its end, once written (by anyone)
+  int64_t replacements = 0;         // the job's in-job replacements (addReplacements)
   std::function<void(rendezvous::RoundEvent)> on_event;
 
   // Another node ends the current round with `reason`; this node's watcher hears it.
@@ -83,6 +84,7 @@ class ScriptedRendezvous final : public AgentRendezvous {
   std::vector<std::string> readProgress(size_t, size_t) override { return {}; }
   void publishProgressMedians(const std::string&) override {}
   std::string readProgressMedians(size_t) override { return {}; }
+  int64_t addReplacements(int64_t amount) override { return s_.replacements += amount; }
 
  private:
   RoundScript& s_;

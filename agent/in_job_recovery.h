@@ -1,0 +1,81 @@
+// --recovery=in-job, the agent's side (docs/recovery.md; the keys and variables it shares
+// with ddprun's worker runtime are common/recovery_keys.h's). When a local worker fails, it
+// decides whether the failed worker may be replaced alone while every other worker of the
+// job runs on, and replaces it: every rank of the round said it can re-form in process (the
+// runtime's `capable` key), no worker gave up on in-job recovery, none was stopped as hung,
+// and --max_restarts has a restart left (a replacement counts as one, through a job-wide
+// counter on the rendezvous store that every node reads). The replacement bumps the round's
+// generation in the workers' store and starts only the failed rank again, with the same
+// RANK and the new DDPRUN_GENERATION; one log line and a worker_replaced event say so.
+// Otherwise one line says why not, and the round loop restarts the whole group as with
+// --recovery=restart. The other nodes' agents do nothing: their workers re-form through
+// the workers' store. Thread-safety: none; the agent's thread only.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/agent_config.h"
+#include "agent/agent_env.h"
+#include "agent/agent_rendezvous.h"
+#include "agent/containment.h"
+#include "agent/job_reporter.h"
+#include "agent/worker_group.h"
+#include "common/logging.h"
+#include "rendezvous/rounds/rendezvous_config.h"
+#include "rendezvous/store/store.h"
+
+namespace ddprun::agent {
+
+class InJobRecovery {
+ public:
+  // How long one call to the workers' store may take before the failure takes the whole-group
+  // restart instead: the store is the round's own, on a host of the job.
+  static constexpr std::chrono::seconds kStoreTimeout{10};
+
+  // Everything given must outlive this.
+  InJobRecovery(const AgentConfig& config, AgentEnv& env, WorkerGroup& group, JobReporter& reporter,
+                Containment& containment);
+  ~InJobRecovery();
+  InJobRecovery(const InJobRecovery&) = delete;
+  InJobRecovery& operator=(const InJobRecovery&) = delete;
+
+  // `flight_dir`: the workers' DDPRUN_FLIGHT_DIR (empty: none), where a replaced rank's rings
+  // are removed.
+  void setUp(AgentRendezvous& rdzv, std::string flight_dir);
+  // The workers of round `rdzv` are about to start (generation 0); the last round's store
+  // connection is dropped.
+  void roundStarted(const rendezvous::RendezvousResult& rdzv);
+  // A local worker failed (and the attempt would end): with --recovery=in-job and when it may,
+  // replaces every failed worker alone and returns true (the attempt goes on). Otherwise
+  // returns false, having said in one line why not (nothing with --recovery=restart).
+  bool replaceFailed();
+  // The restarts the job has used for --max_restarts: the round's `restart_count` plus the
+  // job's replacements (read off the store with --recovery=in-job; the last count read when
+  // the store does not answer).
+  int restartsUsed(int restart_count);
+
+ private:
+  // Why the failed workers may not be replaced alone; nothing: they may. Takes a restart from
+  // the budget and bumps the generation when they may (`generation`: the new one).
+  std::optional<std::string> claim(const std::vector<const Worker*>& failed, int& generation);
+  std::optional<std::string> everyRankCapable();
+  void removeRings(int rank) const;
+
+  const AgentConfig& config_;
+  AgentEnv& env_;
+  WorkerGroup& group_;
+  JobReporter& reporter_;
+  Containment& containment_;
+  std::shared_ptr<spdlog::logger> log_;
+  AgentRendezvous* rendezvous_ = nullptr;
+  std::string flight_dir_;
+  std::optional<rendezvous::RendezvousResult> round_;
+  std::string scope_;                                 // the round's keys (recovery::roundScope)
+  std::unique_ptr<rendezvous::Store> workers_store_;  // made at the round's first failure
+  int64_t replacements_ = 0;                          // the job's, as last read
+};
+
+}  // namespace ddprun::agent
