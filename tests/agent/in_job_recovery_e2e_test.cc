@@ -112,6 +112,48 @@ TEST_CASE("in-job e2e: with the restarts spent the job fails as with --recovery=
   CHECK(startsOf(readAll(dir.file("record")), 1).size() == 1);
 }
 
+TEST_CASE("in-job e2e: on two nodes the failed rank alone starts again, the other agent does nothing", "[e2e]") {
+  TempDir dir;
+  const std::map<std::string, std::string> env{{"DDPRUN_EVENTS_FILE", dir.file("events.jsonl")}};
+  const auto agent = [&](int port, bool host) {
+    return std::vector<std::string>{
+        ddprunPath(),
+        "--nnodes=2",
+        "--nproc_per_node=2",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+        "--rdzv_id=in-job-two-nodes",
+        std::string("--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,is_host=") +
+            (host ? "true" : "false"),
+        "--max_restarts=1",
+        "--recovery=in-job",
+        "--term_timeout=5",
+        "--no_python",
+        fakeWorker(),
+        dir.file("record"),
+        "1",
+        "1"};
+  };
+  TestProcess first(agent(0, true), env);  // the store's host takes a port from the kernel
+  const int port = announcedPort(first);
+  TestProcess second(agent(port, false), env);
+  REQUIRE(first.wait(60s));
+  REQUIRE(second.wait(60s));
+  INFO(first.err() + second.err());
+  CHECK(first.exitCode() == 0);
+  CHECK(second.exitCode() == 0);
+  const std::string record = readAll(dir.file("record"));
+  INFO(record);
+  for (int rank : {0, 2, 3}) CHECK(startsOf(record, rank).size() == 1);
+  const auto rank1 = startsOf(record, 1);
+  REQUIRE(rank1.size() == 2);
+  CHECK_THAT(rank1[1], Catch::Contains("generation=1 restart=0"));
+  // One agent replaced it; the other node's agent stopped nothing and restarted nothing.
+  CHECK(countOf(first.err(), "replaced alone") + countOf(second.err(), "replaced alone") == 1);
+  CHECK(countOf(first.err() + second.err(), "restarting the worker group") == 0);
+  CHECK(countOf(readAll(dir.file("events.jsonl")), "\"event\":\"worker_replaced\"") == 1);
+}
+
 TEST_CASE("in-job e2e: a bad --recovery value is a one-line usage error", "[e2e]") {
   auto r = run({ddprunPath(), "--standalone", "--recovery=sometimes", "--no_python", "true"}, {}, 30s);
   REQUIRE(r.finished);
