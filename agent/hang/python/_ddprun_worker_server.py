@@ -54,16 +54,24 @@ def start(_module=None):
     folder = os.environ.get("DDPRUN_PYTHON_STACKS_DIR")
     if not folder:
         return
-    path = os.path.join(folder, "torch_ws.%d" % os.getpid())
-    if len(os.fsencode(path)) >= 108:  # sun_path
-        sys.stderr.write("ddprun: torch's worker server not started: its socket path is too long (%s)\n" % path)
-        return
+    name = "torch_ws.%d" % os.getpid()
+    path = os.path.join(folder, name)
+    folder_fd = None
     try:
-        server = _quiet(lambda: server_class(path))
+        bind_path = path
+        if len(os.fsencode(path)) >= 108:
+            # Longer than a socket address holds (a deep --log_dir): bound through the
+            # directory's descriptor, as the agent connects (worker_server.cc).
+            folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            bind_path = "/proc/self/fd/%d/%s" % (folder_fd, name)
+        server = _quiet(lambda: server_class(bind_path))
         os.chmod(path, 0o600)
     except Exception as e:
         sys.stderr.write("ddprun: torch's worker server not started: %r\n" % (e,))
         return
+    finally:
+        if folder_fd is not None:
+            os.close(folder_fd)
     _server.append(server)
     try:
         import ctypes

@@ -1,6 +1,8 @@
 #include "agent/hang/python/worker_server.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <array>
 #include <limits>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/text_escape.h"
+#include "common/unique_fd.h"
 
 namespace ddprun::agent {
 namespace {
@@ -123,13 +126,22 @@ WorkerServerReply askWorkerServer(const std::string& socket, const std::string& 
                                   const WorkerServerLimits& limits) {
   const std::string what = fmt::format("torch's worker server {} ({} {})", printable(socket), method, target);
   WorkerServerReply reply;
+  // A path longer than a socket address holds (a deep --log_dir) is reached through its
+  // directory's descriptor, as the hook bound it.
+  std::string address = socket;
+  UniqueFd dir;
   if (socket.size() >= sizeof(sockaddr_un{}.sun_path)) {
-    reply.problem = what + ": the socket's path is too long";
-    return reply;
+    const size_t slash = socket.rfind('/');
+    dir = UniqueFd(::open(socket.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (slash == std::string::npos || !dir) {
+      reply.problem = what + ": its directory cannot be opened";
+      return reply;
+    }
+    address = "/proc/self/fd/" + std::to_string(dir.get()) + socket.substr(slash);
   }
   asio::io_context io;
   Exchange exchange(io, limits);
-  exchange.start(socket, method, target);
+  exchange.start(address, method, target);
   io.run_for(limits.timeout);
   exchange.close();
   reply = std::move(exchange.reply());
