@@ -20,56 +20,18 @@
 
 #include "common/recovery_keys.h"
 #include "rendezvous/store/tcp_store_client.h"
+#include "tests/runtime/recovery/step_logs.h"
 #include "tests/support/test_process.h"
 
 namespace {
 
 using namespace ddprun::testing;
+using namespace ddprun::testing::recovery;
 namespace fs = std::filesystem;
 
 constexpr int kSteps = 30;
 // Kills come after step 8, a few steps before the next save (step 14): the survivors notice
 // the loss in a step's gradient reduction, which is where the runtime recovers.
-
-// Each rank's step log read back: step -> parameter hash, and what looked wrong.
-struct RankLog {
-  std::map<int, std::string> sums;
-  std::vector<std::string> problems;
-  int starts = 0;
-  bool done = false;
-  std::vector<std::pair<int, long long>> step_times;  // step, wall clock ms
-};
-
-RankLog readRank(const std::string& dir, int rank) {
-  static const std::regex kStep(R"(^step .* step=(\d+) sum=([0-9a-f]+) t=(\d+))");
-  RankLog log;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("steps.", 0) != 0 || name.substr(name.rfind('.') + 1) != std::to_string(rank)) continue;
-    std::ifstream in(entry.path());
-    for (std::string line; std::getline(in, line);) {
-      std::smatch m;
-      if (line.rfind("start ", 0) == 0) ++log.starts;
-      if (line.rfind("done ", 0) == 0) log.done = true;
-      if (!std::regex_search(line, m, kStep)) continue;
-      const int step = std::stoi(m[1]);
-      if (log.sums.count(step)) log.problems.push_back("step " + m[1].str() + " applied twice");
-      log.sums[step] = m[2];
-      log.step_times.emplace_back(step, std::stoll(m[3]));
-    }
-  }
-  return log;
-}
-
-int lastStep(const std::string& dir, int rank) {
-  const RankLog log = readRank(dir, rank);
-  return log.sums.empty() ? 0 : log.sums.rbegin()->first;
-}
-
-long long nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // One job of the chaos trainer on a store of its own; the test is its agent.
 class Job {
@@ -174,14 +136,6 @@ void checkAgainst(Job& job, int world, const std::vector<RankLog>& reference) {
   }
 }
 
-// Wall-clock ms from `killed_at` to the first step a survivor logged after it.
-long long firstStepAfter(const std::string& dir, int survivor, long long killed_at) {
-  for (const auto& [step, t] : readRank(dir, survivor).step_times) {
-    if (t > killed_at) return t - killed_at;
-  }
-  return -1;
-}
-
 void killedRankIsReplaced(int world, int victim) {
   const auto reference = uninterrupted(world);
   Job job(world, 60);
@@ -199,8 +153,13 @@ void killedRankIsReplaced(int world, int victim) {
   }
   CHECK(job.worker(survivor).pid() == survivor_pid);
   CHECK(readRank(job.logs(), victim).starts == 2);
+  // Measured, not asserted: the whole pause, and the survivor's own account of the part from
+  // noticing the loss to the new group (which includes waiting for the replacement's start).
+  const std::string said = output(job.worker(survivor));
+  const auto at = said.find("continues in generation 1 after ");
   WARN("world " << world << ": kill -> first step after it on rank " << survivor << ": "
-                << firstStepAfter(job.logs(), survivor, killed_at) << " ms");
+                << firstStepAfter(job.logs(), survivor, killed_at) << " ms; rank " << survivor
+                << " says: " << (at == std::string::npos ? "nothing" : said.substr(at, said.find('\n', at) - at)));
 }
 
 }  // namespace
