@@ -211,10 +211,14 @@ bool startWorld(GlobalState& s, const runtime::BackendSpec& spec, int rank, int 
   }
   const auto generation = env::integerOr<int64_t>(kGenerationEnv, 0, 0, INT64_MAX);
   if (mode != kInJob || size < 2) return false;
-  if (!agent_store || spec.cpu != runtime::DeviceBackend::kHost) {
+  // NCCL is left out for now: its watchdog ends a survivor on a peer's loss under torch's
+  // default TORCH_NCCL_ASYNC_ERROR_HANDLING before the reduction could be retried, and the
+  // path has not run on a GPU. Not offering it gives such a job the whole-group restart at
+  // once instead of after every survivor failed too.
+  if (!agent_store || spec.cpu != runtime::DeviceBackend::kHost || spec.cuda == runtime::DeviceBackend::kNccl) {
     logger("runtime")->warn(
-        "in-job recovery needs the agent's store (TORCHELASTIC_USE_AGENT_STORE) and the host backend for CPU "
-        "tensors; this worker does not offer it, so a failure restarts the whole group");
+        "in-job recovery needs the agent's store (TORCHELASTIC_USE_AGENT_STORE) and the host backend for every "
+        "device (NCCL is not covered yet); this worker does not offer it, so a failure restarts the whole group");
     return false;
   }
   Session& r = session();

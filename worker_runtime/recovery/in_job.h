@@ -26,13 +26,12 @@ struct GlobalState;
 namespace ddprun::recovery {
 
 // For init_process_group: with DDPRUN_RECOVERY=in-job on an agent's store
-// (TORCHELASTIC_USE_AGENT_STORE, which outlives any worker) and a host backend for CPU
-// tensors, forms the default group of this worker's generation (a replacement, with
-// DDPRUN_GENERATION > 0, joins the survivors and takes their start-up record), writes this
-// rank's `capable` key and returns true. Otherwise returns false and the caller forms the
-// group as without recovery. Throws UsageError on a malformed DDPRUN_RECOVERY or
-// DDPRUN_GENERATION, PeerError / StoreError / DdprunError when joining fails (after
-// setting the round's `abandoned` key).
+// (TORCHELASTIC_USE_AGENT_STORE, which outlives any worker) and the host backend for every
+// device the group serves (not NCCL: docs/recovery.md), forms the default group of this worker's generation (a
+// replacement, with DDPRUN_GENERATION > 0, joins the survivors and takes their start-up record), writes this rank's
+// `capable` key and returns true. Otherwise returns false and the caller forms the group as without recovery. Throws
+// UsageError on a malformed DDPRUN_RECOVERY or DDPRUN_GENERATION, PeerError / StoreError / DdprunError when joining
+// fails (after setting the round's `abandoned` key).
 bool startWorld(dist::GlobalState& s, const runtime::BackendSpec& spec, int rank, int size, bool agent_store);
 // For destroy_process_group: recovery ends with the group.
 void stop();
