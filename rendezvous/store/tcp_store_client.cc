@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "common/socket_io.h"
 #include "rendezvous/store/token_auth.h"
@@ -34,18 +33,20 @@ std::string frame(Command command) { return std::string(1, static_cast<char>(com
 // One socket with deadline-bounded exact reads and writes.
 class TcpStoreClient::Connection {
  public:
-  Connection(const StoreClientOptions& options, std::atomic<int>& published_fd)
+  // Retries a refused connect on `clock` (the client's): each try is bounded by what is left
+  // of connect_timeout, as a deadline of the steady clock, which the socket's waits run on.
+  Connection(const StoreClientOptions& options, ddprun::Clock& clock, std::atomic<int>& published_fd)
       : max_reply_bytes_(options.max_reply_bytes), published_fd_(published_fd) {
-    const auto deadline = Clock::now() + options.connect_timeout;
+    const auto deadline = clock.now() + options.connect_timeout;
     auto backoff = std::chrono::milliseconds(10);
     std::string last_error;
     for (;;) {
-      if (tryConnect(options, deadline, last_error)) break;
-      if (Clock::now() + backoff >= deadline) {
+      if (tryConnect(options, Clock::now() + (deadline - clock.now()), last_error)) break;
+      if (clock.now() + backoff >= deadline) {
         throw StoreError("store connect: cannot reach " + options.host + ":" + std::to_string(options.port) +
                          " within " + std::to_string(options.connect_timeout.count()) + " ms: " + last_error);
       }
-      std::this_thread::sleep_for(backoff);
+      clock.sleepFor(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
     }
     published_fd_ = fd_.get();
@@ -138,7 +139,8 @@ class TcpStoreClient::Connection {
   std::atomic<int>& published_fd_;
 };
 
-TcpStoreClient::TcpStoreClient(StoreClientOptions options) : options_(std::move(options)) {
+TcpStoreClient::TcpStoreClient(StoreClientOptions options, ddprun::Clock& clock)
+    : options_(std::move(options)), clock_(clock) {
   std::lock_guard lock(mutex_);
   connect(true);
 }
@@ -149,7 +151,7 @@ std::string TcpStoreClient::serverName() const { return options_.host + ":" + st
 
 void TcpStoreClient::connect(bool first) {
   connection_.reset();
-  auto connection = std::make_unique<Connection>(options_, fd_);
+  auto connection = std::make_unique<Connection>(options_, clock_, fd_);
   // Without a token the handshake has no reply: only a PING shows that what accepted the
   // connection is a store that answers (a silent listener would hold the first call for
   // `timeout`, 60 s in a rendezvous, whatever join_timeout says).

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 
+#include "common/clock.h"
 #include "rendezvous/store/store_client.h"
 
 namespace ddprun::rendezvous {
@@ -36,8 +37,11 @@ class TcpStoreClient final : public StoreClient {
  public:
   // Connects (retrying while the server is not up yet), validates and authenticates, and
   // with options.first_answer_timeout sees the server answer. Throws StoreError (StoreTimeout
-  // for a server that did not answer within first_answer_timeout).
-  explicit TcpStoreClient(StoreClientOptions options);
+  // for a server that did not answer within first_answer_timeout). The retries of a refused
+  // connect, their back-off and connect_timeout, run on `clock`, which outlives the client
+  // (tests give a manual one); the socket's own deadlines stay on the steady clock, which
+  // the kernel's waits run on.
+  explicit TcpStoreClient(StoreClientOptions options, Clock& clock = Clock::real());
   ~TcpStoreClient() override;
 
   void set(const std::string& key, const std::string& value) override;
@@ -75,6 +79,7 @@ class TcpStoreClient final : public StoreClient {
   void waitLocked(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
   StoreClientOptions options_;
+  Clock& clock_;
   std::mutex mutex_;
   std::unique_ptr<Connection> connection_;
   std::atomic<bool> interrupted_{false};
