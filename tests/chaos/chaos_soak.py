@@ -27,6 +27,14 @@
      memory        each agent's RSS (from /proc, sampled through the run) grows by less than
                    --rss-growth-mb over its first sample
      etcd keys     (etcd) no key of the job left under its prefix
+   Under --recovery=in-job a worker the agent replaced alone (issue 47) starts again inside
+   its attempt: its start line must resume from the step it had reached (none replayed),
+   and its steps must run on from there, equal to its ranks'.
+4. The costs, per fault kind: the time lost (from the fault to the first new step, less one
+   step) and the steps replayed (applied before the fault and again after it).
+--recovery restart|in-job (default restart, as CI runs it) is the agents' --recovery; `both`
+runs the soak once in each mode with the same seed (the same schedule of faults drawn, the
+same reference) and prints the two modes' costs side by side at the end.
 Backends: c10d (node 0, the store's host, is never killed or cut) and etcd (any node may be;
 an etcd member killed and restarted, or cut off, is a fault of its own).
 Python 3 of Debian, no packages beyond the standard library.
@@ -255,9 +263,10 @@ def sh(*cmd):
 
 
 class Soak:
-    def __init__(self, args):
+    def __init__(self, args, backend, recovery):
         self.args = args
-        self.backend = BACKENDS[args.backend](args)
+        self.backend = backend
+        self.recovery = recovery  # the agents' --recovery
         self.rng = random.Random(args.seed)
         self.nodes = [Node(k, args) for k in range(args.nodes)]
         self.faults = collections.Counter()
@@ -275,7 +284,7 @@ class Soak:
         env = dict(os.environ, TMPDIR=tmp, DDPRUN_SHM="0", OMP_NUM_THREADS="1", TORCHELASTIC_ENABLE_FILE_TIMER="1")
         cmd = ["ip", "netns", "exec", node.ns, self.args.ddprun, f"--nnodes={nnodes}", "--nproc_per_node=1",
                *self.backend.flags(run_id), f"--local_addr={node.addr}", f"--rdzv_conf={FAST_CONF}",
-               "--max_restarts=1000", "--no_python", self.args.trainer, f"--steps={steps}",
+               "--max_restarts=1000", f"--recovery={self.recovery}", "--no_python", self.args.trainer, f"--steps={steps}",
                f"--step-ms={step_ms}", "--checkpoint-every=5", f"--checkpoint-dir={ckpt}", f"--log-dir={logs}",
                "--timeout=60"]
         out = open(os.path.join(self.args.work, f"{run_id}.agent{node.index}.g{node.generation}.log"), "w")
@@ -423,12 +432,13 @@ class Soak:
         return ckpt, logs
 
     def soak(self):
-        run_id = f"chaos{os.getpid()}"
+        run_id = f"chaos{os.getpid()}{self.recovery.replace('-', '')}"  # each mode of --recovery both its own
         self.run_id = run_id
         ckpt, logs = self.dirs(run_id)
         self.logs = logs
         steps = self.args.steps
-        log(f"soak: {self.args.backend}, seed {self.args.seed}, {self.args.duration} s of faults, {steps} steps "
+        log(f"soak: {self.args.backend}, --recovery={self.recovery}, seed {self.args.seed}, {self.args.duration} s "
+            f"of faults, {steps} steps "
             f"of {self.args.step_ms} ms, --nnodes=2:{len(self.nodes)}")
         start = now()
         for node in self.nodes:
@@ -505,7 +515,7 @@ class Soak:
 
 class Logs:
     def __init__(self):
-        self.attempts = {}   # attempt -> {"world", "resumed", "t", "ranks"}
+        self.attempts = {}   # attempt -> {"world", "resumed", "t", "replaced"}
         self.steps = {}      # (attempt, rank, step) -> {"sum", "world", "t", "rank"}
         self.saved = []      # (t, attempt, step)
         self.done = []       # (attempt, rank, step, sum)
@@ -526,8 +536,14 @@ def parse_logs(logs):
                 kind, attempt, rank, rest, t = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4), int(m.group(5))
                 kv = dict(item.split("=", 1) for item in rest.split())
                 if kind == "start":
-                    a = out.attempts.setdefault(attempt, {"world": int(kv["world"]), "resumed": {}, "t": t})
-                    a["resumed"][rank] = int(kv["resumed"])
+                    a = out.attempts.setdefault(attempt, {"world": int(kv["world"]), "resumed": {}, "t": t,
+                                                          "replaced": []})
+                    if rank in a["resumed"]:
+                        # A second start of a rank in one attempt (its file is appended to, in order): a
+                        # worker replaced alone (--recovery=in-job), the attempt number from a survivor.
+                        a["replaced"].append((rank, int(kv["resumed"]), t))
+                    else:
+                        a["resumed"][rank] = int(kv["resumed"])
                     a["t"] = min(a["t"], t)
                 elif kind == "step":
                     if (attempt, rank, int(kv["step"])) in out.steps:
@@ -590,6 +606,21 @@ def check_sequence(logs, total, reference, nodes, failures, every=5):
         last = r
         for rank, steps in ranks.items():
             got = sorted(steps)
+            # A replacement's start (--recovery=in-job) resumes from its ranks' step: nothing replayed
+            # (a step logged by both processes is 'applied twice' above), nothing skipped. The process it
+            # replaced may have died between applying a step and logging it: one step, as the next needs
+            # the others' reduction; that step counts as applied.
+            for rk, k, t in a["replaced"]:
+                if rk != rank:
+                    continue
+                had = max([s for s, rec in steps.items() if rec["t"] <= t] or [r])
+                if k < had:
+                    failures.append(f"sequence: attempt {attempt} rank {rank}'s replacement resumed from step {k}, "
+                                    f"behind step {had} it had applied: steps replayed in job")
+                if k > had + 1:
+                    failures.append(f"sequence: attempt {attempt} rank {rank}'s replacement resumed from step {k}, "
+                                    f"past step {had + 1}: steps lost in job")
+                got = sorted(set(got) | set(range(had + 1, k + 1)))
             expect = list(range(r + 1, r + 1 + len(got)))
             if got != expect:
                 missing = sorted(set(expect) - set(got))[:5]
@@ -618,7 +649,7 @@ def check_sequence(logs, total, reference, nodes, failures, every=5):
                 saved_by[s] = attempt
                 saved_before = max(saved_before, s)
         facts.append({"attempt": attempt, "world": world, "resumed": r, "last": last, "t": a["t"],
-                      "replayed": max(0, min(applied_max, last) - r), "pure": pure})
+                      "replayed": max(0, min(applied_max, last) - r), "pure": pure, "replaced": len(a["replaced"])})
         applied_max = max(applied_max, last)
     if applied_max != total:
         failures.append(f"finished: the highest step applied is {applied_max}, not {total}")
@@ -653,6 +684,25 @@ def time_lost(logs, fault_log):
         if after:
             lost[kind].append(max(0.0, (after[0] - t_fault) / 1000 - step))
     return lost, step
+
+
+def steps_replayed(logs, fault_log):
+    """Per fault kind, the steps each fault made the job apply again: the largest step rank 0
+    went back by (to the checkpoint an attempt resumed from) between the fault and the next one;
+    0 where the job went on from where it was (a worker replaced in job, a stopped worker).
+    Rank 0 is there in every attempt; faults that overlap share the replay."""
+    timeline = sorted((r["t"], s) for (a, rank, s), r in logs.steps.items() if rank == 0)
+    ends = [t for t, _, _ in fault_log[1:]] + [float("inf")]
+    replayed = collections.defaultdict(list)
+    for (t_fault, kind, node), t_end in zip(fault_log, ends):
+        high = max([s for t, s in timeline if t <= t_fault] or [0])
+        back = 0
+        for t, s in timeline:
+            if t_fault < t <= t_end:
+                back = max(back, high - s + 1)
+                high = max(high, s)
+        replayed[kind].append(back)
+    return replayed
 
 
 def leftovers(soak, failures):
@@ -737,6 +787,19 @@ def self_test():
                     if applied and applied[-1] == total:
                         f.write(f"done attempt={attempt} rank={rank} step={total} sum={sums.get(total, ref[total] if world == 4 else f'w{world}-{total}')} t={attempt}\n")
 
+    def replace(dirname, attempt, rank, world, logged, resumed):
+        # Rank `rank` of a 4-node attempt from step 0 to the end, its first process having logged
+        # steps 1..logged and its replacement (--recovery=in-job) starting at `resumed`.
+        with open(os.path.join(dirname, f"steps.{attempt}.{rank}"), "w") as f:
+            f.write(f"start attempt={attempt} rank={rank} world={world} resumed=0 t=1\n")
+            for s in range(1, logged + 1):
+                f.write(f"step attempt={attempt} rank={rank} world={world} step={s} sum={ref[s]} t=1\n")
+            f.write(f"start attempt={attempt} rank={rank} world={world} resumed={resumed} t=2\n")
+            for s in range(resumed + 1, total + 1):
+                f.write(f"step attempt={attempt} rank={rank} world={world} step={s} sum={ref[s]} t=3\n")
+            f.write(f"done attempt={attempt} rank={rank} step={total} sum={ref[total]} t=3\n")
+
+    in_job = [(1, 4, 0, list(range(1, 21)), [5, 10, 15, 20], {})]
     clean = [(1, 4, 0, list(range(1, 13)), [5, 10], {}),   # killed after step 12
              (2, 4, 10, list(range(11, 18)), [15], {}),    # replays 11, 12; killed after 17
              (3, 3, 15, list(range(16, 21)), [20], {})]     # a node lost: 3 nodes to the end
@@ -752,11 +815,18 @@ def self_test():
                     (2, 3, 10, list(range(11, 21)), [15, 20], {12: "x"})], "differs from its earlier run"),
         "unsaved": ([clean[0], (2, 4, 13, list(range(14, 21)), [15, 20], {})], "no earlier attempt checkpointed"),
         "short": ([clean[0], clean[1]], "the highest step applied is 17"),
+        # --recovery=in-job: rank 1 replaced alone in attempt 1 (logged, resumed)
+        "in-job": (in_job, None, (8, 8)),
+        "in-job unlogged": (in_job, None, (8, 9)),  # died after applying step 9, before logging it
+        "in-job replay": (in_job, "applied step 7 twice", (8, 6)),
+        "in-job ahead": (in_job, "steps lost in job", (8, 10)),  # steps 9 and 10 never applied by rank 1
     }
     bad = 0
-    for name, (attempts, expect) in cases.items():
+    for name, (attempts, expect, *replaced) in cases.items():
         with tempfile.TemporaryDirectory() as d:
             write(d, attempts)
+            for logged, resumed in replaced:
+                replace(d, 1, 1, 4, logged, resumed)
             failures = []
             check_sequence(parse_logs(d), total, ref, 4, failures)
             ok = not failures if expect is None else any(expect in f for f in failures)
@@ -793,39 +863,66 @@ def main():
     p.add_argument("--reference-timeout", type=float, default=120)
     p.add_argument("--rss-growth-mb", type=float, default=32)
     p.add_argument("--keep", help="copy the logs here at the end")
+    p.add_argument("--recovery", choices=["restart", "in-job", "both"], default="restart",
+                   help="the agents' --recovery; both: one soak in each mode, the same seed, costs side by side")
     args = p.parse_args()
     if args.steps <= 0:
         # about half the duration's worth of uninterrupted steps: the faults cost the rest
         args.steps = max(50, int(args.duration * 1000 / (args.step_ms + 20) / 2) // 5 * 5)
+    modes = ["restart", "in-job"] if args.recovery == "both" else [args.recovery]
     if args.budget <= 0:
-        args.budget = args.duration + 300
+        args.budget = len(modes) * args.duration + 300
     os.makedirs(os.path.join(args.work, "tmp"), exist_ok=True)
-    soak = Soak(args)
-    soak.budget_end = now() + args.budget - 20
-    failures = soak.failures
+    backend = BACKENDS[args.backend](args)
+    soaks = []
     t0 = now()
+    end = t0 + args.budget - 20
     try:
-        soak.backend.start()
-        reference = soak.reference()
-        soak.soak()
+        backend.start()
+        reference = Soak(args, backend, modes[0]).reference()
+        for i, mode in enumerate(modes):
+            soak = Soak(args, backend, mode)
+            soaks.append(soak)
+            # Each mode its share of what is left of the budget.
+            soak.budget_end = now() + (end - now()) / (len(modes) - i)
+            soak.soak()
     finally:
-        for n in soak.nodes:
-            if n.alive():
-                send(n.proc.pid, signal.SIGKILL)
-                n.proc.wait()
-        soak.restore_due(force=True)
+        for soak in soaks:
+            for n in soak.nodes:
+                if n.alive():
+                    send(n.proc.pid, signal.SIGKILL)
+                    n.proc.wait()
+            soak.restore_due(force=True)
         # (Read before the cluster stops: every agent has exited, so the last one out has removed them.)
-        soak.keys_left = soak.backend.keys_left([getattr(soak, "run_id", ""), f"ref{os.getpid()}"])
-        soak.backend.stop()
+        keys = backend.keys_left([s.run_id for s in soaks if hasattr(s, "run_id")] + [f"ref{os.getpid()}"])
+        for soak in soaks:
+            soak.keys_left = keys
+        backend.stop()
         if args.keep:
             sh("cp", "-r", args.work, args.keep)
+    costs = {soak.recovery: summary(soak, reference, t0) for soak in soaks}
+    failed = [mode for mode, (ok, _) in costs.items() if not ok]
+    if len(modes) > 1:
+        compare(args, {mode: c for mode, (_, c) in costs.items()})
+    if failed:
+        print(f"\nchaos: FAIL with --recovery={','.join(failed)}")
+        tail_agent_logs(args.work)
+        return 1
+    print("\nchaos: every invariant holds" + (" in both modes" if len(modes) > 1 else ""))
+    return 0
+
+
+def summary(soak, reference, t0):
+    """Checks one soak's invariants and prints its summary. Returns (every invariant holds,
+    {fault kind: (times lost, steps replayed)})."""
+    args = soak.args
+    failures = soak.failures
     logs = parse_logs(soak.logs)
     facts, pure_ok, replay_ok = check_sequence(logs, args.steps, reference, args.nodes, failures)
     left = leftovers(soak, failures)
     rss = memory(soak, failures)
 
-    # ---- summary ------------------------------------------------------------------------
-    print("\n=== chaos soak summary ===")
+    print(f"\n=== chaos soak summary (--recovery={soak.recovery}) ===")
     print(f"backend {args.backend}, seed {args.seed}, {args.nodes} nodes (--nnodes=2:{args.nodes}), "
           f"{args.steps} steps of {args.step_ms} ms, checkpoint every 5 steps")
     print(f"wall time: {now() - t0:.0f} s in all, the soaked job {soak.job_end - soak.job_start:.0f} s")
@@ -833,7 +930,8 @@ def main():
           f" ({sum(soak.faults.values())} in all)")
     restarts = max(0, len(facts) - 1)
     worlds = collections.Counter(f["world"] for f in facts)
-    print(f"attempts: {len(facts)} ({restarts} restarts); world sizes: " +
+    replaced = sum(f["replaced"] for f in facts)
+    print(f"attempts: {len(facts)} ({restarts} restarts); workers replaced in job: {replaced}; world sizes: " +
           ", ".join(f"{w} nodes x{c}" for w, c in sorted(worlds.items())))
     gaps = []
     for prev, cur in zip(facts, facts[1:]):
@@ -845,6 +943,7 @@ def main():
         print(f"time between attempts (last step to first step): median {statistics.median(gaps):.1f} s, "
               f"max {max(gaps):.1f} s, total {sum(gaps):.0f} s; steps replayed from checkpoints: {replayed}")
     lost_by_kind, clean_step = time_lost(logs, soak.fault_log)
+    replayed_by_kind = steps_replayed(logs, soak.fault_log)
     job = soak.job_end - soak.job_start
     clean = args.steps * clean_step
     n_faults = sum(soak.faults.values())
@@ -852,8 +951,10 @@ def main():
         print(f"job time {job:.0f} s against {clean:.0f} s uninterrupted ({clean_step * 1000:.0f} ms a step): "
               f"{(job - clean) / n_faults:.1f} s lost per fault on average")
     for kind, losses in sorted(lost_by_kind.items()):
+        back = replayed_by_kind.get(kind, [0])
         print(f"  {kind:16s} x{len(losses):3d}: time lost (fault to the first new step, less one step) median "
-              f"{statistics.median(losses):.1f} s, max {max(losses):.1f} s")
+              f"{statistics.median(losses):.1f} s, max {max(losses):.1f} s; steps replayed median "
+              f"{statistics.median(back):g}, max {max(back)}")
     print(f"bitwise: {pure_ok} step(s) at 4 nodes throughout matched the uninterrupted run; "
           f"{replay_ok} replayed step(s) matched their first run")
     for node, pid, first, peak, growth, n in rss:
@@ -862,13 +963,26 @@ def main():
     print(f"agent exit codes per node: {exits}")
     print("leftovers: " + ("none" if not any(left.values()) else str({k: len(v) for k, v in left.items()})))
     if failures:
-        print(f"\nchaos: FAIL: {len(failures)} invariant(s) broken:")
+        print(f"\nchaos: FAIL: {len(failures)} invariant(s) broken with --recovery={soak.recovery}:")
         for f in failures[:40]:
             print(f"  {f}")
-        tail_agent_logs(args.work)
-        return 1
-    print("\nchaos: every invariant holds")
-    return 0
+    costs = {kind: (lost_by_kind[kind], replayed_by_kind.get(kind, [])) for kind in lost_by_kind}
+    return not failures, costs
+
+
+def compare(args, costs):
+    """The two modes' costs per fault kind, side by side (--recovery both)."""
+    print(f"\n=== --recovery=restart against --recovery=in-job: {args.backend}, seed {args.seed} ===")
+    print(f"{'fault':16s} {'mode':8s} {'n':>3s} {'lost_median_s':>13s} {'lost_max_s':>10s} "
+          f"{'replayed_median':>15s} {'replayed_max':>12s}")
+    for kind in sorted(set(costs["restart"]) | set(costs["in-job"])):
+        for mode in ("restart", "in-job"):
+            lost, back = costs[mode].get(kind, ([], []))
+            if not lost:
+                print(f"{kind:16s} {mode:8s} {0:3d}")
+                continue
+            print(f"{kind:16s} {mode:8s} {len(lost):3d} {statistics.median(lost):13.2f} {max(lost):10.2f} "
+                  f"{statistics.median(back) if back else 0:15g} {max(back or [0]):12d}")
 
 
 def tail_agent_logs(work):

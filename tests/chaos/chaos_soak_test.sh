@@ -6,7 +6,7 @@
 # starts is removed when it ends, whatever happened. Nothing leaves these namespaces.
 # Exit 77 (ctest: skipped) with a one-line reason where namespaces cannot be made.
 # Usage: tests/chaos/chaos_soak_test.sh [-h] BIN_DIR [chaos_soak.py options: --backend c10d
-#        --duration SECONDS --seed N --keep DIR]
+#        --duration SECONDS --seed N --keep DIR --recovery restart|in-job|both]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || $# -lt 1 ]]; then
   sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
