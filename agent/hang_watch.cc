@@ -8,6 +8,7 @@
 
 #include "agent/hang/python/python_stacks.h"
 #include "agent/hang/python/stack_summary.h"
+#include "agent/hang_watch_ports.h"
 #include "agent/process/orphan_guard.h"
 #include "agent/torch_trace/dump_summary.h"
 #include "common/env_names.h"
@@ -28,9 +29,28 @@ constexpr auto kTorchDumpLook = std::chrono::milliseconds(250);
 
 }  // namespace
 
+struct HangWatch::Adapters {
+  Adapters(WorkerGroup& group, JobReporter& reporter) : workers(group), reports(reporter) {}
+  GroupHangWorkers workers;
+  ReporterHangReports reports;
+};
+
 HangWatch::HangWatch(const AgentConfig& config, AgentEnv& env, WorkerGroup& group, JobReporter& reporter,
                      OrphanGuard* guard)
-    : config_(config), env_(env), group_(group), reporter_(reporter), guard_(guard), log_(logger("agent")) {}
+    : HangWatch(config, env, std::make_unique<Adapters>(group, reporter), guard) {}
+
+HangWatch::HangWatch(const AgentConfig& config, AgentEnv& env, std::unique_ptr<Adapters> adapters, OrphanGuard* guard)
+    : config_(config),
+      env_(env),
+      adapters_(std::move(adapters)),
+      group_(adapters_->workers),
+      reporter_(adapters_->reports),
+      guard_(guard),
+      log_(logger("agent")) {}
+
+HangWatch::HangWatch(const AgentConfig& config, AgentEnv& env, HangWorkers& workers, HangReports& reports,
+                     OrphanGuard* guard)
+    : config_(config), env_(env), group_(workers), reporter_(reports), guard_(guard), log_(logger("agent")) {}
 
 HangWatch::~HangWatch() {
   if (timer_server_ && guard_) guard_->forgetDirectory(timer_server_->path());
@@ -41,7 +61,12 @@ HangWatch::~HangWatch() {
 }
 
 void HangWatch::setUp(AgentRendezvous& rdzv, std::map<std::string, std::string>& base_env) {
-  rendezvous_ = &rdzv;
+  own_exchange_ = std::make_unique<RendezvousHangExchange>(rdzv);
+  setUp(*own_exchange_, base_env);
+}
+
+void HangWatch::setUp(HangExchange& exchange, std::map<std::string, std::string>& base_env) {
+  exchange_ = &exchange;
   startFileTimers(base_env);
   flight_dir_ = std::make_unique<FlightDir>(config_.rendezvous.run_id);
   if (flight_dir_->path().empty()) {
@@ -88,20 +113,21 @@ void HangWatch::workersStarted() {
       expected_dumps.push_back(ExpectedDump{worker.place.rank, worker.torch_dump, worker.torch_dump_before});
     }
   }
-  torch_dumps_.reset();
-  if (!expected_dumps.empty()) torch_dumps_ = std::make_unique<TorchDumps>(std::move(expected_dumps));
+  attempt_.torch_dumps.reset();
+  if (!expected_dumps.empty()) attempt_.torch_dumps = std::make_unique<TorchDumps>(std::move(expected_dumps));
   next_dump_look_ = now() + kTorchDumpLook;
 }
 
 HangWatch::Wake HangWatch::wake(Clock::TimePoint limit) const {
   Wake wake;
-  wake.watch_hang = config_.hang_timeout && !hang_judged_ && !group_.stopping();
+  wake.watch_hang = config_.hang_timeout && !attempt_.hang_judged && !group_.stopping();
   wake.several_nodes = reporter_.round() && reporter_.round()->group_world_size > 1;
   wake.at = limit;
   if (wake.watch_hang) wake.at = std::min(wake.at, next_hang_check_);
   if (wake.several_nodes) wake.at = std::min(wake.at, next_hang_request_check_);
-  if (!collective_line_.empty()) wake.at = std::min(wake.at, collective_line_at_ + kCollectiveFailureGrace);
-  wake.watch_dumps = torch_dumps_ && collective_line_.empty() && !group_.stopping();
+  if (!attempt_.collective_line.empty())
+    wake.at = std::min(wake.at, attempt_.collective_line_at + kCollectiveFailureGrace);
+  wake.watch_dumps = attempt_.torch_dumps && attempt_.collective_line.empty() && !group_.stopping();
   if (wake.watch_dumps) wake.at = std::min(wake.at, next_dump_look_);
   return wake;
 }
@@ -112,7 +138,7 @@ void HangWatch::tick(const Wake& wake) {
     lookForTorchDumps();
   }
   // A rank said a collective failed: the others' Python stacks now, before any of them moves on.
-  if (!collective_line_.empty() && !python_stacks_taken_) takePythonStacks();
+  if (!attempt_.collective_line.empty() && !attempt_.python_stacks_taken) takePythonStacks();
   const auto t = now();
   if (wake.watch_hang && t >= next_hang_check_) {
     // A few times per timeout, at most once a second: reading the rings is cheap.
@@ -127,9 +153,10 @@ void HangWatch::tick(const Wake& wake) {
 }
 
 bool HangWatch::collectiveGraceOver() {
-  if (collective_line_.empty() || now() < collective_line_at_ + kCollectiveFailureGrace) return false;
+  if (attempt_.collective_line.empty() || now() < attempt_.collective_line_at + kCollectiveFailureGrace) return false;
   log_->warn("no worker ended within {} s of '{}'; stopping the attempt",
-             std::chrono::duration_cast<std::chrono::seconds>(kCollectiveFailureGrace).count(), collective_line_);
+             std::chrono::duration_cast<std::chrono::seconds>(kCollectiveFailureGrace).count(),
+             attempt_.collective_line);
   return true;
 }
 
@@ -203,13 +230,13 @@ std::vector<RankPosition> HangWatch::localPositions() const {
 }
 
 void HangWatch::answerHangRequest() {
-  if (!rendezvous_->hangSummaryRequested()) return;
+  if (!exchange_->hangSummaryRequested()) return;
   // Its ranks' torch dumps go with the answer: they are written within a second or two of
   // the collective's timeout (torch signals the dump through its store); and their Python
   // stacks, taken now unless a failure here had them taken already.
-  if (!python_stacks_taken_) takePythonStacks();  // none without Python workers
-  if (torch_dumps_) settleTorchDumps();
-  rendezvous_->publishHangSummary(ownSummary());
+  if (!attempt_.python_stacks_taken) takePythonStacks();  // none without Python workers
+  if (attempt_.torch_dumps) settleTorchDumps();
+  exchange_->publishHangSummary(ownSummary());
   log_->info("another node judges a hang; published where this node's ranks stand");
 }
 
@@ -222,10 +249,10 @@ std::string HangWatch::ownSummary() {
     if (w.python_stack.empty()) continue;
     stacks.push_back(LocalStack{w.place.rank, w.place.local_rank, formatTraceback(mainThreadFrames(w.python_stack))});
   }
-  summary += encodeStackSummary(rendezvous_->nodeName(), stacks);
-  if (!torch_dumps_) return summary;
+  summary += encodeStackSummary(exchange_->nodeName(), stacks);
+  if (!attempt_.torch_dumps) return summary;
   std::vector<LocalDump> dumps;
-  for (FlightDump& d : torch_dumps_->dumps()) {
+  for (FlightDump& d : attempt_.torch_dumps->dumps()) {
     for (const Worker& w : group_.workers()) {
       if (w.place.rank != d.rank) continue;
       const bool finished = !w.running && w.exit_code == 0 && w.signal == 0;
@@ -234,41 +261,42 @@ std::string HangWatch::ownSummary() {
       break;
     }
   }
-  if (!dumps.empty()) summary += encodeDumpSummary(rendezvous_->nodeName(), dumps);
+  if (!dumps.empty()) summary += encodeDumpSummary(exchange_->nodeName(), dumps);
   return summary;
 }
 
 const std::vector<std::string>& HangWatch::otherNodes() {
-  if (other_nodes_) return *other_nodes_;
-  other_nodes_.emplace();
+  if (attempt_.other_nodes) return *attempt_.other_nodes;
+  attempt_.other_nodes.emplace();
   const auto& current = reporter_.round();
-  if (!current || current->group_world_size < 2) return *other_nodes_;
+  if (!current || current->group_world_size < 2) return *attempt_.other_nodes;
   // The other nodes may wait for their ranks' dumps before they answer.
-  const auto wait = torch_dumps_ ? kHangSummaryWait + kTorchDumpWait : kHangSummaryWait;
-  *other_nodes_ = rendezvous_->gatherHangSummaries(wait, ownSummary());
-  if (other_nodes_->size() + 1 < static_cast<size_t>(current->group_world_size)) {
+  const auto wait = attempt_.torch_dumps ? kHangSummaryWait + kTorchDumpWait : kHangSummaryWait;
+  *attempt_.other_nodes = exchange_->gatherHangSummaries(wait, ownSummary());
+  if (attempt_.other_nodes->size() + 1 < static_cast<size_t>(current->group_world_size)) {
     log_->warn("hang verdict without {} of {} nodes (no answer within {} s)",
-               current->group_world_size - 1 - static_cast<int>(other_nodes_->size()), current->group_world_size,
-               std::chrono::duration_cast<std::chrono::seconds>(wait).count());
+               current->group_world_size - 1 - static_cast<int>(attempt_.other_nodes->size()),
+               current->group_world_size, std::chrono::duration_cast<std::chrono::seconds>(wait).count());
   }
-  return *other_nodes_;
+  return *attempt_.other_nodes;
 }
 
 void HangWatch::onStderrLine(int rank, std::string_view line) {
-  if (!collective_line_.empty() || group_.stopping()) return;
+  if (!attempt_.collective_line.empty() || group_.stopping()) return;
   auto failure = collectiveFailureIn(line);
   if (!failure) return;
   noticeCollectiveFailure(fmt::format("rank {}: {}", rank, printable(*failure)));
 }
 
 void HangWatch::noticeCollectiveFailure(const std::string& what) {
-  collective_line_ = what;
-  collective_line_at_ = now();
-  log_->warn("a collective failed ({}); taking the Python stacks of the workers still running", collective_line_);
+  attempt_.collective_line = what;
+  attempt_.collective_line_at = now();
+  log_->warn("a collective failed ({}); taking the Python stacks of the workers still running",
+             attempt_.collective_line);
 }
 
 void HangWatch::lookForTorchDumps() {
-  const std::optional<int> rank = torch_dumps_->written();
+  const std::optional<int> rank = attempt_.torch_dumps->written();
   if (!rank) return;
   for (const Worker& w : group_.workers()) {
     if (w.place.rank == *rank) {
@@ -312,7 +340,7 @@ void HangWatch::checkHangTimeout() {
       "--hang_timeout: no rank on this node completed an operation for {:g} s while one was pending", timeout_s);
   // Python workers' stacks first, while every rank still stands where it hung: the verdict
   // names the culprit's frame from them.
-  if (python && !python_stacks_taken_) takePythonStacks();
+  if (python && !attempt_.python_stacks_taken) takePythonStacks();
   std::string verdict = judgeRingsAndFrames(trigger);
   if (verdict.empty() && python) verdict = judgePythonHang(trigger);
   std::vector<std::pair<Worker*, pid_t>> targets;
@@ -354,15 +382,15 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
     return std::any_of(workers.begin(), workers.end(), [](const Worker& w) { return w.running && w.hang; });
   };
   runWhile(env_, hungRunning, group_.killWait());
-  std::vector<WorkerFailure> failures = group_.collectFailures(host, hang_culprits_);
+  std::vector<WorkerFailure> failures = group_.collectFailures(host, attempt_.culprits);
   // A collective that timed out or failed is a hang seen from inside: take the Python
   // stacks of the ranks still running (unless a stderr line already had them taken), say
   // where every rank stands, then stop the others as hung, before the round ends.
   bool maybe = false;
   if (const std::string trigger = collectiveFailureTrigger(failures, maybe); !trigger.empty()) {
-    if (!python_stacks_taken_) takePythonStacks();
+    if (!attempt_.python_stacks_taken) takePythonStacks();
     // The local dumps before any other node is asked: they go with this node's summary.
-    if (torch_dumps_) dumps_waited_ = settleTorchDumps();
+    if (attempt_.torch_dumps) attempt_.dumps_waited = settleTorchDumps();
     std::string verdict = judgeRingsAndFrames(trigger);
     if (verdict.empty()) verdict = judgeTorchDumps(trigger);
     if (verdict.empty()) verdict = judgePythonHang(trigger);
@@ -377,12 +405,12 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
       auto running = [this] { return group_.anyRunning(); };
       runWhile(env_, running, group_.killWait());
     }
-    failures = group_.collectFailures(host, hang_culprits_);
+    failures = group_.collectFailures(host, attempt_.culprits);
   }
   // A rank of another node that the verdict blames is the root cause of this node's report.
-  if (!remote_culprits_.empty()) {
-    failures.insert(failures.end(), remote_culprits_.begin(), remote_culprits_.end());
-    putRanksFirst(failures, hang_culprits_);
+  if (!attempt_.remote_culprits.empty()) {
+    failures.insert(failures.end(), attempt_.remote_culprits.begin(), attempt_.remote_culprits.end());
+    putRanksFirst(failures, attempt_.culprits);
   }
   return failures;
 }
@@ -391,15 +419,7 @@ void HangWatch::endAttempt() {
   env_.cancelHungStops();
   if (timer_server_) timer_server_->clearTimers();
   if (flight_dir_) flight_dir_->clear();
-  hang_judged_ = false;
-  hang_culprits_.clear();
-  collective_line_.clear();
-  python_stacks_taken_ = false;
-  torch_dumps_.reset();
-  other_nodes_.reset();
-  remote_culprits_.clear();
-  remote_stacks_.clear();
-  dumps_waited_.reset();
+  attempt_ = HangAttempt{};
 }
 
 }  // namespace ddprun::agent

@@ -6,8 +6,9 @@
 // events file, name the culprits that the failure report puts first, and are exchanged with
 // the other nodes of the round (hang summaries). It stops hung workers stacks first
 // (hung_worker_stop.h, through the AgentEnv). The round loop ticks it while the workers run
-// and asks it for the failures once a worker failed. Thread-safety: none; the agent's
-// thread only.
+// and asks it for the failures once a worker failed. What it needs of the workers, the
+// reports and the other nodes comes through hang_watch_ports.h; what it learns of an attempt
+// is one HangAttempt (hang_attempt.h). Thread-safety: none; the agent's thread only.
 #pragma once
 
 #include <sys/types.h>
@@ -23,34 +24,39 @@
 
 #include "agent/agent_config.h"
 #include "agent/agent_env.h"
-#include "agent/agent_rendezvous.h"
-#include "agent/hang/python/stack_summary.h"
 #include "agent/hang/rings/flight_dir.h"
 #include "agent/hang/rings/hang_verdict.h"
 #include "agent/hang/timers/file_timer_server.h"
-#include "agent/job_reporter.h"
+#include "agent/hang_attempt.h"
+#include "agent/hang_watch_ports.h"
 #include "agent/ops/failure_report.h"
 #include "agent/output/log_layout.h"
-#include "agent/torch_trace/torch_dumps.h"
-#include "agent/worker_group.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
 
+class AgentRendezvous;
+class JobReporter;
 class OrphanGuard;
+class WorkerGroup;
 
 class HangWatch {
  public:
-  // Everything given must outlive the watch; `guard` may be null.
+  // Everything given must outlive the watch; `guard` may be null. The round loop's: over its
+  // worker group and job reporter (hang_watch_ports.h's adapters).
   HangWatch(const AgentConfig& config, AgentEnv& env, WorkerGroup& group, JobReporter& reporter, OrphanGuard* guard);
+  // Over any workers and reports (a test's).
+  HangWatch(const AgentConfig& config, AgentEnv& env, HangWorkers& workers, HangReports& reports, OrphanGuard* guard);
   ~HangWatch();
   HangWatch(const HangWatch&) = delete;
   HangWatch& operator=(const HangWatch&) = delete;
 
   // Starts the file timers' server (with --file_timer) and makes the flight recorder's
   // directory; names both in `base_env`, the workers' environment. Throws UsageError when
-  // the timers' pipe cannot be made.
+  // the timers' pipe cannot be made. The other nodes are reached through `rdzv`'s job board
+  // (or `exchange`), which must outlive the watch.
   void setUp(AgentRendezvous& rdzv, std::map<std::string, std::string>& base_env);
+  void setUp(HangExchange& exchange, std::map<std::string, std::string>& base_env);
   // Where stacks are kept (a temporary run directory is kept for them).
   void setLayout(LogLayout& layout) { layout_ = &layout; }
 
@@ -73,14 +79,15 @@ class HangWatch {
   // A collective failed and no worker ended within the grace: the attempt is to stop (said).
   bool collectiveGraceOver();
   // What a stderr line said of a failed collective ("rank 0: <line>"); empty: nothing.
-  const std::string& collectiveLine() const { return collective_line_; }
+  const std::string& collectiveLine() const { return attempt_.collective_line; }
 
   // A local worker failed: waits for the workers stopped as hung, and when a collective
   // failed, takes the Python stacks, judges where every rank stands and stops the others as
   // hung. Returns the attempt's failures, the verdict's culprits first.
   std::vector<WorkerFailure> failures(const std::string& host);
 
-  // The attempt is over: what its processes asked for ends with them.
+  // The attempt is over: what its processes asked for ends with them, and what the watch
+  // learned of it is forgotten.
   void endAttempt();
 
  private:
@@ -137,11 +144,11 @@ class HangWatch {
   // settleTorchDumps, and the other nodes' (dump_summary.h, through otherNodes), when every
   // rank of the job has one that reads; logged and recorded like judgeHang's
   // ("source":"flight_recorder"), it sets the culprits (a culprit of another node becomes a
-  // failure of the report, remote_culprits_). Otherwise one line says which ranks had none
+  // failure of the report, attempt_.remote_culprits). Otherwise one line says which ranks had none
   // (or which could not be read). Returns the verdict's sentences (empty: none).
   std::string judgeTorchDumps(const std::string& trigger);
   // A rank of another node that a verdict blames, from its node's summary: a failure of this
-  // node's report (remote_culprits_), with its Python frames when its node sent them.
+  // node's report (attempt_.remote_culprits), with its Python frames when its node sent them.
   void addRemoteCulprit(int rank, const std::string& verdict);
   // Records a verdict: its event, and the health check's (job_reporter.h).
   void recordVerdict(const std::string& trigger, const std::string& text, const char* source,
@@ -158,31 +165,29 @@ class HangWatch {
   // (their watchdogs look about once a second), not torch's ~60 s.
   static constexpr std::chrono::seconds kTorchDumpWait{3};
 
+  // The adapters over the round loop's parts, when the watch was given those.
+  struct Adapters;
+  HangWatch(const AgentConfig& config, AgentEnv& env, std::unique_ptr<Adapters> adapters, OrphanGuard* guard);
+
   const AgentConfig& config_;
   AgentEnv& env_;
-  WorkerGroup& group_;
-  JobReporter& reporter_;
+  std::unique_ptr<Adapters> adapters_;  // before group_ and reporter_, which may be theirs
+  HangWorkers& group_;
+  HangReports& reporter_;
   OrphanGuard* guard_;
   std::shared_ptr<spdlog::logger> log_;
-  AgentRendezvous* rendezvous_ = nullptr;
+  std::unique_ptr<HangExchange> own_exchange_;  // setUp's adapter over the rendezvous
+  HangExchange* exchange_ = nullptr;            // the other nodes (setUp)
   LogLayout* layout_ = nullptr;
-  std::unique_ptr<FileTimerServer> timer_server_;          // TORCHELASTIC_ENABLE_FILE_TIMER=1
-  std::unique_ptr<FlightDir> flight_dir_;                  // the workers' flight recorder rings
-  bool hang_judged_ = false;                               // this attempt's verdict was given
-  std::vector<int> hang_culprits_;                         // the ranks it blamed: the report's root cause
-  Clock::TimePoint next_hang_check_{};                     // --hang_timeout's next look at the rings
-  Clock::TimePoint attempt_started_{};                     // when this attempt's workers were started
-  bool no_rings_warned_ = false;                           // --hang_timeout found no ring to watch (said once)
-  Clock::TimePoint next_hang_request_check_{};             // the next look for another node's request
-  std::string collective_line_;                            // "rank 0: <line>": a stderr line said a collective failed
-  Clock::TimePoint collective_line_at_{};                  // when
-  bool python_stacks_taken_ = false;                       // this attempt's Python stacks were taken
-  std::unique_ptr<TorchDumps> torch_dumps_;                // this attempt's, when a worker has a dump prefix
-  Clock::TimePoint next_dump_look_{};                      // lookForTorchDumps' next look
-  std::optional<std::vector<std::string>> other_nodes_;    // this attempt's summaries of the other nodes
-  std::vector<WorkerFailure> remote_culprits_;             // ranks of other nodes a verdict blamed
-  std::map<int, RemoteStack> remote_stacks_;               // other nodes' Python ranks' frames, by rank
-  std::optional<std::chrono::milliseconds> dumps_waited_;  // failures()' wait for the local dumps
+  std::unique_ptr<FileTimerServer> timer_server_;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
+  std::unique_ptr<FlightDir> flight_dir_;          // the workers' flight recorder rings
+  bool no_rings_warned_ = false;                   // --hang_timeout found no ring to watch (said once)
+  // When the next looks are due while the workers run.
+  Clock::TimePoint attempt_started_{};          // when this attempt's workers were started
+  Clock::TimePoint next_hang_check_{};          // --hang_timeout's at the rings
+  Clock::TimePoint next_hang_request_check_{};  // for another node's request
+  Clock::TimePoint next_dump_look_{};           // lookForTorchDumps'
+  HangAttempt attempt_;                         // what this attempt showed so far
 };
 
 }  // namespace ddprun::agent

@@ -35,7 +35,7 @@ constexpr auto kTorchFirstDumpWait = std::chrono::seconds(1);
 }  // namespace
 
 void HangWatch::takePythonStacks() {
-  python_stacks_taken_ = true;
+  attempt_.python_stacks_taken = true;
   struct Ask {
     Worker* worker;
     std::string file;
@@ -93,7 +93,7 @@ void HangWatch::takePythonStacks() {
 
 std::string HangWatch::collectiveFailureTrigger(const std::vector<WorkerFailure>& failures, bool& maybe) const {
   maybe = false;
-  if (!collective_line_.empty()) return "a collective failed (" + collective_line_ + ")";
+  if (!attempt_.collective_line.empty()) return "a collective failed (" + attempt_.collective_line + ")";
   const std::vector<Worker>& workers = group_.workers();
   for (const WorkerFailure& f : failures) {
     if (!f.hang_reason.empty()) continue;
@@ -108,7 +108,7 @@ std::string HangWatch::collectiveFailureTrigger(const std::vector<WorkerFailure>
       return fmt::format("rank {} failed: a collective failed ({})", f.rank, printable(*line));
     }
   }
-  const std::optional<int> dumped = torch_dumps_ ? torch_dumps_->written() : std::nullopt;
+  const std::optional<int> dumped = attempt_.torch_dumps ? attempt_.torch_dumps->written() : std::nullopt;
   // NCCL's watchdog aborts the process from a C++ thread: no error file, no exception, and
   // its words on stderr reach ddprun only when stderr goes through it.
   for (const WorkerFailure& f : failures) {
@@ -128,10 +128,10 @@ std::string HangWatch::collectiveFailureTrigger(const std::vector<WorkerFailure>
 std::chrono::milliseconds HangWatch::settleTorchDumps() {
   const auto start = now();
   for (;;) {
-    if (torch_dumps_->poll()) break;
+    if (attempt_.torch_dumps->poll()) break;
     const auto waited = now() - start;
     if (waited >= kTorchDumpWait) break;
-    if (waited >= kTorchFirstDumpWait && torch_dumps_->writtenRanks().empty()) break;
+    if (waited >= kTorchFirstDumpWait && attempt_.torch_dumps->writtenRanks().empty()) break;
     // The workers' output and exits are served meanwhile; the looks stay apart, so that a
     // file's size holding still means that torch is done writing it.
     const auto next = now() + kTorchDumpSettleLook;
@@ -166,11 +166,11 @@ std::string standingOf(const DumpVerdict& verdict, int rank) {
 }  // namespace
 
 std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
-  if (!torch_dumps_) return {};
+  if (!attempt_.torch_dumps) return {};
   // Waited for once already, before the other nodes were asked.
-  const auto waited_ms = (dumps_waited_ ? *dumps_waited_ : settleTorchDumps()).count();
-  const std::vector<int> missing = torch_dumps_->missing();
-  if (torch_dumps_->writtenRanks().empty()) {
+  const auto waited_ms = (attempt_.dumps_waited ? *attempt_.dumps_waited : settleTorchDumps()).count();
+  const std::vector<int> missing = attempt_.torch_dumps->missing();
+  if (attempt_.torch_dumps->writtenRanks().empty()) {
     log_->info("no torch flight-recorder dump from rank {} within {} ms; the verdict comes from the Python stacks",
                rankRanges(missing), waited_ms);
     return {};
@@ -179,7 +179,7 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
   if (!missing.empty()) {
     gaps = fmt::format("no dump from rank {} within {} ms", rankRanges(missing), waited_ms);
   }
-  for (const std::string& line : torch_dumps_->unreadable()) {
+  for (const std::string& line : attempt_.torch_dumps->unreadable()) {
     gaps += (gaps.empty() ? "" : "; ") + printable(line);
   }
   if (!gaps.empty()) {
@@ -187,13 +187,13 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
     return {};
   }
   DumpVerdictOptions options;
-  if (const int64_t newest = torch_dumps_->newestNs(); newest > 0) options.now_ns = newest;
+  if (const int64_t newest = attempt_.torch_dumps->newestNs(); newest > 0) options.now_ns = newest;
   std::vector<int> local_ranks;
   for (const Worker& w : group_.workers()) {
     local_ranks.push_back(w.place.rank);
     if (!w.running && w.exit_code == 0 && w.signal == 0) options.finished_ranks.push_back(w.place.rank);
   }
-  std::vector<FlightDump> dumps = torch_dumps_->dumps();
+  std::vector<FlightDump> dumps = attempt_.torch_dumps->dumps();
   // The other nodes' ranks, from their summaries.
   std::map<int, RemoteRank> remote;
   std::map<int, std::string> remote_stacks;
@@ -203,7 +203,7 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
       // Every Python rank's frames come in the answer, with a dump or without: when a dump is
       // missing, the Python stacks' verdict (judgePythonHang) needs them. Only the ring
       // verdict kept them before, so that verdict named the rank or not by which ran first.
-      remote_stacks_.merge(decodeStackSummary(answer, current->world_size, local_ranks).ranks);
+      attempt_.remote_stacks.merge(decodeStackSummary(answer, current->world_size, local_ranks).ranks);
       RemoteDumps theirs = decodeDumpSummary(answer, current->world_size, local_ranks);
       if (theirs.rejected > 0) {
         log_->warn(
@@ -232,7 +232,7 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
       log_->warn(
           "torch flight-recorder dumps: no dump of rank {} came from the other nodes (this node read rank {}); the "
           "verdict comes from the Python stacks",
-          rankRanges(without), rankRanges(torch_dumps_->writtenRanks()));
+          rankRanges(without), rankRanges(attempt_.torch_dumps->writtenRanks()));
       return {};
     }
   }
@@ -268,7 +268,7 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
         rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
       }
     }
-    remote_culprits_.push_back(std::move(f));
+    attempt_.remote_culprits.push_back(std::move(f));
   }
   return sentences;
 }
@@ -281,7 +281,7 @@ void HangWatch::recordVerdict(const std::string& trigger, const std::string& tex
   fields.add("culprits", rankRanges(culprits)).add("attempt", group_.attempt());
   reporter_.emit("hang_verdict", fields);
   reporter_.setHangVerdict(JobReporter::Verdict{text, source ? source : "flight_ring", culprits, group_.attempt()});
-  hang_culprits_ = culprits;
+  attempt_.culprits = culprits;
 }
 
 std::string HangWatch::judgePythonHang(const std::string& trigger) {
@@ -302,7 +302,7 @@ std::string HangWatch::judgePythonHang(const std::string& trigger) {
   }
   // The other nodes' Python ranks, as their frames came in their summaries (judgeHang read
   // them): formatTraceback's lines, read back as a traceback.
-  for (const auto& [rank, stack] : remote_stacks_) {
+  for (const auto& [rank, stack] : attempt_.remote_stacks) {
     std::string traceback = "Traceback (most recent call last):\n";
     for (std::string_view rest = stack.traceback; !rest.empty();) {
       const size_t newline = rest.find('\n');
@@ -322,8 +322,8 @@ std::string HangWatch::judgePythonHang(const std::string& trigger) {
 }
 
 std::string HangWatch::judgeHang(const std::string& trigger) {
-  if (hang_judged_) return {};
-  hang_judged_ = true;
+  if (attempt_.hang_judged) return {};
+  attempt_.hang_judged = true;
   std::vector<RankPosition> positions = localPositions();
   const auto& current = reporter_.round();
   if (current && current->group_world_size > 1) {
@@ -342,7 +342,7 @@ std::string HangWatch::judgeHang(const std::string& trigger) {
       if (stacks.rejected > 0) {
         log_->warn("hang verdict: ignored {} Python traceback line(s) of another node's summary", stacks.rejected);
       }
-      remote_stacks_.merge(stacks.ranks);  // two nodes claim one rank: the first answer holds
+      attempt_.remote_stacks.merge(stacks.ranks);  // two nodes claim one rank: the first answer holds
     }
   }
   const auto verdict = hangVerdict(positions);
@@ -364,9 +364,9 @@ std::string HangWatch::judgeRingsAndFrames(const std::string& trigger) {
   if (verdict.empty() || std::none_of(workers.begin(), workers.end(), [](const Worker& w) { return w.python_hook; })) {
     return verdict;
   }
-  const std::vector<int> ring_culprits = hang_culprits_;
+  const std::vector<int> ring_culprits = attempt_.culprits;
   const std::string frames = judgePythonHang(trigger);
-  if (!ring_culprits.empty()) hang_culprits_ = ring_culprits;
+  if (!ring_culprits.empty()) attempt_.culprits = ring_culprits;
   // The frames first in the report's reason: a Python user reads the script's line first.
   return frames.empty() ? verdict : frames + "; " + verdict;
 }
@@ -375,12 +375,12 @@ void HangWatch::addRemoteCulprit(int rank, const std::string& verdict) {
   for (const Worker& w : group_.workers()) {
     if (w.place.rank == rank) return;  // this node's own
   }
-  for (const WorkerFailure& f : remote_culprits_) {
+  for (const WorkerFailure& f : attempt_.remote_culprits) {
     if (f.rank == rank) return;
   }
   // Only a rank whose node answered with its frames: that node is known, and so is its place.
-  auto it = remote_stacks_.find(rank);
-  if (it == remote_stacks_.end()) return;
+  auto it = attempt_.remote_stacks.find(rank);
+  if (it == attempt_.remote_stacks.end()) return;
   WorkerFailure f;
   f.rank = rank;
   f.local_rank = it->second.local_rank;
@@ -394,7 +394,7 @@ void HangWatch::addRemoteCulprit(int rank, const std::string& verdict) {
     f.python_stack += printable(rest.substr(0, newline)) + "\n";
     rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
   }
-  remote_culprits_.push_back(std::move(f));
+  attempt_.remote_culprits.push_back(std::move(f));
 }
 
 }  // namespace ddprun::agent

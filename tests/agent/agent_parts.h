@@ -23,6 +23,7 @@
 #include "agent/agent_config.h"
 #include "agent/containment.h"
 #include "agent/hang_watch.h"
+#include "agent/hang_watch_ports.h"
 #include "agent/job_reporter.h"
 #include "agent/node_cooldown.h"
 #include "agent/output/log_layout.h"
@@ -69,8 +70,17 @@ class AgentParts {
     WorkerGroupSetup setup;
     setup.layout = layout.get();
     if (watch) {
-      hang = std::make_unique<HangWatch>(config, env, group, reporter, nullptr);
-      hang->setUp(rdzv, setup.base_env);
+      if (hang_reports) {
+        hang_workers = std::make_unique<GroupHangWorkers>(group);
+        hang = std::make_unique<HangWatch>(config, env, *hang_workers, *hang_reports, nullptr);
+      } else {
+        hang = std::make_unique<HangWatch>(config, env, group, reporter, nullptr);
+      }
+      if (hang_exchange) {
+        hang->setUp(*hang_exchange, setup.base_env);
+      } else {
+        hang->setUp(rdzv, setup.base_env);
+      }
       base_env = setup.base_env;
     }
     group.setUp(std::move(setup));
@@ -125,7 +135,12 @@ class AgentParts {
   RoundScript rounds;
   ScriptedRendezvous rdzv;
   RestartPolicy policy{0, NodeCooldown(std::chrono::seconds(0), std::chrono::seconds(0)), env.clock()};
-  std::unique_ptr<HangWatch> hang;  // made by start(true)
+  // The hang watch's round and findings, and the other nodes (agent/hang_watch_ports.h), when
+  // a test gives its own (set before start()); none: the job reporter and the scripted round.
+  HangReports* hang_reports = nullptr;
+  HangExchange* hang_exchange = nullptr;
+  std::unique_ptr<GroupHangWorkers> hang_workers;  // over `group`, with hang_reports
+  std::unique_ptr<HangWatch> hang;                 // made by start(true)
   WorkerGroup group{config, env, nullptr, [this](int rank, std::string_view line) {
                       if (hang) hang->onStderrLine(rank, line);
                     }};
