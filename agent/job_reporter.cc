@@ -64,6 +64,7 @@ rendezvous::AgentRecord JobReporter::statusRecord() const {
   r.consecutive_failures = policy_.consecutiveFailures();
   r.cooldown_until_ms = cooldown_until_ms_;
   r.exit_code = exit_code_;
+  for (const Worker& w : group_.workers()) r.generations.push_back(w.generation);
   return r;
 }
 
@@ -226,6 +227,8 @@ void JobReporter::workerReplaced(const Worker& failed, const Worker& newcomer, i
       .add("restarts_used", restarts_used)
       .add("max_restarts", config_.max_restarts);
   emit("worker_replaced", e);
+  // `ddprun status` shows the newcomer's generation from now, not at the next state change.
+  if (rendezvous_ && !store_lost_) rendezvous_->publishStatus(statusRecord());
   refreshHealth();
 }
 

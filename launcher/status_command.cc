@@ -11,6 +11,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include "agent/hang/rings/hang_verdict.h"
@@ -94,6 +95,13 @@ std::string rankRange(const AgentRecord& a) {
   return fmt::format("{}-{}", a.rank_base, a.rank_base + a.nproc - 1);
 }
 
+// Each local worker's generation, by local rank ("0,1": local rank 1 was replaced alone
+// once); "-" before the node's workers start.
+std::string generationsCell(const AgentRecord& a) {
+  if (a.generations.empty()) return "-";
+  return fmt::format("{}", fmt::join(a.generations, ","));
+}
+
 }  // namespace
 
 bool isStatusCommand(int argc, const char* const* argv) { return argc >= 2 && std::string_view(argv[1]) == "status"; }
@@ -111,7 +119,7 @@ std::string formatStatusTable(const JobStatus& s) {
     out += fmt::format("  restarts {}/{}\n", s.restarts, s.max_restarts);
   }
   std::vector<std::vector<std::string>> rows = {
-      {"NODE", "ADDRESS", "STATE", "ROUND", "GROUP", "RANKS", "RESTARTS", "FAILURES", "LAST HEARTBEAT"}};
+      {"NODE", "ADDRESS", "STATE", "ROUND", "GROUP", "RANKS", "GENERATIONS", "RESTARTS", "FAILURES", "LAST HEARTBEAT"}};
   for (const AgentRecord& a : s.agents) {
     std::string beat = ago(a.heartbeat_ms, s.now_ms);
     if (a.state == "cooldown" && a.cooldown_until_ms > s.now_ms) {
@@ -119,7 +127,8 @@ std::string formatStatusTable(const JobStatus& s) {
     }
     rows.push_back({cell(a.node), cell(a.address), cell(shownState(a, s.now_ms)),
                     a.round < 0 ? "-" : std::to_string(a.round), a.group_rank < 0 ? "-" : std::to_string(a.group_rank),
-                    rankRange(a), std::to_string(a.restarts), std::to_string(a.consecutive_failures), beat});
+                    rankRange(a), cell(generationsCell(a)), std::to_string(a.restarts),
+                    std::to_string(a.consecutive_failures), beat});
   }
   std::vector<size_t> width(rows.front().size(), 0);
   for (const auto& row : rows) {
@@ -167,6 +176,8 @@ JsonObject statusObject(const JobStatus& s) {
       n.addNull("first_rank").addNull("last_rank");
     }
     n.add("nproc_per_node", a.nproc).add("restarts", a.restarts).add("max_restarts", a.max_restarts);
+    // By local rank: above 0 for a worker that replaced a failed one alone (--recovery=in-job).
+    n.raw("worker_generations", fmt::format("[{}]", fmt::join(a.generations, ",")));
     n.add("consecutive_failures", a.consecutive_failures);
     n.add("last_heartbeat_unix_ms", a.heartbeat_ms)
         .add("last_heartbeat_age_s", std::max<int64_t>(0, s.now_ms - a.heartbeat_ms) / 1000.0);

@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/error.h"
 #include "rendezvous/rounds/round_end.h"
@@ -11,8 +12,11 @@
 namespace ddprun::rendezvous {
 namespace {
 
-constexpr const char* kVersion = "v1";
-constexpr size_t kFields = 16;
+constexpr const char* kVersion = "v2";
+constexpr size_t kFields = 17;
+// An agent of before the generations field: the same record, one field shorter.
+constexpr const char* kVersionV1 = "v1";
+constexpr size_t kFieldsV1 = 16;
 
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> parts;
@@ -52,14 +56,16 @@ int64_t wallClockMillis() {
 }
 
 std::string encodeAgentRecord(const AgentRecord& r) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", kVersion, r.node, r.address, r.state, r.round,
-                     r.group_rank, r.rank_base, r.nproc, r.restarts, r.max_restarts, r.heartbeat_ms, r.keep_alive_ms,
-                     r.keep_alive_max_attempt, r.consecutive_failures, r.cooldown_until_ms, r.exit_code);
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", kVersion, r.node, r.address, r.state,
+                     r.round, r.group_rank, r.rank_base, r.nproc, r.restarts, r.max_restarts, r.heartbeat_ms,
+                     r.keep_alive_ms, r.keep_alive_max_attempt, r.consecutive_failures, r.cooldown_until_ms,
+                     r.exit_code, fmt::join(r.generations, ","));
 }
 
 AgentRecord decodeAgentRecord(const std::string& text) {
   auto f = split(text, '|');
-  if (f.size() != kFields || f[0] != kVersion) {
+  const bool v1 = f.size() == kFieldsV1 && f[0] == kVersionV1;
+  if (!v1 && (f.size() != kFields || f[0] != kVersion)) {
     throw RendezvousError("malformed agent record '" + shown(text) + "' (written by another ddprun version?)");
   }
   AgentRecord r;
@@ -79,6 +85,9 @@ AgentRecord decodeAgentRecord(const std::string& text) {
   r.consecutive_failures = static_cast<int>(num(13));
   r.cooldown_until_ms = num(14);
   r.exit_code = static_cast<int>(num(15));
+  if (!v1 && !f[16].empty()) {
+    for (const std::string& g : split(f[16], ',')) r.generations.push_back(static_cast<int>(toInt(g, text)));
+  }
   return r;
 }
 

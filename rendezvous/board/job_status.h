@@ -33,10 +33,14 @@ struct AgentRecord {
   int consecutive_failures = 0;    // rounds in a row that ended because its workers failed.
   int64_t cooldown_until_ms = 0;   // while state is cooldown: when it will rejoin.
   int exit_code = -1;              // once state is exited: ddprun's exit code.
+  // Each local worker's DDPRUN_GENERATION (by local rank; empty before its workers start):
+  // above 0 for a worker that replaced a failed one alone (--recovery=in-job, docs/recovery.md).
+  std::vector<int> generations;
 };
 
-// "v1|node|address|state|..." (no field may contain '|'). decode throws RendezvousError
-// on a malformed or unknown-version record.
+// "v2|node|address|state|...|generations" (no field may contain '|'; generations
+// comma-separated). decode also reads v1, an older agent's record without generations, and
+// throws RendezvousError on a malformed or unknown-version record.
 std::string encodeAgentRecord(const AgentRecord& record);
 AgentRecord decodeAgentRecord(const std::string& text);
 

@@ -61,6 +61,38 @@ TEST_CASE("an agent record survives encoding", "[status]") {
   CHECK(back.exit_code == -1);
 }
 
+TEST_CASE("an agent record keeps its workers' generations, and an older agent's v1 record reads without them",
+          "[status]") {
+  AgentRecord r = record("host-a:123", "running", 0, 0, 0);
+  r.generations = {0, 2};
+  CHECK(decodeAgentRecord(encodeAgentRecord(r)).generations == std::vector<int>{0, 2});
+  r.generations.clear();
+  CHECK(decodeAgentRecord(encodeAgentRecord(r)).generations.empty());
+  // An agent of before the generations field (a job mid-upgrade) is still shown.
+  const AgentRecord old = decodeAgentRecord("v1|n:1|10.0.0.1|running|0|0|0|1|0|3|9000000000000000|1000|3|0|0|-1");
+  CHECK(old.state == "running");
+  CHECK(old.generations.empty());
+  std::string forged = encodeAgentRecord(record("n:1", "running", 0, 0, 0)) + "0,x";
+  CHECK_THROWS_AS(decodeAgentRecord(forged), RendezvousError);  // a generation that is not a number
+}
+
+TEST_CASE("status shows each worker's generation, a replacement's above 0, in the table and in --json", "[status]") {
+  JobStatus s;
+  s.run_id = "job";
+  s.store = "127.0.0.1:1";
+  s.round = 0;
+  s.round_state = "running";
+  s.now_ms = wallClockMillis();
+  s.agents = {record("a:1", "running", 0, 0, 0), record("b:2", "joining", -1, -1, 0)};
+  s.agents[0].generations = {0, 1};  // local rank 1 replaced alone once (--recovery=in-job)
+  const std::string table = launcher::formatStatusTable(s);
+  CHECK_THAT(table, Catch::Contains("GENERATIONS"));
+  CHECK_THAT(table, Catch::Contains("  0,1  "));
+  const std::string json = launcher::formatStatusJson(s);
+  CHECK_THAT(json, Catch::Contains("\"worker_generations\":[0,1]"));
+  CHECK_THAT(json, Catch::Contains("\"worker_generations\":[]"));
+}
+
 TEST_CASE("malformed records are errors, not garbage", "[status]") {
   CHECK_THROWS_AS(decodeAgentRecord(""), RendezvousError);
   CHECK_THROWS_AS(decodeAgentRecord("v2|a|b"), RendezvousError);
