@@ -186,7 +186,7 @@ TEST_CASE("Worker server: a 1 GiB answer is cut at the bound and the rest is nev
   CHECK(server.bytesSent() < (uint64_t{1} << 30));
 }
 
-TEST_CASE("Worker server: stacks come from dump_traceback; a server that never answers is one warning", "[unit]") {
+TEST_CASE("Worker server: stacks come from dump_traceback, and a server that never answers is one warning", "[unit]") {
   TempDir dir;
   TempDir other;
   const std::string dump =
