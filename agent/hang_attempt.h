@@ -24,6 +24,7 @@ struct HangAttempt {
   std::string collective_line;                            // "rank 0: <line>": something said a collective failed
   Clock::TimePoint collective_line_at{};                  // when
   bool python_stacks_taken = false;                       // the Python stacks were taken (once per attempt)
+  std::vector<FlightDump> live_traces;                    // from the worker servers, with the stacks
   std::unique_ptr<TorchDumps> torch_dumps;                // when a worker has a dump prefix
   std::optional<std::vector<std::string>> other_nodes;    // the other nodes' summaries, once gathered
   std::vector<WorkerFailure> remote_culprits;             // ranks of other nodes a verdict blamed

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/hang/python/live_traces.h"
 #include "agent/hang/python/python_stacks.h"
 #include "agent/hang/python/stack_summary.h"
 #include "agent/hang_watch_ports.h"
@@ -250,9 +251,12 @@ std::string HangWatch::ownSummary() {
     stacks.push_back(LocalStack{w.place.rank, w.place.local_rank, formatTraceback(mainThreadFrames(w.python_stack))});
   }
   summary += encodeStackSummary(exchange_->nodeName(), stacks);
-  if (!attempt_.torch_dumps) return summary;
+  if (!attempt_.torch_dumps && attempt_.live_traces.empty()) return summary;
+  std::vector<int> local_ranks;
+  for (const Worker& w : group_.workers()) local_ranks.push_back(w.place.rank);
   std::vector<LocalDump> dumps;
-  for (FlightDump& d : attempt_.torch_dumps->dumps()) {
+  // The live traces travel as dumps do, for ranks without a dump file.
+  for (FlightDump& d : nodeDumps(attempt_.torch_dumps.get(), attempt_.live_traces, local_ranks).dumps) {
     for (const Worker& w : group_.workers()) {
       if (w.place.rank != d.rank) continue;
       const bool finished = !w.running && w.exit_code == 0 && w.signal == 0;
@@ -341,7 +345,18 @@ void HangWatch::checkHangTimeout() {
   // Python workers' stacks first, while every rank still stands where it hung: the verdict
   // names the culprit's frame from them.
   if (python && !attempt_.python_stacks_taken) takePythonStacks();
-  std::string verdict = judgeRingsAndFrames(trigger);
+  // torch's own record first where the workers' servers gave it (NCCL's, which sees the
+  // collectives torch issues from C++ too), with the Python frames before it as the rings' are.
+  std::vector<int> local_ranks;
+  for (const Worker& w : group_.workers()) local_ranks.push_back(w.place.rank);
+  std::string verdict = tracesCover(attempt_.live_traces, local_ranks) ? judgeTorchDumps(trigger) : std::string();
+  if (!verdict.empty()) {
+    const std::vector<int> trace_culprits = attempt_.culprits;
+    const std::string frames = judgePythonHang(trigger);
+    attempt_.culprits = trace_culprits;
+    if (!frames.empty()) verdict = frames + "; " + verdict;
+  }
+  if (verdict.empty()) verdict = judgeRingsAndFrames(trigger);
   if (verdict.empty() && python) verdict = judgePythonHang(trigger);
   std::vector<std::pair<Worker*, pid_t>> targets;
   for (Worker& w : group_.workers()) {

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/hang/python/live_traces.h"
 #include "agent/hang/python/python_hook.h"
 #include "agent/hang/python/python_stacks.h"
 #include "agent/hang/python/stack_summary.h"
@@ -44,10 +45,16 @@ void HangWatch::takePythonStacks() {
   };
   std::vector<Ask> asks;
   const auto start = now();
-  const size_t served = stacksFromWorkerServers(group_.workers(), [&](std::chrono::milliseconds step) {
+  const WaitStep wait = [&](std::chrono::milliseconds step) {
     env_.runFor(step);
     return now() - start;
-  });
+  };
+  const size_t served = stacksFromWorkerServers(group_.workers(), wait);
+  // The flight recorder's own record too, while every rank still stands where it hung.
+  attempt_.live_traces = tracesFromWorkerServers(group_.workers(), wait);
+  if (!attempt_.live_traces.empty()) {
+    log_->info("took {} live flight-recorder trace(s) from torch's worker servers", attempt_.live_traces.size());
+  }
   for (Worker& w : group_.workers()) {
     if (!w.running || !w.python_hook || !w.python_stack.empty()) continue;
     // The worker itself when it registered the hook, else the first of its processes that did
@@ -166,11 +173,18 @@ std::string standingOf(const DumpVerdict& verdict, int rank) {
 }  // namespace
 
 std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
-  if (!attempt_.torch_dumps) return {};
-  // Waited for once already, before the other nodes were asked.
-  const auto waited_ms = (attempt_.dumps_waited ? *attempt_.dumps_waited : settleTorchDumps()).count();
-  const std::vector<int> missing = attempt_.torch_dumps->missing();
-  if (attempt_.torch_dumps->writtenRanks().empty()) {
+  if (!attempt_.torch_dumps && attempt_.live_traces.empty()) return {};
+  std::vector<int> local_ranks;
+  for (const Worker& w : group_.workers()) local_ranks.push_back(w.place.rank);
+  // The dump files are waited for (once already, before the other nodes were asked) only for
+  // ranks without a live trace.
+  const bool all_live = tracesCover(attempt_.live_traces, local_ranks);
+  std::chrono::milliseconds waited{0};
+  if (attempt_.torch_dumps && !all_live) waited = attempt_.dumps_waited ? *attempt_.dumps_waited : settleTorchDumps();
+  const auto waited_ms = waited.count();
+  NodeDumps local = nodeDumps(attempt_.torch_dumps.get(), attempt_.live_traces, local_ranks);
+  const std::vector<int>& missing = local.missing;
+  if (local.dumps.empty() && local.unreadable.empty()) {
     log_->info("no torch flight-recorder dump from rank {} within {} ms; the verdict comes from the Python stacks",
                rankRanges(missing), waited_ms);
     return {};
@@ -179,7 +193,7 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
   if (!missing.empty()) {
     gaps = fmt::format("no dump from rank {} within {} ms", rankRanges(missing), waited_ms);
   }
-  for (const std::string& line : attempt_.torch_dumps->unreadable()) {
+  for (const std::string& line : local.unreadable) {
     gaps += (gaps.empty() ? "" : "; ") + printable(line);
   }
   if (!gaps.empty()) {
@@ -187,13 +201,22 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
     return {};
   }
   DumpVerdictOptions options;
-  if (const int64_t newest = attempt_.torch_dumps->newestNs(); newest > 0) options.now_ns = newest;
-  std::vector<int> local_ranks;
+  // The files' time, or now for live traces (taken moments ago).
+  const int64_t newest = attempt_.torch_dumps ? attempt_.torch_dumps->newestNs() : 0;
+  if (local.live > 0) {
+    options.now_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+  } else if (newest > 0) {
+    options.now_ns = newest;
+  }
   for (const Worker& w : group_.workers()) {
-    local_ranks.push_back(w.place.rank);
     if (!w.running && w.exit_code == 0 && w.signal == 0) options.finished_ranks.push_back(w.place.rank);
   }
-  std::vector<FlightDump> dumps = attempt_.torch_dumps->dumps();
+  std::vector<int> read_ranks;
+  for (const FlightDump& d : local.dumps) read_ranks.push_back(d.rank);
+  std::sort(read_ranks.begin(), read_ranks.end());
+  std::vector<FlightDump> dumps = std::move(local.dumps);
   // The other nodes' ranks, from their summaries.
   std::map<int, RemoteRank> remote;
   std::map<int, std::string> remote_stacks;
@@ -232,7 +255,7 @@ std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
       log_->warn(
           "torch flight-recorder dumps: no dump of rank {} came from the other nodes (this node read rank {}); the "
           "verdict comes from the Python stacks",
-          rankRanges(without), rankRanges(attempt_.torch_dumps->writtenRanks()));
+          rankRanges(without), rankRanges(read_ranks));
       return {};
     }
   }

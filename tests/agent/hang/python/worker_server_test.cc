@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -18,10 +19,12 @@
 #include <catch2/catch.hpp>
 
 #include "agent/hang/python/live_trace.h"
+#include "agent/hang/python/live_traces.h"
 #include "agent/hang/python/worker_server.h"
 #include "agent/hang/python/worker_server_stacks.h"
 #include "agent/torch_trace/dump_verdict.h"
 #include "agent/torch_trace/flight_json.h"
+#include "agent/torch_trace/torch_dumps.h"
 #include "common/logging.h"
 #include "tests/support/test_process.h"
 
@@ -260,4 +263,35 @@ TEST_CASE("Worker server: torch 2.6's server has no trace handler, and a trace t
   CHECK_FALSE(unreadable.dump);
   CHECK_THAT(unreadable.problem, Catch::Contains("no 'version': not a flight-recorder trace"));
   CHECK_THROWS_WITH(parseFlightDumpJson("[1,", "t", 0), Catch::Contains("t: not readable JSON"));
+}
+
+TEST_CASE("Live traces: a rank without a dump file is judged from its live trace, a rank with one from its file",
+          "[unit]") {
+  TempDir dir;
+  std::ofstream(dir.file("dump1")) << "not a dump";
+  TorchDumps files({ExpectedDump{0, dir.file("dump0"), {}}, ExpectedDump{1, dir.file("dump1"), stampOf("")}});
+  files.poll();
+  files.poll();  // rank 1's file held its size: read, and found unreadable
+  files.waitForReads(std::chrono::seconds(5));
+  REQUIRE(files.missing() == std::vector<int>{0});
+  REQUIRE(files.unreadable().size() == 1);
+  const FlightDump t0 = parseFlightDumpJson(frTraceJson(true), "t0", 0);
+  const FlightDump t1 = parseFlightDumpJson(frTraceJson(false), "t1", 1);
+  const FlightDump other = parseFlightDumpJson(frTraceJson(false), "t5", 5);
+  // Both ranks served a trace: neither the missing file nor the unreadable one holds the verdict back.
+  NodeDumps both = nodeDumps(&files, {t0, t1, other}, {0, 1});
+  CHECK(both.missing.empty());
+  CHECK(both.unreadable.empty());
+  CHECK(both.live == 2);  // rank 5 is no rank of this node
+  REQUIRE(both.dumps.size() == 2);
+  CHECK(dumpVerdict(both.dumps).culprits == std::vector<int>{1});
+  // Only rank 1's: rank 0 is still missing, rank 1's bad file no longer counts.
+  NodeDumps one = nodeDumps(&files, {t1}, {0, 1});
+  CHECK(one.missing == std::vector<int>{0});
+  CHECK(one.unreadable.empty());
+  // No server: the files as before.
+  NodeDumps none = nodeDumps(&files, {}, {0, 1});
+  CHECK(none.missing == std::vector<int>{0});
+  CHECK(none.unreadable.size() == 1);
+  CHECK(none.live == 0);
 }
