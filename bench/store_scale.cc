@@ -23,340 +23,44 @@
 // user who ran `ulimit -n` would. When this program may (root), it raises the hard limit to
 // what N clients need first; else it says what to raise.
 //
+// The clients are in store_scale_clients.{h,cc}, the servers' processes in store_scale_server.{h,cc}.
+//
 // Usage: store_scale [CLIENTS] [--procs P] [--timeout S] [--torch-timeout S] [--no-torch]
 //                    [--server PATH] [--torch-server PATH] [--torch-wire current|1.13]
 // Last line: `store_scale clients=N seconds=S rss_mb=M torch_seconds=T ratio=R` (ratio: torch's
 // seconds over ddprun's; a torch run cut by --torch-timeout reports the cut, a lower bound, and
 // a '#' line says so). Exit status: 0 when every client of ddprun's server was released and got
 // its peer's value, 1 otherwise, 2 for bad arguments.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "bench/store_scale_clients.h"
+#include "bench/store_scale_server.h"
+
 namespace {
 
-constexpr uint32_t kValidationMagic = 0x3C85F7CE;
-constexpr int kClientsPerAddress = 64;
+using namespace ddprun::bench::store_scale;
+
 constexpr int kSpareDescriptors = 64;
-
-enum class Wire { kCurrent, kLegacy };
-
-// Command bytes of the two generations (rendezvous/store/wire_protocol.h, rendezvous/PROTOCOL.md).
-struct Codes {
-  uint8_t set, get, add, wait;
-};
-Codes codesOf(Wire wire) { return wire == Wire::kCurrent ? Codes{1, 3, 4, 6} : Codes{0, 2, 3, 5}; }
-const char* wireName(Wire wire) { return wire == Wire::kCurrent ? "current" : "1.13"; }
-
-int64_t nowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-template <class T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-void putBytes(std::string& out, const std::string& bytes) {
-  put<uint64_t>(out, bytes.size());
-  out += bytes;
-}
-
-std::string keyOf(int rank) { return "rank/" + std::to_string(rank); }
-// What a rank publishes at start-up: an address, as torch's ranks do.
-std::string valueOf(int rank) {
-  return "127.0.0.1:" + std::to_string(20000 + rank % 40000) + "/rank" + std::to_string(rank);
-}
-
-// Source address of client `rank`: 127.1.0.1 upwards, skipping .0 and .255 last bytes.
-in_addr_t sourceAddress(int rank) {
-  const uint32_t k = static_cast<uint32_t>(rank / kClientsPerAddress);
-  const uint32_t host = (1u << 16) + (k / 254) * 256 + 1 + k % 254;
-  return htonl((127u << 24) | host);
-}
-
-std::string addressText(in_addr_t address) {
-  char text[INET_ADDRSTRLEN] = {};
-  in_addr a{};
-  a.s_addr = address;
-  inet_ntop(AF_INET, &a, text, sizeof text);
-  return text;
-}
-
-// What one client process reports to the parent through a pipe.
-struct ClientReport {
-  int32_t released = 0;  // clients whose GET of their peer's key was answered with its value
-  int32_t wrong = 0;     // ... answered with something else
-  int32_t failed = 0;    // connect or I/O failures, closed connections
-  int32_t unfinished = 0;
-  int64_t last_release_ns = 0;
-  int64_t last_connect_ns = 0;  // when the last connection was established
-  int64_t last_add_ns = 0;      // when the last ADD was answered
-  char first_error[160] = {};
-};
-
-class ClientProcess {
- public:
-  ClientProcess(int first_rank, int count, int world, int port, Wire wire, int64_t deadline_ns)
-      : first_(first_rank), world_(world), port_(port), codes_(codesOf(wire)), wire_(wire), deadline_(deadline_ns) {
-    clients_.resize(static_cast<size_t>(count));
-  }
-
-  ClientReport run() {
-    epoll_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epoll_ < 0) return failAll(std::string("epoll_create1: ") + std::strerror(errno));
-    for (size_t i = 0; i < clients_.size(); ++i) start(i);
-    std::vector<epoll_event> events(1024);
-    while (open_ > 0) {
-      const int64_t left_ms = (deadline_ - nowNs()) / 1000000;
-      if (left_ms <= 0) break;
-      const int n = epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), static_cast<int>(left_ms));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        error(std::string("epoll_wait: ") + std::strerror(errno));
-        break;
-      }
-      for (int e = 0; e < n; ++e) onEvent(events[e].data.u32, events[e].events);
-    }
-    report_.unfinished = open_;
-    return report_;
-  }
-
- private:
-  enum class Phase : uint8_t { kConnecting, kAdd, kWait, kGet, kDone, kFailed };
-  struct Client {
-    int fd = -1;
-    Phase phase = Phase::kConnecting;
-    std::string in;
-    std::string out;
-  };
-
-  ClientReport failAll(const std::string& why) {
-    error(why);
-    report_.failed = static_cast<int32_t>(clients_.size());
-    return report_;
-  }
-
-  void error(const std::string& why) {
-    if (report_.first_error[0] == 0) std::snprintf(report_.first_error, sizeof report_.first_error, "%s", why.c_str());
-  }
-
-  int rankOf(size_t i) const { return first_ + static_cast<int>(i); }
-
-  void start(size_t i) {
-    Client& c = clients_[i];
-    const int rank = rankOf(i);
-    c.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (c.fd < 0) return fail(i, std::string("socket: ") + std::strerror(errno));
-    ++open_;
-    const int one = 1;
-    setsockopt(c.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-    setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    sockaddr_in source{};
-    source.sin_family = AF_INET;
-    source.sin_addr.s_addr = sourceAddress(rank);
-    if (::bind(c.fd, reinterpret_cast<sockaddr*>(&source), sizeof source) != 0) {
-      return fail(i, "bind " + addressText(source.sin_addr.s_addr) + ": " + std::strerror(errno));
-    }
-    sockaddr_in server{};
-    server.sin_family = AF_INET;
-    server.sin_port = htons(static_cast<uint16_t>(port_));
-    server.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(c.fd, reinterpret_cast<sockaddr*>(&server), sizeof server) != 0 && errno != EINPROGRESS) {
-      return fail(i, std::string("connect: ") + std::strerror(errno));
-    }
-    epoll_event ev{};
-    ev.events = EPOLLOUT;
-    ev.data.u32 = static_cast<uint32_t>(i);
-    if (epoll_ctl(epoll_, EPOLL_CTL_ADD, c.fd, &ev) != 0) fail(i, std::string("epoll_ctl: ") + std::strerror(errno));
-  }
-
-  void fail(size_t i, const std::string& why) {
-    error("rank " + std::to_string(rankOf(i)) + ": " + why);
-    ++report_.failed;
-    finish(i, Phase::kFailed);
-  }
-
-  // The connection stays open until the process exits (torch's clients keep theirs), but is
-  // no longer watched.
-  void finish(size_t i, Phase phase) {
-    Client& c = clients_[i];
-    if (c.fd >= 0) {
-      epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
-      if (phase == Phase::kFailed) {
-        ::close(c.fd);
-        c.fd = -1;
-      }
-      --open_;
-    }
-    c.phase = phase;
-    std::string().swap(c.in);
-    std::string().swap(c.out);
-  }
-
-  void watch(size_t i) {
-    Client& c = clients_[i];
-    epoll_event ev{};
-    ev.events = EPOLLIN | (c.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
-    ev.data.u32 = static_cast<uint32_t>(i);
-    epoll_ctl(epoll_, EPOLL_CTL_MOD, c.fd, &ev);
-  }
-
-  void send(size_t i, std::string bytes) {
-    Client& c = clients_[i];
-    const bool was_empty = c.out.empty();
-    c.out += bytes;
-    flush(i);
-    if (c.phase != Phase::kFailed && was_empty != c.out.empty()) watch(i);
-  }
-
-  void flush(size_t i) {
-    Client& c = clients_[i];
-    while (!c.out.empty()) {
-      const ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (n < 0) return fail(i, std::string("send: ") + std::strerror(errno));
-      c.out.erase(0, static_cast<size_t>(n));
-    }
-  }
-
-  void onEvent(uint32_t i, uint32_t events) {
-    Client& c = clients_[i];
-    if (c.phase == Phase::kDone || c.phase == Phase::kFailed) return;
-    if (c.phase == Phase::kConnecting) {
-      int err = 0;
-      socklen_t len = sizeof err;
-      getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) return fail(i, std::string("connect: ") + std::strerror(err));
-      if (!(events & EPOLLOUT)) return;
-      c.phase = Phase::kAdd;
-      report_.last_connect_ns = std::max(report_.last_connect_ns, nowNs());
-      std::string request;
-      if (wire_ == Wire::kCurrent) {
-        put<uint8_t>(request, 0);
-        put<uint32_t>(request, kValidationMagic);
-      }
-      const int rank = rankOf(i);
-      put<uint8_t>(request, codes_.set);
-      putBytes(request, keyOf(rank));
-      putBytes(request, valueOf(rank));
-      put<uint8_t>(request, codes_.add);
-      putBytes(request, "count");
-      put<int64_t>(request, 1);
-      c.out = std::move(request);
-      flush(i);
-      if (c.phase != Phase::kFailed) watch(i);
-      return;
-    }
-    if (events & EPOLLOUT) {
-      flush(i);
-      if (c.phase == Phase::kFailed) return;
-      if (c.out.empty()) watch(i);
-    }
-    if (!(events & (EPOLLIN | EPOLLERR | EPOLLHUP))) return;
-    char buffer[4096];
-    for (;;) {
-      const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (n < 0) return fail(i, std::string("recv: ") + std::strerror(errno));
-      if (n == 0) return fail(i, "the server closed the connection");
-      c.in.append(buffer, static_cast<size_t>(n));
-      if (static_cast<size_t>(n) < sizeof buffer) break;
-    }
-    advance(i);
-  }
-
-  // Consumes the replies that have arrived and sends the next request.
-  void advance(uint32_t i) {
-    Client& c = clients_[i];
-    for (;;) {
-      if (c.phase == Phase::kAdd) {
-        if (c.in.size() < sizeof(int64_t)) return;
-        int64_t total = 0;
-        std::memcpy(&total, c.in.data(), sizeof total);
-        c.in.erase(0, sizeof total);
-        c.phase = Phase::kWait;
-        report_.last_add_ns = std::max(report_.last_add_ns, nowNs());
-        std::string request;
-        if (total == world_) {
-          put<uint8_t>(request, codes_.set);
-          putBytes(request, "barrier");
-          putBytes(request, "go");
-        }
-        put<uint8_t>(request, codes_.wait);
-        put<uint64_t>(request, 1);
-        putBytes(request, "barrier");
-        send(i, std::move(request));
-      } else if (c.phase == Phase::kWait) {
-        if (c.in.empty()) return;
-        if (c.in[0] != 0) return fail(i, "WAIT answered " + std::to_string(static_cast<uint8_t>(c.in[0])));
-        c.in.erase(0, 1);
-        c.phase = Phase::kGet;
-        std::string request;
-        put<uint8_t>(request, codes_.get);
-        putBytes(request, keyOf((rankOf(i) + 1) % world_));
-        send(i, std::move(request));
-      } else if (c.phase == Phase::kGet) {
-        if (c.in.size() < sizeof(uint64_t)) return;
-        uint64_t len = 0;
-        std::memcpy(&len, c.in.data(), sizeof len);
-        if (c.in.size() < sizeof len + len) return;
-        const bool right = c.in.compare(sizeof len, len, valueOf((rankOf(i) + 1) % world_)) == 0;
-        report_.last_release_ns = std::max(report_.last_release_ns, nowNs());
-        if (right) {
-          ++report_.released;
-        } else {
-          ++report_.wrong;
-          error("rank " + std::to_string(rankOf(i)) + ": wrong value for its peer's key");
-        }
-        return finish(i, Phase::kDone);
-      } else {
-        return;
-      }
-      if (c.phase == Phase::kFailed) return;
-    }
-  }
-
-  int first_;
-  int world_;
-  int port_;
-  Codes codes_;
-  Wire wire_;
-  int64_t deadline_;
-  int epoll_ = -1;
-  int open_ = 0;
-  std::vector<Client> clients_;
-  ClientReport report_;
-};
 
 struct Config {
   int clients = 98304;
@@ -387,116 +91,6 @@ struct RunResult {
   long long overflows = 0;  // SYNs dropped at the full accept queue during the run
   std::string first_error;
 };
-
-// The number at the start of `text` (after blanks), or `fallback` when there is none.
-template <class T>
-T leadingNumber(std::string_view text, T fallback) {
-  const size_t start = text.find_first_not_of(" \t");
-  if (start == std::string_view::npos) return fallback;
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data() + start, text.data() + text.size(), value);
-  return ec == std::errc() && end != text.data() + start ? value : fallback;
-}
-
-// A field of /proc/PID/status in kB, as MiB.
-double statusMiB(pid_t pid, const char* field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  const std::string prefix = std::string(field) + ":";
-  while (std::getline(in, line)) {
-    if (line.rfind(prefix, 0) == 0)
-      return leadingNumber<double>(std::string_view(line).substr(prefix.size()), 0) / 1024.0;
-  }
-  return 0;
-}
-
-// TcpExt ListenOverflows of this network namespace: connections whose SYN was dropped because a
-// listener's accept queue was full (each such client retries after 1 s, then 3, 7, ...).
-long long listenOverflows() {
-  std::ifstream in("/proc/net/netstat");
-  std::string names, values;
-  while (std::getline(in, names) && std::getline(in, values)) {
-    if (names.rfind("TcpExt:", 0) != 0) continue;
-    std::istringstream n(names), v(values);
-    std::string name, value;
-    while (n >> name && v >> value) {
-      if (name == "ListenOverflows") return leadingNumber<long long>(value, -1);
-    }
-  }
-  return -1;
-}
-
-// User + system CPU seconds of every thread of PID so far.
-double cpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::istringstream fields(text.substr(paren + 2));
-  std::string f;
-  double ticks = 0;
-  for (int k = 3; fields >> f; ++k) {  // field 3 is the state; 14 utime, 15 stime
-    if (k == 14 || k == 15) ticks += leadingNumber<double>(f, 0);
-    if (k == 15) break;
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-void killAndReap(pid_t pid, int signal, double grace_s) {
-  if (pid <= 0) return;
-  ::kill(pid, signal);
-  const int64_t deadline = nowNs() + static_cast<int64_t>(grace_s * 1e9);
-  for (;;) {
-    pid_t r = waitpid(pid, nullptr, WNOHANG);
-    if (r == pid || (r < 0 && errno != EINTR)) return;
-    if (nowNs() > deadline) {
-      ::kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
-// Starts SERVER (which prints "listening on PORT") with the given descriptor limits; returns
-// its pid and port.
-std::pair<pid_t, int> startServer(const std::string& path, rlim_t soft, rlim_t hard) {
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    rlimit limit{soft, hard};
-    setrlimit(RLIMIT_NOFILE, &limit);
-    dup2(out[1], STDOUT_FILENO);
-    const char* argv[] = {path.c_str(), "--host", "127.0.0.1", "--port", "0", nullptr};
-    execv(path.c_str(), const_cast<char* const*>(argv));
-    std::fprintf(stderr, "store_scale: exec %s: %s\n", path.c_str(), std::strerror(errno));
-    _exit(127);
-  }
-  ::close(out[1]);
-  std::string text;
-  const int64_t deadline = nowNs() + 60'000'000'000;
-  int port = 0;
-  while (port == 0 && nowNs() < deadline) {
-    pollfd p{out[0], POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    char buffer[256];
-    const ssize_t n = ::read(out[0], buffer, sizeof buffer);
-    if (n <= 0) break;
-    text.append(buffer, static_cast<size_t>(n));
-    const size_t at = text.find("listening on ");
-    if (at != std::string::npos && text.find('\n', at) != std::string::npos)
-      port = leadingNumber<int>(std::string_view(text).substr(at + 13), 0);
-  }
-  ::close(out[0]);
-  if (port == 0) {
-    killAndReap(pid, SIGKILL, 1);
-    throw std::runtime_error(path + " did not print 'listening on PORT' within 60 s");
-  }
-  return {pid, port};
-}
 
 RunResult runOne(const std::string& name, const std::string& server_path, Wire wire, const Config& config,
                  double timeout_s, rlim_t server_soft, rlim_t server_hard, int procs) {
@@ -533,8 +127,7 @@ RunResult runOne(const std::string& name, const std::string& server_path, Wire w
       char go = 0;
       ClientReport r;
       if (::read(start_pipe[0], &go, 1) == 1) {
-        ClientProcess client(first, count, config.clients, port, wire, deadline_ns);
-        r = client.run();
+        r = runClients(first, count, config.clients, port, wire, deadline_ns);
       } else {
         r.failed = count;
       }
