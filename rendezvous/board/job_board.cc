@@ -58,49 +58,26 @@ constexpr size_t kProgressPerRead = 64;
 
 }  // namespace
 
-class JobBoard::Impl {
- public:
-  explicit Impl(DynamicRendezvous& rendezvous)
-      : rendezvous_(rendezvous), site_(rendezvous.site()), clock_(*site_.clock), log_(logger("rendezvous")) {}
+JobBoard::JobBoard(DynamicRendezvous& rendezvous)
+    : rendezvous_(rendezvous), site_(rendezvous.site()), clock_(*site_.clock), log_(logger("rendezvous")) {
+  rendezvous.onKeepAlive([this] { refreshHeartbeat(); });
+}
 
-  void publishStatus(const AgentRecord& record);
-  void refreshHeartbeat();
-  std::vector<std::string> gatherHangSummaries(milliseconds wait, const std::string& mine);
-  bool hangSummaryRequested();
-  void publishHangSummary(const std::string& summary);
-  void publishProgress(const std::string& value);
-  std::vector<std::string> readProgress(size_t max_each, size_t max_total);
-  void publishProgressMedians(const std::string& value);
-  std::string readProgressMedians(size_t max_bytes);
-  DynamicRendezvous& rendezvous() { return rendezvous_; }
+JobBoard::~JobBoard() {
+  // Returns once no refresh runs on the watcher's thread: then this may go.
+  rendezvous_.onKeepAlive({});
+}
 
- private:
-  std::string roundKey(int round, const std::string& name) const {
-    return site_.prefix + "r" + std::to_string(round) + "/" + name;
-  }
-  // The board's connection, opened when first needed (and again after a store error).
-  // Called with mutex_ held.
-  StoreClient& store() {
-    if (!client_) client_ = site_.backend->connect(site_.store);
-    return *client_;
-  }
+std::string JobBoard::roundKey(int round, const std::string& name) const {
+  return site_.prefix + "r" + std::to_string(round) + "/" + name;
+}
 
-  DynamicRendezvous& rendezvous_;
-  const JobSite site_;
-  Clock& clock_;
-  std::shared_ptr<spdlog::logger> log_;
+StoreClient& JobBoard::store() {
+  if (!client_) client_ = site_.backend->connect(site_.store);
+  return *client_;
+}
 
-  // Held across each use of the connection: the watcher's refresh must not overwrite a
-  // newer record with an older one.
-  std::mutex mutex_;
-  std::unique_ptr<StoreClient> client_;
-  std::optional<AgentRecord> status_;  // the record last published, for the refreshes
-  bool registered_ = false;            // this node's name is in the job's agents list
-  int hang_answered_round_ = -1;       // the round whose hang summary request this node answered
-  int progress_named_round_ = -1;      // the round whose progress/nodes names this node
-};
-
-void JobBoard::Impl::publishStatus(const AgentRecord& record) {
+void JobBoard::publishStatus(const AgentRecord& record) {
   AgentRecord r = record;
   r.node = site_.node;
   r.address = site_.address;
@@ -125,7 +102,7 @@ void JobBoard::Impl::publishStatus(const AgentRecord& record) {
 // On the rendezvous' watcher thread. When the board is busy (a record being published, a
 // hang verdict gathering answers), this refresh is left out rather than waited for: the
 // watcher's own keep-alive must not wait behind the board.
-void JobBoard::Impl::refreshHeartbeat() {
+void JobBoard::refreshHeartbeat() {
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock() || !status_) return;
   status_->heartbeat_ms = wallClockMillis();
@@ -141,7 +118,7 @@ void JobBoard::Impl::refreshHeartbeat() {
 // costs the judge two round trips for the list and one MULTI_GET per kHangSummariesPerRead new
 // answers, however many nodes the round has: reading every `hang/<g>` once per poll made a
 // verdict O(nodes) round trips every 100 ms (seconds at 16,384 nodes, past its 5 s wait).
-std::vector<std::string> JobBoard::Impl::gatherHangSummaries(milliseconds wait, const std::string& mine) {
+std::vector<std::string> JobBoard::gatherHangSummaries(milliseconds wait, const std::string& mine) {
   std::vector<std::string> answers;
   const auto place = rendezvous_.currentRound();
   if (!place || place->participants < 2) return answers;
@@ -201,7 +178,7 @@ std::vector<std::string> JobBoard::Impl::gatherHangSummaries(milliseconds wait, 
   return answers;
 }
 
-bool JobBoard::Impl::hangSummaryRequested() {
+bool JobBoard::hangSummaryRequested() {
   const auto place = rendezvous_.currentRound();
   if (!place || place->participants < 2 || hang_answered_round_ == place->round) return false;
   std::lock_guard lock(mutex_);
@@ -214,7 +191,7 @@ bool JobBoard::Impl::hangSummaryRequested() {
   }
 }
 
-void JobBoard::Impl::publishHangSummary(const std::string& summary) {
+void JobBoard::publishHangSummary(const std::string& summary) {
   const auto place = rendezvous_.currentRound();
   if (!place) return;
   std::lock_guard lock(mutex_);
@@ -232,7 +209,7 @@ void JobBoard::Impl::publishHangSummary(const std::string& summary) {
   }
 }
 
-void JobBoard::Impl::publishProgress(const std::string& value) {
+void JobBoard::publishProgress(const std::string& value) {
   const auto place = rendezvous_.currentRound();
   if (!place) return;
   std::lock_guard lock(mutex_);
@@ -249,7 +226,7 @@ void JobBoard::Impl::publishProgress(const std::string& value) {
   }
 }
 
-std::vector<std::string> JobBoard::Impl::readProgress(size_t max_each, size_t max_total) {
+std::vector<std::string> JobBoard::readProgress(size_t max_each, size_t max_total) {
   std::vector<std::string> values;
   const auto place = rendezvous_.currentRound();
   if (!place) return values;
@@ -266,7 +243,7 @@ std::vector<std::string> JobBoard::Impl::readProgress(size_t max_each, size_t ma
   return values;
 }
 
-void JobBoard::Impl::publishProgressMedians(const std::string& value) {
+void JobBoard::publishProgressMedians(const std::string& value) {
   const auto place = rendezvous_.currentRound();
   if (!place) return;
   std::lock_guard lock(mutex_);
@@ -278,7 +255,7 @@ void JobBoard::Impl::publishProgressMedians(const std::string& value) {
   }
 }
 
-std::string JobBoard::Impl::readProgressMedians(size_t max_bytes) {
+std::string JobBoard::readProgressMedians(size_t max_bytes) {
   const auto place = rendezvous_.currentRound();
   if (!place) return {};
   std::lock_guard lock(mutex_);
@@ -328,27 +305,5 @@ std::vector<std::pair<int, std::string>> readRoundProgress(Store& store, const s
   }
   return out;
 }
-
-JobBoard::JobBoard(DynamicRendezvous& rendezvous) : impl_(std::make_unique<Impl>(rendezvous)) {
-  rendezvous.onKeepAlive([impl = impl_.get()] { impl->refreshHeartbeat(); });
-}
-
-JobBoard::~JobBoard() {
-  // Returns once no refresh runs on the watcher's thread: then impl_ may go.
-  impl_->rendezvous().onKeepAlive({});
-}
-
-void JobBoard::publishStatus(const AgentRecord& record) { impl_->publishStatus(record); }
-std::vector<std::string> JobBoard::gatherHangSummaries(milliseconds wait, const std::string& mine) {
-  return impl_->gatherHangSummaries(wait, mine);
-}
-bool JobBoard::hangSummaryRequested() { return impl_->hangSummaryRequested(); }
-void JobBoard::publishHangSummary(const std::string& summary) { impl_->publishHangSummary(summary); }
-void JobBoard::publishProgress(const std::string& value) { impl_->publishProgress(value); }
-std::vector<std::string> JobBoard::readProgress(size_t max_each, size_t max_total) {
-  return impl_->readProgress(max_each, max_total);
-}
-void JobBoard::publishProgressMedians(const std::string& value) { impl_->publishProgressMedians(value); }
-std::string JobBoard::readProgressMedians(size_t max_bytes) { return impl_->readProgressMedians(max_bytes); }
 
 }  // namespace ddprun::rendezvous

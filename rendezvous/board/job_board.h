@@ -1,72 +1,73 @@
-// What the agents of a job post beside the rounds, on the job's store: each agent's record
-// for `ddprun status` (rendezvous/board/job_status.h), kept fresh, and the exchange of hang
-// summaries within a round. The keys are in rendezvous/PROTOCOL.md ("Job status", and
-// `hang/` among a round's keys).
+// The job's board (board.h) on the job's store, for the node whose rounds `rendezvous` runs.
 //
 // It uses a connection of its own, which gives up within a couple of keep-alive intervals:
-// what is posted here is best effort and never holds up the rounds (DynamicRendezvous),
-// whose waits run on other connections, nor waits behind them. No call throws; a store
-// error is logged and the connection opened afresh at the next call.
+// what is posted here never holds up the rounds (DynamicRendezvous), whose waits run on
+// other connections, nor waits behind them. No call throws; a store error is logged and the
+// connection opened afresh at the next call.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/logging.h"
+#include "rendezvous/board/board.h"
 #include "rendezvous/board/job_status.h"
 #include "rendezvous/rounds/dynamic_rendezvous.h"
 #include "rendezvous/store/store.h"
+#include "rendezvous/store/store_client.h"
 
 namespace ddprun::rendezvous {
 
-class JobBoard {
+// Board's calls behave as board.h says. Board is a virtual base so that the agent's one
+// object of the rounds and the job board beside them (agent/agent_rendezvous.cc) takes those
+// calls from this class, with no layer passing them on.
+class JobBoard : public virtual Board {
  public:
   // Posts for `rendezvous`'s node, on its job's store (connecting at the first call), and
   // refreshes the heartbeat of the record last published at each of its keep-alives.
   // `rendezvous` must outlive the board.
   explicit JobBoard(DynamicRendezvous& rendezvous);
-  ~JobBoard();
+  ~JobBoard() override;
   JobBoard(const JobBoard&) = delete;
   JobBoard& operator=(const JobBoard&) = delete;
 
-  // Publishes this node's record for `ddprun status` (node, address, heartbeat and the
-  // keep-alive fields are filled in here) and keeps it: the rendezvous' watcher refreshes
-  // its heartbeat every keep-alive interval while a round runs; call it again to refresh it
-  // at other times. May be called while nextRound() blocks on another thread. Blocks for
-  // one or two store round trips.
-  void publishStatus(const AgentRecord& record);
-
-  // Hang verdicts across nodes, within the current round. The node that judges a hang
-  // posts its own summary (`mine`: so that another node judging at the same time has it, as
-  // neither answers the other's request then), asks every other node for theirs and waits up
-  // to `wait` for them; returns the answers that came (the other nodes' `hang/<g>` values).
-  // Blocks up to `wait` plus a store round trip; a store error ends the wait with what came.
-  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait, const std::string& mine = {});
-  // Whether another node asked for summaries in the current round and this node has not
-  // answered yet. One store round trip; false on a store error.
-  bool hangSummaryRequested();
-  // This node's answer (agent/hang/rings/hang_verdict.h's encoded positions, one a line, and
-  // agent/torch_trace/dump_summary.h's lines of torch's dumps).
-  void publishHangSummary(const std::string& summary);
-  // Call all four from one thread. The hang calls read the rendezvous' current round: not
-  // while nextRound() runs on another thread.
-
-  // Progress within the current round (agent/progress_watch.h, agent/hang/rings/progress_summary.h):
-  // this node's value under `r<round>/progress/<g>` (named in `progress/nodes` the first time
-  // in a round), every node's value, and the medians the round's first node computes over
-  // them (`progress/medians`). Best effort: one or two store round trips each; a store error
-  // is logged at debug and reads as nothing. Read calls leave out a value over `max_each`
-  // bytes and stop once `max_total` bytes were kept. Same thread rule as the hang calls.
-  void publishProgress(const std::string& value);
-  std::vector<std::string> readProgress(size_t max_each, size_t max_total);
-  void publishProgressMedians(const std::string& value);
-  std::string readProgressMedians(size_t max_bytes);  // empty: none (or over max_bytes)
+  void publishStatus(const AgentRecord& record) override;
+  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait, const std::string& mine = {}) override;
+  bool hangSummaryRequested() override;
+  void publishHangSummary(const std::string& summary) override;
+  void publishProgress(const std::string& value) override;
+  std::vector<std::string> readProgress(size_t max_each, size_t max_total) override;
+  void publishProgressMedians(const std::string& value) override;
+  std::string readProgressMedians(size_t max_bytes) override;
 
  private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
+  // On the rendezvous' watcher thread, at each keep-alive.
+  void refreshHeartbeat();
+  std::string roundKey(int round, const std::string& name) const;
+  // The board's connection, opened when first needed (and again after a store error).
+  // Called with mutex_ held.
+  StoreClient& store();
+
+  DynamicRendezvous& rendezvous_;
+  const JobSite site_;
+  Clock& clock_;
+  std::shared_ptr<spdlog::logger> log_;
+
+  // Held across each use of the connection: the watcher's refresh must not overwrite a
+  // newer record with an older one.
+  std::mutex mutex_;
+  std::unique_ptr<StoreClient> client_;
+  std::optional<AgentRecord> status_;  // the record last published, for the refreshes
+  bool registered_ = false;            // this node's name is in the job's agents list
+  int hang_answered_round_ = -1;       // the round whose hang summary request this node answered
+  int progress_named_round_ = -1;      // the round whose progress/nodes names this node
 };
 
 // The progress values of round `round` of the job whose keys start with `prefix`

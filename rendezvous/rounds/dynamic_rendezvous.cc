@@ -14,7 +14,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/sha256.h"
-#include "rendezvous/rounds/dynamic_rendezvous_impl.h"
+#include "rendezvous/rounds/node_entry.h"
 #include "rendezvous/rounds/rendezvous_env.h"
 #include "rendezvous/store/token_auth.h"
 
@@ -23,31 +23,54 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// The most one read of a quick connection may carry: its keys are round keys and records,
+// kilobytes; hang summaries are at most a megabyte (rendezvous/board/job_board.cc).
+constexpr size_t kMaxQuickReplyBytes = 16 << 20;
+
 bool isIpLiteral(const std::string& host) {
   in6_addr buf{};
   return ::inet_pton(AF_INET, host.c_str(), &buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), &buf) == 1;
 }
 
-}  // namespace
-
-std::string encodeEntry(const NodeEntry& e) { return e.name + "|" + e.address + "|" + std::to_string(e.nproc); }
-
-NodeEntry decodeEntry(const std::string& text) {
-  NodeEntry e;
-  auto a = text.find('|');
-  auto b = text.find('|', a == std::string::npos ? a : a + 1);
-  if (a == std::string::npos || b == std::string::npos) throw RendezvousError("malformed node entry '" + text + "'");
-  e.name = text.substr(0, a);
-  e.address = text.substr(a + 1, b - a - 1);
-  const char* first = text.data() + b + 1;
-  const char* last = text.data() + text.size();
-  const auto [end, ec] = std::from_chars(first, last, e.nproc);
-  if (ec != std::errc() || end != last || e.nproc < 1) throw RendezvousError("malformed node entry '" + text + "'");
-  return e;
+bool jobOver(const std::string& reason) {
+  const auto end = RoundEnd::parse(reason);
+  return end && end->endsJob();
 }
 
-DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env,
-                              const BackendMaker& make_backend)
+}  // namespace
+
+milliseconds DynamicRendezvous::remaining(Clock::TimePoint deadline) const {
+  auto left = std::chrono::duration_cast<milliseconds>(deadline - clock_.now());
+  return left.count() > 0 ? left : milliseconds(1);
+}
+
+std::string DynamicRendezvous::key(int round, const std::string& name) const {
+  return prefix_ + "r" + std::to_string(round) + "/" + name;
+}
+
+RendezvousError DynamicRendezvous::error(int round, const std::string& what) const {
+  return RendezvousError(
+      fmt::format("round {} of job '{}' (store {}): {}", round, config_.run_id, backend_->storeText(), what));
+}
+
+StoreClientOptions DynamicRendezvous::clientOptions(milliseconds connect_timeout) const {
+  StoreClientOptions o;
+  o.timeout = settings_.read_timeout;
+  o.connect_timeout = connect_timeout;
+  o.token = token_;
+  return o;
+}
+
+StoreClientOptions DynamicRendezvous::quickClientOptions() const {
+  StoreClientOptions o = clientOptions(settings_.keep_alive_interval);
+  o.timeout = std::min(settings_.read_timeout, 2 * settings_.keep_alive_interval);
+  // Records, round keys and hang summaries are kilobytes; a longer value is not read.
+  o.max_reply_bytes = kMaxQuickReplyBytes;
+  return o;
+}
+
+DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env,
+                                     const BackendMaker& make_backend)
     : env_(env),
       clock_(env.clock()),
       config_(std::move(config)),
@@ -71,7 +94,7 @@ DynamicRendezvous::Impl::Impl(RendezvousConfig config, int nproc_per_node, Rende
   advertise_address_ = config_.local_addr.empty() ? client_->localAddress() : config_.local_addr;
 }
 
-int DynamicRendezvous::Impl::restartCountFor(int round) {
+int DynamicRendezvous::restartCountFor(int round) {
   int previous_count = 0;
   std::string previous_end;
   if (round == 0) {
@@ -95,7 +118,7 @@ int DynamicRendezvous::Impl::restartCountFor(int round) {
 
 // Static: the node's place is its --node_rank; the round closes when all N are there.
 // N is small in practice, so every node reads every entry to sum the local world sizes.
-DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::joinStatic(int round, Clock::TimePoint deadline) {
+DynamicRendezvous::Seat DynamicRendezvous::joinStatic(int round, Clock::TimePoint deadline) {
   const int n = config_.max_nodes;
   Seat seat;
   seat.index = config_.node_rank + 1;
@@ -123,7 +146,7 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::joinStatic(int round, Clo
 // Dynamic: one ADD gives both the arrival order and the prefix sum of local world sizes
 // (the counter holds count << 32 | workers), so joining costs O(1) store operations per
 // node however large the job: no node ever reads the whole membership.
-DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::TimePoint deadline) {
+DynamicRendezvous::Seat DynamicRendezvous::join(int round, Clock::TimePoint deadline) {
   if (backend_->fixedSeats()) return joinStatic(round, deadline);
   constexpr int64_t kOneNode = int64_t{1} << 32;
   auto nodesOf = [](int64_t ticket) { return static_cast<int>(ticket >> 32); };
@@ -188,7 +211,7 @@ DynamicRendezvous::Impl::Seat DynamicRendezvous::Impl::join(int round, Clock::Ti
   return seat;
 }
 
-RendezvousResult DynamicRendezvous::Impl::nextRound() {
+RendezvousResult DynamicRendezvous::nextRound() {
   stopWatching();
   worker_store_.reset();
   const auto deadline = clock_.now() + settings_.join_timeout;
@@ -257,7 +280,7 @@ RendezvousResult DynamicRendezvous::Impl::nextRound() {
 // Derived from the token, the secret is the same on every node and never crosses the
 // network; on a single node it is random. A multi-node job without a token has no private
 // channel: its workers agree on one through the store.
-std::string DynamicRendezvous::Impl::rpcSecret(int round, int participants) const {
+std::string DynamicRendezvous::rpcSecret(int round, int participants) const {
   std::string material;
   if (!token_.empty()) {
     const auto d = hmacSha256(token_, fmt::format("ddprun-rpc|{}|{}", config_.run_id, round));
@@ -276,7 +299,7 @@ std::string DynamicRendezvous::Impl::rpcSecret(int round, int participants) cons
 // without a token, as torchrun), keys the previous round's workers left are wiped first,
 // while every node's workers are stopped. Otherwise the group-rank-0 node starts a fresh
 // token-free store for the round on its own address.
-void DynamicRendezvous::Impl::publishWorkerStore(int round, int world_size) {
+void DynamicRendezvous::publishWorkerStore(int round, int world_size) {
   if (const auto shared = backend_->sharedWorkersStore()) {
     for (const auto& stale : client_->listKeys()) {
       if (stale.rfind("rdzv/", 0) != 0) client_->deleteKey(stale);
@@ -298,7 +321,7 @@ void DynamicRendezvous::Impl::publishWorkerStore(int round, int world_size) {
 // gets in a round (keep_alive_interval x keep_alive_max_attempt): past it, that node is
 // evicted. nullopt, then or when the round ended meanwhile for another reason, sends this node
 // to the next round.
-std::optional<std::string> DynamicRendezvous::Impl::awaitMaster(int round) {
+std::optional<std::string> DynamicRendezvous::awaitMaster(int round) {
   const std::string master = key(round, "master");
   const std::string end = key(round, "end");
   const auto window = settings_.keep_alive_interval * settings_.keep_alive_max_attempt;
@@ -326,7 +349,7 @@ std::optional<std::string> DynamicRendezvous::Impl::awaitMaster(int round) {
   }
 }
 
-std::string DynamicRendezvous::Impl::endRound(const RoundEnd& end) {
+std::string DynamicRendezvous::endRound(const RoundEnd& end) {
   stopWatching();
   const std::string reason = end.format();
   std::string standing;
@@ -341,7 +364,7 @@ std::string DynamicRendezvous::Impl::endRound(const RoundEnd& end) {
   return standing;
 }
 
-void DynamicRendezvous::Impl::finish() {
+void DynamicRendezvous::finish() {
   stopWatching();
   const auto deadline = clock_.now() + settings_.close_timeout;
   const bool job_ended = in_round_ || final_round_ >= 0;
@@ -382,18 +405,18 @@ void DynamicRendezvous::Impl::finish() {
   }
 }
 
-void DynamicRendezvous::Impl::interrupt() {
+void DynamicRendezvous::interrupt() {
   client_->interrupt();
   stop_watching_ = true;
   if (watcher_client_) watcher_client_->interrupt();
 }
 
-std::optional<RoundPlace> DynamicRendezvous::Impl::currentRound() const {
+std::optional<RoundPlace> DynamicRendezvous::currentRound() const {
   if (!in_round_) return std::nullopt;
   return RoundPlace{round_, group_rank_, participants_};
 }
 
-JobSite DynamicRendezvous::Impl::site() const {
+JobSite DynamicRendezvous::site() const {
   JobSite s;
   s.backend = backend_.get();
   s.clock = &clock_;
@@ -406,7 +429,7 @@ JobSite DynamicRendezvous::Impl::site() const {
   return s;
 }
 
-void DynamicRendezvous::Impl::sitOut() {
+void DynamicRendezvous::sitOut() {
   stopWatching();
   worker_store_.reset();
   in_round_ = false;
@@ -418,7 +441,7 @@ void DynamicRendezvous::Impl::sitOut() {
   client_->add(prefix_ + "away", 1);
 }
 
-std::optional<std::string> DynamicRendezvous::Impl::jobEndedWhileAway() {
+std::optional<std::string> DynamicRendezvous::jobEndedWhileAway() {
   try {
     if (!away_client_) away_client_ = backend_->connect(quickClientOptions());
     StoreClient& store = *away_client_;
@@ -437,29 +460,15 @@ std::optional<std::string> DynamicRendezvous::Impl::jobEndedWhileAway() {
   }
 }
 
-void DynamicRendezvous::Impl::markDone() {
+void DynamicRendezvous::markDone() {
   int64_t done = client_->add(key(round_, "done"), 1);
   if (done >= participants_) client_->compareSet(key(round_, "end"), "", RoundEnd::done().format());
 }
 
-DynamicRendezvous::DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env,
-                                     const BackendMaker& make_backend)
-    : impl_(std::make_unique<Impl>(std::move(config), nproc_per_node, env, make_backend)) {}
-DynamicRendezvous::~DynamicRendezvous() = default;
-RendezvousResult DynamicRendezvous::nextRound() { return impl_->nextRound(); }
-void DynamicRendezvous::watch(std::function<void(RoundEvent)> on_event) { impl_->watch(std::move(on_event)); }
-std::string DynamicRendezvous::endRound(const RoundEnd& end) { return impl_->endRound(end); }
-void DynamicRendezvous::markDone() { impl_->markDone(); }
-void DynamicRendezvous::stopWatching() { impl_->stopWatching(); }
-void DynamicRendezvous::finish() { impl_->finish(); }
-void DynamicRendezvous::interrupt() { impl_->interrupt(); }
-void DynamicRendezvous::sitOut() { impl_->sitOut(); }
-std::optional<std::string> DynamicRendezvous::jobEndedWhileAway() { return impl_->jobEndedWhileAway(); }
-std::optional<RoundPlace> DynamicRendezvous::currentRound() const { return impl_->currentRound(); }
-JobSite DynamicRendezvous::site() const { return impl_->site(); }
-void DynamicRendezvous::onKeepAlive(std::function<void()> tick) { impl_->onKeepAlive(std::move(tick)); }
-const std::string& DynamicRendezvous::nodeName() const { return impl_->node_name_; }
-std::string DynamicRendezvous::storeAddress() const { return impl_->backend_->storeText(); }
-bool DynamicRendezvous::hostsStore() const { return impl_->backend_->hostsStore(); }
+DynamicRendezvous::~DynamicRendezvous() { stopWatching(); }
+
+const std::string& DynamicRendezvous::nodeName() const { return node_name_; }
+std::string DynamicRendezvous::storeAddress() const { return backend_->storeText(); }
+bool DynamicRendezvous::hostsStore() const { return backend_->hostsStore(); }
 
 }  // namespace ddprun::rendezvous

@@ -1,9 +1,11 @@
-// The rendezvous of a ddprun job: its rounds, on the store of a backend (rendezvous/
-// backend.h: seats by --node_rank with static's fixed --nnodes, or in arrival order with
-// --nnodes=MIN:MAX), which rendezvous/backends.h picks by name. The state
+// The rendezvous of a ddprun job: its rounds (rounds.h), on the store of a backend
+// (rendezvous/rounds/backend.h: seats by --node_rank with static's fixed --nnodes, or in
+// arrival order with --nnodes=MIN:MAX), which rendezvous/backends.h picks by name. The state
 // machine is described in rendezvous/PROTOCOL.md; in short, each re-formation of the job
 // is a numbered round whose state is a handful of keys per node (no shared blob), and a
-// round ends, for every node at once, when any node writes its end reason.
+// round ends, for every node at once, when any node writes its end reason. The rounds
+// (dynamic_rendezvous.cc) and the watcher that keeps a running round alive and notices its
+// end (round_watch.cc) share this class.
 //
 // It also hosts, on the group-rank-0 node of each round, a fresh workers' store
 // (MASTER_ADDR/MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE=True); the rendezvous store is
@@ -14,44 +16,29 @@
 // summaries) is rendezvous/board/job_board.h's, on a connection of its own.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
+#include <thread>
 
 #include "common/clock.h"
+#include "common/error.h"
+#include "common/logging.h"
 #include "rendezvous/rounds/backend.h"
 #include "rendezvous/rounds/rendezvous_config.h"
 #include "rendezvous/rounds/round_end.h"
+#include "rendezvous/rounds/rounds.h"
+#include "rendezvous/store/store_client.h"
 #include "rendezvous/store/tcp_store_client.h"
 
 namespace ddprun::rendezvous {
 
+class HostedStore;
 class RendezvousEnv;
-
-// How a round ended, seen by a node that did not end it itself (or did: it is delivered
-// to everyone). kEnded: `reason` is the round's end as stored (RoundEnd::parse reads it);
-// kStoreLost: `reason` is the store error.
-struct RoundEvent {
-  enum class Kind { kEnded, kStoreLost };
-  Kind kind = Kind::kEnded;
-  int round = 0;
-  std::string reason;
-};
-
-// nextRound() of a node that sat out found the job already over ("done", "final:...",
-// "abort:..."): there is no round left to join.
-class JobEndedError : public RendezvousError {
- public:
-  explicit JobEndedError(std::string reason)
-      : RendezvousError("the job ended (" + reason + ") while this node sat out"), reason_(std::move(reason)) {}
-  const std::string& reason() const { return reason_; }
-
- private:
-  std::string reason_;
-};
 
 // Where this node stands in the round it takes part in.
 struct RoundPlace {
@@ -74,48 +61,34 @@ struct JobSite {
   int keep_alive_max_attempt = 0;
 };
 
-class DynamicRendezvous {
+// Rounds on a backend's store: Rounds' calls behave as rounds.h says. Rounds is a virtual
+// base so that the agent's one object of the rounds and the job board beside them
+// (agent/agent_rendezvous.cc) takes those calls from this class, with no layer passing them on.
+class DynamicRendezvous : public virtual Rounds {
  public:
   // Validates the config, makes its backend with `make_backend` (which hosts the
   // rendezvous store if this node should; rendezvous/backends.h's openBackend picks it by
   // name), and connects. Throws RendezvousError (unreachable store, bad endpoint) or
   // UsageError. In `env` (its stores, clock and node name), which must outlive this.
   DynamicRendezvous(RendezvousConfig config, int nproc_per_node, RendezvousEnv& env, const BackendMaker& make_backend);
-  ~DynamicRendezvous();
+  ~DynamicRendezvous() override;
   DynamicRendezvous(const DynamicRendezvous&) = delete;
   DynamicRendezvous& operator=(const DynamicRendezvous&) = delete;
 
-  // Joins the next round and blocks until it forms (up to join_timeout). Throws
-  // RendezvousError naming the round, the store and what was missing.
-  RendezvousResult nextRound();
+  RendezvousResult nextRound() override;
+  void watch(std::function<void(RoundEvent)> on_event) override;
+  std::string endRound(const RoundEnd& end) override;
+  void markDone() override;
+  void finish() override;
+  void interrupt() override;
+  void sitOut() override;
+  std::optional<std::string> jobEndedWhileAway() override;
+  const std::string& nodeName() const override;
+  std::string storeAddress() const override;
+  bool hostsStore() const override;
 
-  // Starts watching the current round: keep-alives for this node, eviction of a silent
-  // peer, and the round's end. `on_event` runs once, on the watcher's thread.
-  void watch(std::function<void(RoundEvent)> on_event);
-  // Ends the current round with `end` unless another node ended it first; returns the
-  // reason that stands, as stored (`end`'s text when the store cannot be reached). Stops
-  // the watcher first.
-  std::string endRound(const RoundEnd& end);
-  // This node's workers all succeeded; the last node to say so ends the round with "done".
-  void markDone();
   // Stops the watcher thread (idempotent).
   void stopWatching();
-  // The job is over for this node (however it ended): the exit barrier. Non-hosts check
-  // out; the store's host waits up to close_timeout for everyone to check out.
-  void finish();
-  // From another thread: makes a blocked nextRound() fail at once (ddprun was signalled).
-  void interrupt();
-
-  // Leaves the current round without ending it and stays out of the next ones (cooldown
-  // of a flapping node): the next nextRound() starts from the job's latest round, and
-  // throws JobEndedError if the job ended meanwhile. Stops the watcher. Throws
-  // StoreError when the store cannot count this node as away. Calling it again while away
-  // prolongs the absence (it is counted once).
-  void sitOut();
-  // While sitting out: the reason the job ended ("done", "final:...", "abort:..."), or
-  // nothing while it goes on. A few store round trips on a connection of its own that
-  // gives up within a keep-alive interval or two; throws StoreError.
-  std::optional<std::string> jobEndedWhileAway();
 
   // For the parts beside the rounds (rendezvous/board/job_board.h: status records, hang
   // summaries), which reach the job's store on a connection of their own.
@@ -129,15 +102,72 @@ class DynamicRendezvous {
   // earlier tick runs any more, so that whatever `tick` uses may then go away.
   void onKeepAlive(std::function<void()> tick);
 
-  // This node's name in end reasons and logs: host:pid.
-  const std::string& nodeName() const;
-  // "host:port" of the rendezvous store.
-  std::string storeAddress() const;
-  bool hostsStore() const;
-
  private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
+  using milliseconds = std::chrono::milliseconds;
+
+  // Where this node stands in a round it tried to join.
+  struct Seat {
+    bool late = false;     // arrived after the round closed: try the next one
+    int index = 0;         // 1-based arrival order (static: node_rank + 1)
+    int participants = 0;  // nodes in the round
+    int rank_base = 0;     // RANK of this node's local rank 0
+    int world_size = 0;    // all workers of the round
+  };
+  Seat join(int round, Clock::TimePoint deadline);
+  Seat joinStatic(int round, Clock::TimePoint deadline);
+  int restartCountFor(int round);
+  void publishWorkerStore(int round, int world_size);
+  std::optional<std::string> awaitMaster(int round);
+  std::string rpcSecret(int round, int participants) const;
+  // The keep-alive hook's tick, if there is one (on the watcher's thread).
+  void tickKeepAlive();
+  // Time left until `deadline` on the env's clock; at least 1 ms, so that a wait that
+  // starts at the deadline still asks the store once.
+  milliseconds remaining(Clock::TimePoint deadline) const;
+  std::string key(int round, const std::string& name) const;
+  RendezvousError error(int round, const std::string& what) const;
+  // Where the store is, the backend says (Backend::connect).
+  StoreClientOptions clientOptions(milliseconds connect_timeout) const;
+  // Sitting out, and the parts beside the rounds: give up within a couple of keep-alive
+  // intervals.
+  StoreClientOptions quickClientOptions() const;
+
+  std::string node_name_;
+  std::unique_ptr<Backend> backend_;  // the job's store: where it is, how it lives
+
+  RendezvousEnv& env_;
+  Clock& clock_;
+  RendezvousConfig config_;
+  RendezvousSettings settings_;
+  int nproc_;
+  std::string token_;
+  std::string prefix_;
+  std::string advertise_address_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::unique_ptr<StoreClient> client_;
+  std::unique_ptr<HostedStore> worker_store_;
+
+  // The current round, as this node took part in it.
+  bool in_round_ = false;
+  int round_ = -1;
+  int group_rank_ = 0;
+  int participants_ = 0;
+  int restart_count_ = 0;
+  std::mutex end_mutex_;
+  std::string end_reason_;  // of round_, once known
+
+  std::thread watcher_;
+  std::unique_ptr<StoreClient> watcher_client_;
+  std::atomic<bool> stop_watching_{false};
+
+  std::mutex keep_alive_mutex_;  // held while the hook runs, so that it can be removed safely
+  std::function<void()> on_keep_alive_;
+
+  // While sitting out: asks whether the job ended, and gives up quickly when the store is
+  // gone (the main client would keep reconnecting for join_timeout).
+  std::unique_ptr<StoreClient> away_client_;
+  bool sat_out_ = false;  // left its last round for a cooldown and has not joined since
+  int final_round_ = -1;  // the round whose end ended the job while this node sat out
 };
 
 }  // namespace ddprun::rendezvous

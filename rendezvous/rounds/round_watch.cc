@@ -1,15 +1,16 @@
-// The watcher of a running round (DynamicRendezvous::Impl::watch): this node's keep-alives,
+// The watcher of a running round (DynamicRendezvous::watch): this node's keep-alives,
 // its successor's, and the round's end. PROTOCOL.md: "While a round runs".
 #include <chrono>
 #include <string>
 
 #include "common/text_escape.h"
-#include "rendezvous/rounds/dynamic_rendezvous_impl.h"
+#include "rendezvous/rounds/dynamic_rendezvous.h"
+#include "rendezvous/rounds/node_entry.h"
 #include "rendezvous/rounds/round_liveness.h"
 
 namespace ddprun::rendezvous {
 
-void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
+void DynamicRendezvous::watch(std::function<void(RoundEvent)> on_event) {
   stopWatching();
   stop_watching_ = false;
   try {
@@ -118,19 +119,19 @@ void DynamicRendezvous::Impl::watch(std::function<void(RoundEvent)> on_event) {
   });
 }
 
-void DynamicRendezvous::Impl::stopWatching() {
+void DynamicRendezvous::stopWatching() {
   stop_watching_ = true;
   if (watcher_client_) watcher_client_->interrupt();
   if (watcher_.joinable()) watcher_.join();
   watcher_client_.reset();
 }
 
-void DynamicRendezvous::Impl::tickKeepAlive() {
+void DynamicRendezvous::tickKeepAlive() {
   std::lock_guard lock(keep_alive_mutex_);
   if (on_keep_alive_) on_keep_alive_();
 }
 
-void DynamicRendezvous::Impl::onKeepAlive(std::function<void()> tick) {
+void DynamicRendezvous::onKeepAlive(std::function<void()> tick) {
   std::lock_guard lock(keep_alive_mutex_);
   on_keep_alive_ = std::move(tick);
 }
