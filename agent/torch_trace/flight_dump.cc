@@ -26,6 +26,14 @@ const char* flightEntryStateName(FlightEntryState state) {
   return "?";
 }
 
+std::optional<FlightEntryState> parseFlightEntryState(std::string_view name) {
+  for (FlightEntryState state :
+       {FlightEntryState::kScheduled, FlightEntryState::kStarted, FlightEntryState::kCompleted}) {
+    if (name == flightEntryStateName(state)) return state;
+  }
+  return std::nullopt;
+}
+
 const std::vector<FlightFrame>& FlightFrames::get() const {
   static const std::vector<FlightFrame> kNone;
   return frames_ ? *frames_ : kNone;
@@ -267,12 +275,8 @@ FlightEntry parseEntry(const PickleRef& d, size_t index, const Reader& r) {
     e.output_dtypes = r.strings(*v, "'output_dtypes'", where);
   }
   const std::string_view state = r.need(d, "state", PickleKind::kString, where).asString();
-  if (state == "scheduled") {
-    e.state = FlightEntryState::kScheduled;
-  } else if (state == "started") {
-    e.state = FlightEntryState::kStarted;
-  } else if (state == "completed") {
-    e.state = FlightEntryState::kCompleted;
+  if (const auto parsed = parseFlightEntryState(state)) {
+    e.state = *parsed;
   } else {
     r.fail(where,
            fmt::format("'state' is \"{}\", not scheduled, started or completed", printable(state.substr(0, 40))));

@@ -70,6 +70,8 @@ class FlightFrames {
 
 enum class FlightEntryState { kScheduled, kStarted, kCompleted };
 const char* flightEntryStateName(FlightEntryState state);  // "scheduled", "started", "completed"
+// The state a dump names (flightEntryStateName's words, as torch writes them); nullopt for any other.
+std::optional<FlightEntryState> parseFlightEntryState(std::string_view name);
 
 struct FlightEntry {
   int64_t record_id = 0;  // 0 for the first operation since the recorder started

@@ -142,12 +142,8 @@ FlightEntry entryOf(const json& d, size_t index, const Reader& r) {
   e.input_dtypes = r.strings(d, "input_dtypes", where);
   e.output_dtypes = r.strings(d, "output_dtypes", where);
   const std::string state = r.text(d, "state", where, true);
-  if (state == "scheduled") {
-    e.state = FlightEntryState::kScheduled;
-  } else if (state == "started") {
-    e.state = FlightEntryState::kStarted;
-  } else if (state == "completed") {
-    e.state = FlightEntryState::kCompleted;
+  if (const auto parsed = parseFlightEntryState(state)) {
+    e.state = *parsed;
   } else {
     r.fail(where,
            fmt::format("'state' is \"{}\", not scheduled, started or completed", printable(state.substr(0, 40))));
