@@ -15,7 +15,8 @@ wall time ratios; where nothing is wrapped both blocks run the same code, and A 
 figure's noise).
 Rank 0 prints one line:
   python_hook_overhead_job ranks=N steps=S seconds=T steps_per_s=R cpu_us_per_step=P calls=C us_per_call=U
-    us_per_call_unwrapped=W recorded=0|1 ddp_recorded=0|1 [ab_blocks=N ab_wrapped=F ab_cpu_ratio=A ab_step_ratio=B]
+    us_per_call_unwrapped=W recorded=0|1 ddp_recorded=0|1 [ab_blocks=N ab_wrapped=F ab_cpu_ratio=A ab_step_ratio=B
+    ab_cpu_pairs=R1,R2,... ab_wall_pairs=R1,R2,... (every pair's on/off ratio, in order)]
 (P: rank 0's CPU time, all its threads, per timed step; recorded: dist.all_reduce is ddprun's recording wrapper; ddp_recorded: DDP's forward is
 ddprun's, which arms the recording of the backward() after it.)
 Usage: python_hook_overhead_job.py [--steps S] [--warmup W] [--calls C] [--hidden H] [--depth D]
@@ -70,8 +71,12 @@ def in_process_ab(step, blocks, steps):
         wall_ratios.append(spent[True][0] / spent[False][0])
         cpu_ratios.append(spent[True][1] / max(spent[False][1], 1e-9))
     dist.barrier()
+    # Every pair's ratios too: the bench pools them over its runs, whose median alone cannot say
+    # how sure a 1% figure is.
     return (f" ab_blocks={blocks} ab_wrapped={len(swaps)} ab_cpu_ratio={statistics.median(cpu_ratios):.4f} "
-            f"ab_step_ratio={statistics.median(wall_ratios):.4f}")
+            f"ab_step_ratio={statistics.median(wall_ratios):.4f} "
+            f"ab_cpu_pairs={','.join(f'{r:.5f}' for r in cpu_ratios)} "
+            f"ab_wall_pairs={','.join(f'{r:.5f}' for r in wall_ratios)}")
 
 
 def main():
