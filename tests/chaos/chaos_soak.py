@@ -4,7 +4,13 @@
 1. A reference: the trainer uninterrupted on the 4 nodes (--nnodes=4), its checksum per step.
 2. The soak: an agent on each node under --nnodes=2:4 and, one every few seconds, a fault
    drawn from a seeded schedule:
-     kill_worker   kill -9 of a node's worker
+     kill_worker   kill -9 of a node's worker, once the job is warm: every node in the round
+                   and every rank stepping (--warm-steps since it started; it waits up to
+                   --warm-wait). A worker killed while its round starts, before every rank
+                   joined its group, or while the job re-forms anyway, can only take the
+                   whole-group restart; killed while every rank steps, it is what
+                   --recovery=in-job replaces alone. After it, no fault until the job is past
+                   the step the kill found (up to --hold-max): its way back is its own.
      stop_worker   SIGSTOP of a worker, SIGCONT 1-4 s later
      kill_agent    kill -9 of an agent (never a node the backend cannot lose: on c10d the
                    store host's, node 0, whose loss ends the job by design, as under torchrun)
@@ -30,8 +36,13 @@
    Under --recovery=in-job a worker the agent replaced alone (issue 47) starts again inside
    its attempt: its start line must resume from the step it had reached (none replayed),
    and its steps must run on from there, equal to its ranks'.
-4. The costs, per fault kind: the time lost (from the fault to the first new step, less one
-   step) and the steps replayed (applied before the fault and again after it).
+     in job        (--recovery=in-job) not every worker kill whose way back was its own (no
+                   other fault before the job's next new step) took the whole-group restart
+4. The costs, per fault kind: how the job came back (in job: its next new step in the attempt
+   it was in; restart: in a new attempt), the time lost (from the fault to the first new step,
+   less one step) and the steps replayed (applied before the fault and again after it); the
+   worker kills also split by the way back, and by whether the job was warm when they struck,
+   with the agent's line for each warm one not recovered in job.
 --recovery restart|in-job (default restart, as CI runs it) is the agents' --recovery; `both`
 runs the soak once in each mode with the same seed (the same schedule of faults drawn, the
 same reference) and prints the two modes' costs side by side at the end.
@@ -211,6 +222,7 @@ class Node:
         self.stopped = None     # (pid, until) of a SIGSTOPped worker
         self.rss = {}           # agent pid -> [samples in kB]
         self.exit_codes = []    # (generation, code)
+        self.log_path = None    # the current agent's log
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -271,7 +283,12 @@ class Soak:
         self.nodes = [Node(k, args) for k in range(args.nodes)]
         self.faults = collections.Counter()
         self.fault_log = []  # (wall clock ms, kind, node)
+        self.kills = {}      # index in fault_log -> what a kill_worker fault found (warm, the agent's log)
         self.failures = []
+        self.pending_kill = None  # when a kill_worker was drawn that waits for the job to be warm
+        self.hold = None          # (step, until): after a kill_worker, no fault until the job passes step
+        self.next_warm_look = 0   # the step logs read at most twice a second while a kill waits or holds
+        self.steps_warm = False
 
     # ---- agents ---------------------------------------------------------------------------
     def start_agent(self, node, run_id, nnodes, steps, step_ms, ckpt, logs):
@@ -287,7 +304,8 @@ class Soak:
                "--max_restarts=1000", f"--recovery={self.recovery}", "--no_python", self.args.trainer, f"--steps={steps}",
                f"--step-ms={step_ms}", "--checkpoint-every=5", f"--checkpoint-dir={ckpt}", f"--log-dir={logs}",
                "--timeout=60"]
-        out = open(os.path.join(self.args.work, f"{run_id}.agent{node.index}.g{node.generation}.log"), "w")
+        node.log_path = os.path.join(self.args.work, f"{run_id}.agent{node.index}.g{node.generation}.log")
+        out = open(node.log_path, "w")
         node.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
         node.pids.append(node.proc.pid)  # ip netns exec execs ddprun: the same pid
@@ -330,9 +348,8 @@ class Soak:
             return
         kind = self.rng.choice(choices)
         if kind == "kill_worker":
-            node, pid = self.rng.choice(with_worker)
-            if send(pid, signal.SIGKILL):
-                self.fault(kind, node, f"kill -9 worker pid {pid}")
+            self.pending_kill = now()
+            self.kill_worker()
         elif kind == "stop_worker":
             node, pid = self.rng.choice(with_worker)
             hold = self.rng.uniform(1, 4)
@@ -352,6 +369,61 @@ class Soak:
             self.fault(kind, node, f"link down for {hold:.1f} s")
         else:
             self.backend.extra_faults()[kind](self)
+
+    def kill_worker(self):
+        """The pending kill_worker, once the job is warm (or it waited --warm-wait): a worker killed
+        while its round starts (before every rank joined its group) or while the job re-forms anyway
+        can only take the whole-group restart, in either mode; killed while every rank steps, it
+        is what --recovery=in-job replaces alone. Both modes wait alike, so their schedules stay
+        comparable. Returns True once it struck (or found no worker to strike)."""
+        waited = now() - self.pending_kill
+        warm = self.warm()
+        if not warm and waited < self.args.warm_wait:
+            return False
+        self.pending_kill = None
+        live = [n for n in self.nodes if n.alive() and n.cut_until is None and n.stopped is None]
+        with_worker = [(n, w) for n in live if (w := self.worker_of(n))]
+        if not with_worker:
+            return True
+        node, pid = self.rng.choice(with_worker)
+        offset = os.path.getsize(node.log_path) if os.path.exists(node.log_path) else 0
+        step = self.newest_step(self.logs)
+        if send(pid, signal.SIGKILL):
+            self.fault("kill_worker", node, f"kill -9 worker pid {pid}" +
+                       (f" (the job warm after {waited:.1f} s)" if warm else f" (not warm after {waited:.1f} s)"))
+            self.kills[len(self.fault_log) - 1] = {"warm": warm, "log": node.log_path, "offset": offset}
+            # No other fault until the job is past where the kill found it: its recovery is the kill's.
+            self.hold = (step, now() + self.args.hold_max)
+        return True
+
+    def warm(self):
+        """Whether the job runs steadily: every node's agent alive and in the round (no link cut, no
+        worker stopped, no node waiting to join), and every rank of the newest attempt has stepped
+        --warm-steps times since it started and within the last 1.5 s, none behind by more than a
+        step. Looked at twice a second at most."""
+        if any(not n.alive() or n.cut_until is not None or n.stopped is not None for n in self.nodes):
+            return False
+        if now() < self.next_warm_look:
+            return self.steps_warm
+        self.next_warm_look = now() + 0.5
+        state = attempt_state(self.logs)
+        self.steps_warm = False
+        if state and set(state) == set(range(len(self.nodes))):
+            wall_ms = time.time() * 1000
+            top = max(r["last"] for r in state.values())
+            self.steps_warm = all(r["world"] == len(self.nodes) and r["since"] >= self.args.warm_steps and
+                                  r["last"] >= top - 1 and wall_ms - r["t"] <= 1500 for r in state.values())
+        return self.steps_warm
+
+    def release_hold(self):
+        step, until = self.hold
+        if now() < self.next_warm_look:
+            return False
+        self.next_warm_look = now() + 0.5
+        if now() >= until or self.newest_step(self.logs) > step:
+            self.hold = None
+            return True
+        return False
 
     def restore_due(self, force=False):
         for node in self.nodes:
@@ -480,9 +552,16 @@ class Soak:
                 if t + 1.25 * (steps - done) * (self.args.step_ms + 20) / 1000 + 30 > self.budget_end:
                     log(f"soak: step {done} of {steps}: what is left of the budget is the job's to finish: no more faults")
                     break
-            if t >= next_fault:
+            if self.pending_kill is not None:
+                if self.kill_worker():
+                    next_fault = now() + self.rng.uniform(self.args.min_gap, self.args.max_gap)
+            elif self.hold is not None:
+                if self.release_hold():
+                    next_fault = max(next_fault, now() + 1)
+            elif t >= next_fault:
                 self.inject()
-                next_fault = t + self.rng.uniform(self.args.min_gap, self.args.max_gap)
+                if self.pending_kill is None:
+                    next_fault = t + self.rng.uniform(self.args.min_gap, self.args.max_gap)
             if not any(n.alive() for n in self.nodes):
                 break
             time.sleep(0.1)
@@ -520,6 +599,52 @@ class Logs:
         self.saved = []      # (t, attempt, step)
         self.done = []       # (attempt, rank, step, sum)
         self.twice = []      # (attempt, rank, step) logged more than once
+
+
+STEP_FILE = re.compile(r"steps\.(\d+)\.(\d+)$")
+
+
+def attempt_state(logs):
+    """Where the ranks of the newest attempt in the step logs stand: {rank: {"world", "last" (its
+    newest step), "t" (when), "since" (steps it logged since its newest start line: a replacement's
+    start counts)}}; None before any attempt. Reads each file's first line and last few KB."""
+    files = {}
+    for path in glob.glob(os.path.join(logs, "steps.*")):
+        m = STEP_FILE.search(path)
+        if m:
+            files.setdefault(int(m.group(1)), {})[int(m.group(2))] = path
+    if not files:
+        return None
+    state = {}
+    for rank, path in files[max(files)].items():
+        try:
+            size = os.stat(path).st_size
+            with open(path, "rb") as f:
+                head = f.read(300).decode(errors="replace").split("\n")[0]
+                f.seek(max(0, size - 4096))
+                tail = f.read().decode(errors="replace").split("\n")
+        except OSError:
+            continue
+        if size > 4096:
+            tail = tail[1:]  # the first line read may be cut
+        m = LINE.match(head.strip())
+        if not m or m.group(1) != "start":
+            continue
+        world = int(dict(kv.split("=", 1) for kv in m.group(4).split())["world"])
+        # Steps since the newest start line; a start line older than the tail is long past.
+        since, last, t = (0 if size <= 4096 else 10**6), 0, 0
+        for line in tail:
+            m = LINE.match(line.strip())
+            if not m:
+                continue
+            if m.group(1) == "start":
+                since = 0
+            elif m.group(1) == "step":
+                since += 1
+                last = int(re.search(r" step=(\d+)", line).group(1))
+                t = int(m.group(5))
+        state[rank] = {"world": world, "last": last, "t": t, "since": since}
+    return state
 
 
 LINE = re.compile(r"^(start|step|saved|done) attempt=(\d+) rank=(\d+) (.*) t=(\d+)$")
@@ -666,7 +791,8 @@ def check_sequence(logs, total, reference, nodes, failures, every=5):
 def time_lost(logs, fault_log):
     """Per fault kind, the seconds from each fault until the job applied a step beyond the
     highest one applied before it, less one uninterrupted step (faults that overlap share the
-    time). Also the median step interval within attempts: the uninterrupted pace."""
+    time). Also the median step interval within attempts: the uninterrupted pace, and each
+    fault's time lost in fault_log's order (None: no new step after it)."""
     timeline = sorted((r["t"], s) for (a, rank, s), r in logs.steps.items() if rank == 0)
     by_attempt = collections.defaultdict(list)
     for (a, rank, s), r in logs.steps.items():
@@ -678,22 +804,26 @@ def time_lost(logs, fault_log):
         intervals += [(t2 - t1) / 1000 for (s1, t1), (s2, t2) in zip(rows, rows[1:]) if s2 == s1 + 1]
     step = statistics.median(intervals) if intervals else 0.0
     lost = collections.defaultdict(list)
+    each = []
     for t_fault, kind, node in fault_log:
         before = max([s for t, s in timeline if t <= t_fault] or [0])
         after = [t for t, s in timeline if t > t_fault and s > before]
+        each.append(max(0.0, (after[0] - t_fault) / 1000 - step) if after else None)
         if after:
-            lost[kind].append(max(0.0, (after[0] - t_fault) / 1000 - step))
-    return lost, step
+            lost[kind].append(each[-1])
+    return lost, step, each
 
 
 def steps_replayed(logs, fault_log):
     """Per fault kind, the steps each fault made the job apply again: the largest step rank 0
     went back by (to the checkpoint an attempt resumed from) between the fault and the next one;
     0 where the job went on from where it was (a worker replaced in job, a stopped worker).
-    Rank 0 is there in every attempt; faults that overlap share the replay."""
+    Rank 0 is there in every attempt; faults that overlap share the replay. Also each fault's
+    replay in fault_log's order."""
     timeline = sorted((r["t"], s) for (a, rank, s), r in logs.steps.items() if rank == 0)
     ends = [t for t, _, _ in fault_log[1:]] + [float("inf")]
     replayed = collections.defaultdict(list)
+    each = []
     for (t_fault, kind, node), t_end in zip(fault_log, ends):
         high = max([s for t, s in timeline if t <= t_fault] or [0])
         back = 0
@@ -702,7 +832,45 @@ def steps_replayed(logs, fault_log):
                 back = max(back, high - s + 1)
                 high = max(high, s)
         replayed[kind].append(back)
-    return replayed
+        each.append(back)
+    return replayed, each
+
+
+def outcomes(logs, fault_log):
+    """Per fault, how the job came back: "in job" where rank 0's first new step (beyond the highest
+    it had applied before the fault) belongs to the attempt it was in before the fault (a worker
+    replaced alone, a stopped worker waited for; before the job's first step: the first attempt),
+    "restart" where it belongs to a new attempt, None where no new step came. Also whether
+    another fault came before that step (overtaken: the way back was not this fault's alone)."""
+    timeline = sorted((r["t"], s, a) for (a, rank, s), r in logs.steps.items() if rank == 0)
+    out = []
+    for i, (t_fault, kind, node) in enumerate(fault_log):
+        before = [(t, s, a) for t, s, a in timeline if t <= t_fault]
+        high = max([s for t, s, a in before] or [0])
+        after = [(t, s, a) for t, s, a in timeline if t > t_fault and s > high]
+        if not after:
+            out.append((None, False))
+            continue
+        t_after, _, a_after = after[0]
+        same = a_after == (before[-1][2] if before else timeline[0][2])
+        overtaken = any(t_fault < t < t_after for t, _, _ in fault_log[i + 1:])
+        out.append(("in job" if same else "restart", overtaken))
+    return out
+
+
+def agent_said(kill):
+    """The killed worker's agent's first word on it: replaced alone, why not, or the round ending
+    first (its log from where it stood at the kill)."""
+    try:
+        with open(kill["log"], errors="replace") as f:
+            f.seek(kill["offset"])
+            text = f.read(16384)
+    except OSError:
+        return "(no agent log)"
+    for line in text.splitlines():
+        if re.search(r"replaced alone|not in job: |re-forming the job|restarting the worker group", line):
+            return line.strip()[:240]
+    return "(nothing about it in the agent's log)"
 
 
 def leftovers(soak, failures):
@@ -832,7 +1000,64 @@ def self_test():
             ok = not failures if expect is None else any(expect in f for f in failures)
             print(f"self-test {name}: {'ok' if ok else 'WRONG'}" + ("" if ok else f" (failures: {failures})"))
             bad += not ok
+    bad += self_test_outcomes()
+    bad += self_test_worker_kills()
     return 1 if bad else 0
+
+
+def self_test_worker_kills():
+    """Under --recovery=in-job, worker kills that all took the whole-group restart fail the soak
+    with the agent's reason; one recovered in job passes it, as does a restart overtaken by the
+    next fault, and --recovery=restart never fails on it."""
+    import tempfile
+    import types
+    bad = 0
+    with tempfile.TemporaryDirectory() as d:
+        log_path = os.path.join(d, "agent.log")
+        with open(log_path, "w") as f:
+            f.write("[ddprun] info: starting 1 worker\n[ddprun] warning: rank 1 failed; restarting the whole "
+                    "worker group, not in job: rank 0 never said it can re-form in process\n")
+        kill = {"warm": True, "log": log_path, "offset": 0}
+        restart = {"kind": "kill_worker", "way": "restart", "overtaken": False, "kill": kill, "warm": True}
+        in_job = dict(restart, way="in job")
+        overtaken = dict(restart, overtaken=True)
+        cases = [("in-job", [restart, restart], "none of the 2 worker kill(s) was recovered in job; the first's "
+                  "agent: [ddprun] warning: rank 1 failed; restarting the whole worker group, not in job: rank 0"),
+                 ("in-job", [restart, in_job], None), ("in-job", [overtaken], None), ("restart", [restart], None)]
+        for mode, each, expect in cases:
+            soak = types.SimpleNamespace(recovery=mode, failures=[], args=types.SimpleNamespace(warm_wait=20))
+            worker_kills(soak, each)
+            ok = not soak.failures if expect is None else len(soak.failures) == 1 and expect in soak.failures[0]
+            print(f"self-test worker kills, {mode}, {[f['way'] for f in each]}: {'ok' if ok else 'WRONG'}" +
+                  ("" if ok else f" (failures: {soak.failures})"))
+            bad += not ok
+    return bad
+
+
+def self_test_outcomes():
+    """How the job came back from each fault, read off rank 0's steps: a kill the job rode out in
+    its attempt (a worker replaced alone) is "in job", one followed by a new attempt that replays
+    from a checkpoint "restart", a fault after which a second one came before any new step
+    overtaken, and one with no new step after it None."""
+    logs = Logs()
+    # attempt 1: steps 1-12, one a second from t=1000; rank 1 killed at 4500, replaced alone
+    # (its steps go on in attempt 1). Rank 0 killed at 12500; attempt 2 resumes from checkpoint
+    # 10 at 15000 (steps 11-20: 11 and 12 replayed). A link cut at 20500 and an agent killed at 21000 before attempt
+    # 3's first step at 23000 (steps 16-20 replayed, then 21). A stopped worker at 30000, after
+    # the last step.
+    for s in range(1, 13):
+        logs.steps[(1, 0, s)] = {"t": 1000 * s, "sum": "x", "world": 4, "rank": 0}
+    for s in range(11, 21):
+        logs.steps[(2, 0, s)] = {"t": 15000 + 500 * (s - 11), "sum": "x", "world": 4, "rank": 0}
+    for s in range(16, 22):
+        logs.steps[(3, 0, s)] = {"t": 23000 + 500 * (s - 16), "sum": "x", "world": 4, "rank": 0}
+    faults = [(4500, "kill_worker", 1), (12500, "kill_worker", 0), (20500, "cut_link", 2),
+              (21000, "kill_agent", 3), (30000, "stop_worker", 1)]
+    want = [("in job", False), ("restart", False), ("restart", True), ("restart", False), (None, False)]
+    got = outcomes(logs, faults)
+    ok = got == want and steps_replayed(logs, faults)[1] == [0, 2, 0, 5, 0]
+    print(f"self-test outcomes: {'ok' if ok else 'WRONG'}" + ("" if ok else f" (got {got}, want {want})"))
+    return 0 if ok else 1
 
 
 def main():
@@ -855,6 +1080,12 @@ def main():
     p.add_argument("--first-fault", type=float, default=5)
     p.add_argument("--min-gap", type=float, default=3)
     p.add_argument("--max-gap", type=float, default=6)
+    p.add_argument("--warm-steps", type=int, default=3,
+                   help="a kill_worker waits until every rank stepped this often since it started")
+    p.add_argument("--warm-wait", type=float, default=20,
+                   help="longest wait of a kill_worker for the job to be warm (0: strike at once)")
+    p.add_argument("--hold-max", type=float, default=30,
+                   help="after a kill_worker, longest wait for the job to pass its step before the next fault")
     # The soak ends on its own inside --budget (ctest's TIMEOUT kills without a trap): the faults stop
     # early where the rest of the run would not fit, and the wait for the job's end stops at the budget
     # less 20 s for the leftovers' check.
@@ -942,19 +1173,25 @@ def summary(soak, reference, t0):
     if gaps:
         print(f"time between attempts (last step to first step): median {statistics.median(gaps):.1f} s, "
               f"max {max(gaps):.1f} s, total {sum(gaps):.0f} s; steps replayed from checkpoints: {replayed}")
-    lost_by_kind, clean_step = time_lost(logs, soak.fault_log)
-    replayed_by_kind = steps_replayed(logs, soak.fault_log)
+    _, clean_step, lost_each = time_lost(logs, soak.fault_log)
+    _, replayed_each = steps_replayed(logs, soak.fault_log)
+    ways = outcomes(logs, soak.fault_log)
+    each = [{"kind": kind, "lost": lost, "replayed": back, "way": way, "overtaken": overtaken,
+             "warm": soak.kills.get(i, {}).get("warm"), "kill": soak.kills.get(i)}
+            for i, ((_, kind, _), lost, back, (way, overtaken)) in enumerate(
+                zip(soak.fault_log, lost_each, replayed_each, ways))]
     job = soak.job_end - soak.job_start
     clean = args.steps * clean_step
     n_faults = sum(soak.faults.values())
     if n_faults:
         print(f"job time {job:.0f} s against {clean:.0f} s uninterrupted ({clean_step * 1000:.0f} ms a step): "
               f"{(job - clean) / n_faults:.1f} s lost per fault on average")
-    for kind, losses in sorted(lost_by_kind.items()):
-        back = replayed_by_kind.get(kind, [0])
-        print(f"  {kind:16s} x{len(losses):3d}: time lost (fault to the first new step, less one step) median "
-              f"{statistics.median(losses):.1f} s, max {max(losses):.1f} s; steps replayed median "
-              f"{statistics.median(back):g}, max {max(back)}")
+    print("per fault kind: how the job came back (in job: its next step in the attempt it was in; restart: in "
+          "a new one), the time lost (fault to the first new step, less one step) and the steps replayed")
+    groups = by_kind(each)
+    for kind in sorted(groups):
+        print("  " + cost_row(kind, groups[kind]))
+    print(worker_kills(soak, each))
     print(f"bitwise: {pure_ok} step(s) at 4 nodes throughout matched the uninterrupted run; "
           f"{replay_ok} replayed step(s) matched their first run")
     for node, pid, first, peak, growth, n in rss:
@@ -966,23 +1203,75 @@ def summary(soak, reference, t0):
         print(f"\nchaos: FAIL: {len(failures)} invariant(s) broken with --recovery={soak.recovery}:")
         for f in failures[:40]:
             print(f"  {f}")
-    costs = {kind: (lost_by_kind[kind], replayed_by_kind.get(kind, [])) for kind in lost_by_kind}
-    return not failures, costs
+    return not failures, groups
+
+
+def by_kind(each):
+    """The faults grouped by kind, and the worker kills also by how the job came back."""
+    groups = collections.defaultdict(list)
+    for f in each:
+        groups[f["kind"]].append(f)
+        if f["kind"] == "kill_worker" and f["way"]:
+            groups[f"kill_worker, {f['way']}"].append(f)
+    return groups
+
+
+def cost_row(kind, faults):
+    ways = collections.Counter(f["way"] for f in faults)
+    lost = [f["lost"] for f in faults if f["lost"] is not None]
+    back = [f["replayed"] for f in faults]
+    text = f"{kind:20s} x{len(faults):3d}: in job {ways['in job']}, restart {ways['restart']}"
+    if ways[None]:
+        text += f", no step after {ways[None]}"
+    if lost:
+        text += f"; time lost median {statistics.median(lost):.2f} s, max {max(lost):.2f} s"
+    return text + f"; steps replayed median {statistics.median(back):g}, max {max(back)}"
+
+
+def worker_kills(soak, each):
+    """The worker kills by when they struck: once the job was warm (every rank stepping, every node
+    in the round) or not (--warm-wait ran out: a round starting, the job re-forming), and how the
+    job came back from each. Under --recovery=in-job the warm ones the job did not come back from
+    in job are listed with the agent's line, and a soak whose worker kills (each the only fault
+    before the job's next new step) all took the whole-group restart fails."""
+    kills = [f for f in each if f["kill"]]
+    warm = [f for f in kills if f["warm"]]
+    cold = [f for f in kills if not f["warm"]]
+    count = lambda fs, way: sum(1 for f in fs if f["way"] == way)
+    lines = [f"worker kills once the job was warm: {len(warm)} (in job {count(warm, 'in job')}, restart "
+             f"{count(warm, 'restart')}, of which overtaken by the next fault "
+             f"{sum(1 for f in warm if f['way'] == 'restart' and f['overtaken'])}); not warm within "
+             f"{soak.args.warm_wait:g} s: {len(cold)} (in job {count(cold, 'in job')}, "
+             f"restart {count(cold, 'restart')})"]
+    if soak.recovery == "in-job":
+        for f in warm:
+            if f["way"] != "in job":
+                lines.append(f"  warm kill, {f['way'] or 'no step after'}"
+                             f"{' (overtaken)' if f['overtaken'] else ''}: {agent_said(f['kill'])}")
+        clean = [f for f in kills if f["way"] and not f["overtaken"]]
+        if clean and not any(f["way"] == "in job" for f in clean):
+            soak.failures.append(f"in job: none of the {len(clean)} worker kill(s) was recovered in job; the "
+                                 f"first's agent: {agent_said(clean[0]['kill'])}")
+    return "\n".join(lines)
 
 
 def compare(args, costs):
-    """The two modes' costs per fault kind, side by side (--recovery both)."""
+    """The two modes' costs per fault kind, side by side (--recovery both): how many faults the
+    job came back from in job and by a restart, the time lost and the steps replayed."""
     print(f"\n=== --recovery=restart against --recovery=in-job: {args.backend}, seed {args.seed} ===")
-    print(f"{'fault':16s} {'mode':8s} {'n':>3s} {'lost_median_s':>13s} {'lost_max_s':>10s} "
-          f"{'replayed_median':>15s} {'replayed_max':>12s}")
+    print(f"{'fault':20s} {'mode':8s} {'n':>3s} {'in_job':>6s} {'restart':>7s} {'lost_median_s':>13s} "
+          f"{'lost_max_s':>10s} {'replayed_median':>15s} {'replayed_max':>12s}")
     for kind in sorted(set(costs["restart"]) | set(costs["in-job"])):
         for mode in ("restart", "in-job"):
-            lost, back = costs[mode].get(kind, ([], []))
-            if not lost:
-                print(f"{kind:16s} {mode:8s} {0:3d}")
-                continue
-            print(f"{kind:16s} {mode:8s} {len(lost):3d} {statistics.median(lost):13.2f} {max(lost):10.2f} "
-                  f"{statistics.median(back) if back else 0:15g} {max(back or [0]):12d}")
+            faults = costs[mode].get(kind, [])
+            ways = collections.Counter(f["way"] for f in faults)
+            lost = [f["lost"] for f in faults if f["lost"] is not None]
+            back = [f["replayed"] for f in faults]
+            row = f"{kind:20s} {mode:8s} {len(faults):3d} {ways['in job']:6d} {ways['restart']:7d}"
+            if lost:
+                row += (f" {statistics.median(lost):13.2f} {max(lost):10.2f} {statistics.median(back):15g} "
+                        f"{max(back):12d}")
+            print(row)
 
 
 def tail_agent_logs(work):
