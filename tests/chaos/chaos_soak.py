@@ -287,8 +287,9 @@ class Soak:
         self.failures = []
         self.pending_kill = None  # when a kill_worker was drawn that waits for the job to be warm
         self.hold = None          # (step, until): after a kill_worker, no fault until the job passes step
-        self.next_warm_look = 0   # the step logs read at most twice a second while a kill waits or holds
-        self.steps_warm = False
+        self.next_warm_look = 0   # the step logs read at most twice a second while a kill waits
+        self.steps_warm = False   # what the last look found
+        self.next_hold_look = 0   # and while the job has not yet passed a kill's step
 
     # ---- agents ---------------------------------------------------------------------------
     def start_agent(self, node, run_id, nnodes, steps, step_ms, ckpt, logs):
@@ -417,9 +418,9 @@ class Soak:
 
     def release_hold(self):
         step, until = self.hold
-        if now() < self.next_warm_look:
+        if now() < self.next_hold_look:
             return False
-        self.next_warm_look = now() + 0.5
+        self.next_hold_look = now() + 0.5
         if now() >= until or self.newest_step(self.logs) > step:
             self.hold = None
             return True
