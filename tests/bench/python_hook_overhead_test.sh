@@ -23,13 +23,15 @@ for arm in on off torchrun; do
 done
 grep -Eq "^# pooled A/B \(2 pairs of the on runs\): recording's cost per step CPU [-+][0-9.]+% \(95% CI .*; at most 1%: (shown|not shown)" <<<"$out" ||
   fail "no pooled A/B line"
+grep -Eq "^# per step: [-+][0-9.]+ us of CPU \(95% CI .*\) on a step of [0-9]+ us; within 1% for steps of at least [0-9.]+ ms" <<<"$out" ||
+  fail "no per-step cost line"
 grep -Eq "^# separate runs, paired by round \(1\): on/off CPU per step [-+][0-9.]+% " <<<"$out" || fail "no separate-runs line"
 grep -q "^# recording on/off: steps/s ratio [0-9.]* " <<<"$out" || fail "no ratio line"
 grep -Eq "^# in-process A/B .* on [0-9.]+/[0-9.]+ .*: off [0-9.]+/[0-9.]+ torchrun [0-9.]+/[0-9.]+$" <<<"$out" ||
   fail "no in-process A/B line"
 last=$(tail -1 <<<"$out")
 num='[0-9]+\.[0-9]+'
-[[ "$last" =~ ^python_hook_overhead\ ranks=2\ rounds=1\ steps_per_s_on=$num\ steps_per_s_off=$num\ step_ratio=$num\ round_ratio=$num\ cpu_ratio=$num\ ab_cpu_ratio=$num\ ab_step_ratio=$num\ us_per_call_on=$num\ us_per_call_off=$num\ wrapper_us=-?$num\ ab_cpu_pooled=$num\ ab_cpu_ci=$num:$num\ ab_step_pooled=$num\ ab_step_ci=$num:$num\ one_percent=(shown|not_shown)\ steps_per_s_torchrun=$num\ on_vs_torchrun=$num$ ]] ||
+[[ "$last" =~ ^python_hook_overhead\ ranks=2\ rounds=1\ steps_per_s_on=$num\ steps_per_s_off=$num\ step_ratio=$num\ round_ratio=$num\ cpu_ratio=$num\ ab_cpu_ratio=$num\ ab_step_ratio=$num\ us_per_call_on=$num\ us_per_call_off=$num\ wrapper_us=-?$num\ ab_cpu_pooled=$num\ ab_cpu_ci=$num:$num\ ab_step_pooled=$num\ ab_step_ci=$num:$num\ one_percent=(shown|not_shown)\ cost_us_per_step=-?$num\ steps_per_s_torchrun=$num\ on_vs_torchrun=$num$ ]] ||
   fail "summary line: $last"
 rc=0
 err=$(DDPRUN_BIN_DIR="$1" timeout 30 "$root/bench/python_hook_overhead" --steps 0 2>&1 >/dev/null) || rc=$?
