@@ -34,6 +34,9 @@ struct AgentConfig {
   // --recovery (PET_RECOVERY); default restart. With in-job, a replacement of a failed
   // worker counts against --max_restarts as a restart does (agent/in_job_recovery.h).
   Recovery recovery = Recovery::kRestart;
+  // --recovery_spare (PET_RECOVERY_SPARE); default on. With --recovery=in-job, one warm spare
+  // process per node takes a failed rank's place instead of a new process (in_job_recovery.h).
+  bool recovery_spare = true;
   std::chrono::milliseconds monitor_interval{5000};  // --monitor_interval; only reported.
   std::chrono::milliseconds term_timeout{30000};     // --term_timeout: SIGTERM -> SIGKILL grace.
   // --signals_to_handle: signals that stop the job (forwarded, then SIGKILL after term_timeout).

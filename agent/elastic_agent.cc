@@ -138,10 +138,12 @@ ElasticAgent::Impl::Outcome ElasticAgent::Impl::waitForWorkers() {
     }
     if (!running) return Outcome::kSucceeded;
     if (hang_.collectiveGraceOver()) return Outcome::kFailed;
-    const HangWatch::Wake wake = hang_.wake(std::min(now() + std::chrono::hours(1), progress_.nextLook()));
+    const HangWatch::Wake wake =
+        hang_.wake(std::min({now() + std::chrono::hours(1), progress_.nextLook(), recovery_.nextLook()}));
     runFor(std::max<Clock::Duration>(wake.at - now(), Clock::Duration::zero()));
     hang_.tick(wake);
     progress_.tick();
+    recovery_.tick();  // --recovery=in-job's spare worker
   }
 }
 
@@ -151,6 +153,7 @@ void ElasticAgent::Impl::stopAttempt(int signal) {
 }
 
 void ElasticAgent::Impl::endAttempt() {
+  group_.retireSpare();  // before containment's sweep, which would take it for an orphan
   // What the attempt's processes asked for ends with them.
   hang_.endAttempt();
   progress_.endAttempt();

@@ -31,6 +31,71 @@ void InJobRecovery::roundStarted(const rendezvous::RendezvousResult& rdzv) {
   round_ = rdzv;
   scope_ = recovery::roundScope(rdzv.restart_count);
   workers_store_.reset();
+  // The workers need a moment to join their group and say so.
+  next_spare_look_ = env_.clock().now() + kSpareLookInterval;
+  spare_given_up_ = false;
+}
+
+bool InJobRecovery::spareWanted() const {
+  if (config_.recovery != Recovery::kInJob || !config_.recovery_spare || !round_ || spare_given_up_) return false;
+  // --numa-binding binds each worker before exec; a spare is bound to no rank's CPUs yet.
+  if (!config_.cpu_bindings.empty() || group_.stopping() || group_.sparePid() > 0 || group_.workers().empty()) {
+    return false;
+  }
+  for (const Worker& w : group_.workers()) {
+    if (!w.running) return false;
+  }
+  return true;
+}
+
+Clock::TimePoint InJobRecovery::nextLook() const { return spareWanted() ? next_spare_look_ : Clock::TimePoint::max(); }
+
+void InJobRecovery::tick() {
+  if (!spareWanted() || env_.clock().now() < next_spare_look_) return;
+  next_spare_look_ = env_.clock().now() + kSpareLookInterval;
+  if (group_.spareDeaths() >= kMaxSpareDeaths) {
+    log_->warn(
+        "{} spare workers died in a row while waiting; no more spares in this round: a failed worker is "
+        "replaced by a new process",
+        group_.spareDeaths());
+    spare_given_up_ = true;
+    return;
+  }
+  if (!localRanksCapable()) return;
+  try {
+    if (group_.startSpare()) {
+      log_->info(
+          "started a spare worker (pid {}): it waits, loaded, to take the place of this node's next failed "
+          "worker (--recovery=in-job)",
+          group_.sparePid());
+    }
+  } catch (const DdprunError& e) {
+    log_->warn("cannot start a spare worker: {}; a failed worker is replaced by a new process", e.what());
+    spare_given_up_ = true;
+  }
+}
+
+// Only a program that waits for a spare's assignment may be started without a rank: ddprun's
+// runtime says so in its `capable` key (common/recovery_keys.h).
+bool InJobRecovery::localRanksCapable() {
+  try {
+    if (!workers_store_) workers_store_ = env_.connectStore(round_->master_addr, round_->master_port, kStoreTimeout);
+    std::vector<std::string> keys;
+    for (const Worker& w : group_.workers()) keys.push_back(recovery::capableKey(scope_, w.place.rank));
+    if (!workers_store_->check(keys)) return false;
+    for (const std::string& key : keys) {
+      if (workers_store_->get(key) != recovery::kCapableSpare) {
+        log_->debug("no spare worker: {} is not {}", key, recovery::kCapableSpare);
+        spare_given_up_ = true;  // the program will not change within the round
+        return false;
+      }
+    }
+    return true;
+  } catch (const DdprunError& e) {
+    workers_store_.reset();
+    log_->debug("no spare worker yet: the workers' store did not answer: {}", e.what());
+    return false;
+  }
 }
 
 int InJobRecovery::restartsUsed(int restart_count) {
@@ -66,20 +131,30 @@ bool InJobRecovery::replaceFailed() {
     removeRings(rank);
     const std::string cgroup = containment_.replacing(group_.workers()[i], group_.attempt());
     Worker gone;
+    bool by_spare = false;
+    if (const pid_t spare = group_.sparePid(); spare > 0) {
+      try {
+        gone = group_.adoptSpare(i, cgroup, generation);
+        by_spare = true;
+      } catch (const DdprunError& e) {
+        log_->warn("the spare worker (pid {}) cannot take rank {}: {}; starting a new process", spare, rank, e.what());
+      }
+    }
     try {
-      gone = group_.replaceOne(i, cgroup, generation);
+      if (!by_spare) gone = group_.replaceOne(i, cgroup, generation);
     } catch (const DdprunError& e) {
       log_->error("cannot start a replacement for rank {}: {}; restarting the whole worker group", rank, e.what());
       return false;
     }
     const Worker& newcomer = group_.workers()[i];
     log_->warn(
-        "worker rank {} (pid {}) replaced alone: pid {} in generation {} (restart {} of {}, --recovery=in-job); the "
+        "worker rank {} (pid {}) replaced alone: pid {}{} in generation {} (restart {} of {}, --recovery=in-job); the "
         "other workers run on",
-        rank, gone.pid, newcomer.pid, generation, used, config_.max_restarts);
+        rank, gone.pid, newcomer.pid, by_spare ? " (the spare)" : "", generation, used, config_.max_restarts);
     reporter_.workerStarted(newcomer, *round_);
     reporter_.workerReplaced(gone, newcomer, used);
   }
+  next_spare_look_ = env_.clock().now() + kSpareSettle;
   return true;
 }
 

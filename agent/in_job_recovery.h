@@ -9,7 +9,15 @@
 // RANK and the new DDPRUN_GENERATION; one log line and a worker_replaced event say so.
 // Otherwise one line says why not, and the round loop restarts the whole group as with
 // --recovery=restart. The other nodes' agents do nothing: their workers re-form through
-// the workers' store. Thread-safety: none; the agent's thread only.
+// the workers' store.
+//
+// The warm spare (docs/recovery.md#the-warm-spare): with --recovery_spare (the default), once
+// every local worker of the round said it can re-form (so the program is on the runtime), the
+// node keeps one spare process of it (worker_group.h) that a failure hands the failed rank to,
+// instead of starting a process; a new spare follows a hand-over after kSpareSettle, and one
+// that dies while it waits is started again (up to kMaxSpareDeaths in a row). One per node,
+// not per N workers: a node rarely loses two workers at once without losing itself, and each
+// spare holds a LibTorch process's memory. Thread-safety: none; the agent's thread only.
 #pragma once
 
 #include <memory>
@@ -57,12 +65,28 @@ class InJobRecovery {
   // the store does not answer).
   int restartsUsed(int restart_count);
 
+  // The warm spare: when the round loop should call tick() next (time_point::max(): no need).
+  Clock::TimePoint nextLook() const;
+  // Starts the spare when it is wanted and may be (every local worker capable), its time come.
+  void tick();
+
+  // How often the spare's conditions are looked at while they do not hold yet.
+  static constexpr std::chrono::seconds kSpareLookInterval{1};
+  // After a hand-over, the next spare waits this long, so that its LibTorch load does not
+  // compete for the CPUs with the recovery it follows.
+  static constexpr std::chrono::seconds kSpareSettle{5};
+  // Spares that may die in a row while waiting before the round has no more.
+  static constexpr int kMaxSpareDeaths = 3;
+
  private:
   // Why the failed workers may not be replaced alone; nothing: they may. Takes a restart from
   // the budget and bumps the generation when they may (`generation`: the new one).
   std::optional<std::string> claim(const std::vector<const Worker*>& failed, int& generation);
   std::optional<std::string> everyRankCapable();
   void removeRings(int rank) const;
+  bool spareWanted() const;
+  // Whether every local worker wrote its `capable` key (nothing: the store did not answer).
+  bool localRanksCapable();
 
   const AgentConfig& config_;
   AgentEnv& env_;
@@ -76,6 +100,8 @@ class InJobRecovery {
   std::string scope_;                                 // the round's keys (recovery::roundScope)
   std::unique_ptr<rendezvous::Store> workers_store_;  // made at the round's first failure
   int64_t replacements_ = 0;                          // the job's, as last read
+  Clock::TimePoint next_spare_look_{};                // when tick() may start the spare
+  bool spare_given_up_ = false;                       // kMaxSpareDeaths reached this round
 };
 
 }  // namespace ddprun::agent

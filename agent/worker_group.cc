@@ -18,8 +18,11 @@
 #include "agent/placement/numa_binding.h"
 #include "agent/process/orphan_guard.h"
 #include "agent/secret_file.h"
+#include "agent/spare_worker.h"
 #include "common/console_writer.h"
 #include "common/env_names.h"
+#include "common/error.h"
+#include "common/spare_assignment.h"
 #include "common/text_escape.h"
 #include "common/worker_file.h"
 
@@ -50,6 +53,7 @@ WorkerGroup::WorkerGroup(const AgentConfig& config, AgentEnv& env, OrphanGuard* 
 WorkerGroup::~WorkerGroup() = default;
 
 void WorkerGroup::begin(int attempt, const rendezvous::RendezvousResult& rdzv) {
+  retireSpare();  // the last attempt's, were it left: it would wait for a round that is over
   attempt_ = attempt;
   rdzv_ = rdzv;
   workers_.clear();
@@ -93,8 +97,32 @@ Worker WorkerGroup::replaceOne(size_t i, const std::string& cgroup, int generati
   return failed;
 }
 
-void WorkerGroup::start(size_t i, const std::string& cgroup, bool append) {
-  Worker& worker = workers_.at(i);
+// Where a worker's stdout or stderr goes, as --redirects, --tee and --local_ranks_filter say.
+struct WorkerGroup::StreamPlan {
+  bool to_file;
+  bool to_console;
+  bool prefixed;
+  std::string file;
+  ConsoleStream console;
+};
+
+std::pair<WorkerGroup::StreamPlan, WorkerGroup::StreamPlan> WorkerGroup::streamPlans(const Worker& worker) const {
+  const int local_rank = worker.place.local_rank;
+  const Std redirected = config_.redirects.forLocalRank(local_rank);
+  const Std teed = config_.tee.forLocalRank(local_rank);
+  const bool filtered_out = config_.local_ranks_filter && !config_.local_ranks_filter->count(local_rank);
+  auto plan = [&](bool redirect, bool tee, std::string file, ConsoleStream console) {
+    StreamPlan p{redirect || tee, (!redirect || tee) && !filtered_out, tee || config_.local_ranks_filter.has_value(),
+                 std::move(file), console};
+    return p;
+  };
+  return {
+      plan(includesStdout(redirected), includesStdout(teed), LogLayout::stdoutFile(worker.dir), ConsoleStream::kStdout),
+      plan(includesStderr(redirected), includesStderr(teed), LogLayout::stderrFile(worker.dir),
+           ConsoleStream::kStderr)};
+}
+
+SpawnRequest WorkerGroup::request(Worker& worker) {
   const int attempt = attempt_;
   const rendezvous::RendezvousResult& rdzv = rdzv_;
   const LogLayout& layout = *setup_.layout;
@@ -130,27 +158,7 @@ void WorkerGroup::start(size_t i, const std::string& cgroup, bool append) {
     request.env[env::kRpcSecretFile] = secret_file;
   }
 
-  const Std redirected = config_.redirects.forLocalRank(local_rank);
-  const Std teed = config_.tee.forLocalRank(local_rank);
-  const bool filtered_out = config_.local_ranks_filter && !config_.local_ranks_filter->count(local_rank);
-  const std::string prefix = expandPrefix(setup_.prefix_template, config_.role, worker.place.rank, local_rank);
-
-  struct StreamPlan {
-    bool to_file;
-    bool to_console;
-    bool prefixed;
-    std::string file;
-    ConsoleStream console;
-  };
-  auto plan = [&](bool redirect, bool tee, std::string file, ConsoleStream console) {
-    StreamPlan p{redirect || tee, (!redirect || tee) && !filtered_out, tee || config_.local_ranks_filter.has_value(),
-                 std::move(file), console};
-    return p;
-  };
-  StreamPlan out =
-      plan(includesStdout(redirected), includesStdout(teed), LogLayout::stdoutFile(dir), ConsoleStream::kStdout);
-  StreamPlan err =
-      plan(includesStderr(redirected), includesStderr(teed), LogLayout::stderrFile(dir), ConsoleStream::kStderr);
+  const auto [out, err] = streamPlans(worker);
   // A log file is written by the agent, never by the worker itself: a full --log_dir must
   // not fail the worker's writes (and so change its exit code).
   auto target = [](const StreamPlan& p) {
@@ -160,22 +168,35 @@ void WorkerGroup::start(size_t i, const std::string& cgroup, bool append) {
   };
   request.out = target(out);
   request.err = target(err);
-  request.cgroup = cgroup;
   if (!config_.cpu_bindings.empty()) request.cpus = config_.cpu_bindings.at(static_cast<size_t>(local_rank)).cpus;
+  return request;
+}
 
-  SpawnedProcess spawned = env_.spawn(request);
+void WorkerGroup::start(size_t i, const std::string& cgroup, bool append) {
+  Worker& worker = workers_.at(i);
+  SpawnRequest spawn_request = request(worker);
+  spawn_request.cgroup = cgroup;
+  SpawnedProcess spawned = env_.spawn(spawn_request);
   worker.pid = spawned.pid;
   worker.running = true;
   if (guard_) guard_->watch(spawned.pid);
   if (config_.numa_binding) {
-    const CpuBinding& binding = config_.cpu_bindings.at(static_cast<size_t>(local_rank));
+    const CpuBinding& binding = config_.cpu_bindings.at(static_cast<size_t>(worker.place.local_rank));
     log_->info("worker rank {} (local rank {}, pid {}) bound to CPUs {} (--numa-binding={}, NUMA node {})",
-               worker.place.rank, local_rank, spawned.pid, formatCpuList(binding.cpus),
+               worker.place.rank, worker.place.local_rank, spawned.pid, formatCpuList(binding.cpus),
                numaModeName(*config_.numa_binding), binding.numa_node);
   } else {
     log_->debug("worker rank {} started (pid {})", worker.place.rank, spawned.pid);
   }
+  forwardOutput(worker, spawned.stdout_pipe, spawned.stderr_pipe, append);
+}
 
+void WorkerGroup::forwardOutput(Worker& worker, int stdout_pipe, int stderr_pipe, bool append) {
+  const int local_rank = worker.place.local_rank;
+  const Std teed = config_.tee.forLocalRank(local_rank);
+  const bool filtered_out = config_.local_ranks_filter && !config_.local_ranks_filter->count(local_rank);
+  const std::string prefix = expandPrefix(setup_.prefix_template, config_.role, worker.place.rank, local_rank);
+  const auto [out, err] = streamPlans(worker);
   auto forward = [&](int pipe_fd, const StreamPlan& p, std::shared_ptr<StreamRecord> record,
                      std::shared_ptr<FilteredLog> filtered, std::function<void(std::string_view)> on_line = {}) {
     if (pipe_fd < 0) return;
@@ -203,11 +224,87 @@ void WorkerGroup::start(size_t i, const std::string& cgroup, bool append) {
   auto filteredIf = [&](bool teed_here, const std::shared_ptr<FilteredLog>& log) {
     return teed_here && !filtered_out ? log : nullptr;
   };
-  forward(spawned.stdout_pipe, out, nullptr, filteredIf(includesStdout(teed), filtered_stdout_));
-  if (spawned.stderr_pipe >= 0) worker.stderr_record = std::make_shared<StreamRecord>();
+  forward(stdout_pipe, out, nullptr, filteredIf(includesStdout(teed), filtered_stdout_));
+  if (stderr_pipe >= 0) worker.stderr_record = std::make_shared<StreamRecord>();
   const int rank = worker.place.rank;
-  forward(spawned.stderr_pipe, err, worker.stderr_record, filteredIf(includesStderr(teed), filtered_stderr_),
+  forward(stderr_pipe, err, worker.stderr_record, filteredIf(includesStderr(teed), filtered_stderr_),
           [this, rank](std::string_view line) { on_stderr_line_(rank, line); });
+}
+
+bool WorkerGroup::startSpare() {
+  if (spare_ || workers_.empty()) return false;
+  // Its environment is a local worker's less the rank: worker 0's, on a copy of it.
+  Worker model = workers_.front();
+  SpawnRequest spawn_request = request(model);
+  UniqueFd pipe_ends[2];
+  makeAssignmentPipe(pipe_ends);
+  spawn_request.env = spareEnvironment(std::move(spawn_request.env), setup_.base_env, pipe_ends[0].get());
+  spawn_request.inherit_fd = pipe_ends[0].get();
+  // Its output waits in the pipes until it knows whose it is (it says nothing before).
+  spawn_request.out = StdioTarget{StdioTarget::Kind::kPipe, {}};
+  spawn_request.err = StdioTarget{StdioTarget::Kind::kPipe, {}};
+  spawn_request.cpus.clear();
+  const SpawnedProcess spawned = env_.spawn(spawn_request);
+  auto spare = std::make_unique<SpareProcess>();
+  spare->pid = spawned.pid;
+  spare->assignment = std::move(pipe_ends[1]);
+  spare->stdout_pipe.reset(spawned.stdout_pipe);
+  spare->stderr_pipe.reset(spawned.stderr_pipe);
+  spare->env = std::move(spawn_request.env);
+  spare_ = std::move(spare);
+  if (guard_) guard_->watch(spawned.pid);
+  return true;
+}
+
+pid_t WorkerGroup::sparePid() const { return spare_ && !spare_->retiring ? spare_->pid : -1; }
+
+Worker WorkerGroup::adoptSpare(size_t i, const std::string& cgroup, int generation) {
+  if (!spare_ || spare_->retiring) throw DdprunError("no spare worker to hand rank over to");
+  Worker next;
+  next.place = workers_.at(i).place;
+  next.generation = generation;
+  const SpawnRequest wanted = request(next);
+  try {
+    sendAssignment(spare_->assignment.get(), recovery::encodeSpareAssignment(spare_->env, wanted.env));
+  } catch (const DdprunError&) {
+    retireSpare();  // a spare that cannot take its assignment is no use
+    throw;
+  }
+  spare_->assignment.reset();  // the whole assignment is in the pipe; EOF follows it
+  if (!cgroup.empty()) {
+    try {
+      moveIntoCgroup(cgroup, spare_->pid);
+    } catch (const SystemError& e) {
+      log_->warn("the spare worker (pid {}) stays outside cgroup {}: {}; it is contained by its process group only",
+                 spare_->pid, cgroup, e.what());
+    }
+  }
+  Worker failed = std::move(workers_[i]);
+  if (!failed.error_file.empty()) ::unlink(failed.error_file.c_str());
+  workers_[i] = std::move(next);
+  Worker& adopted = workers_[i];
+  adopted.pid = spare_->pid;
+  adopted.running = true;
+  spare_deaths_ = 0;
+  std::unique_ptr<SpareProcess> spare = std::move(spare_);
+  forwardOutput(adopted, spare->stdout_pipe.release(), spare->stderr_pipe.release(), true);
+  return failed;
+}
+
+void WorkerGroup::retireSpare() {
+  if (!spare_) return;
+  spare_->retiring = true;
+  spare_->assignment.reset();  // a spare that reads EOF exits by itself
+  env_.signalGroup(spare_->pid, SIGKILL);
+  env_.signalProcess(spare_->pid, SIGKILL);
+  runWhile(
+      env_, [this] { return spare_ != nullptr; }, killWait());
+  if (spare_) {
+    log_->error("the spare worker (pid {}) still runs {} ms after SIGKILL, state {}; going on without it", spare_->pid,
+                std::chrono::duration_cast<std::chrono::milliseconds>(killWait()).count(),
+                env_.processState(spare_->pid));
+    spare_.reset();  // the guard still has it
+  }
 }
 
 // SIGCHLD may stand for several exits, and (as a subreaper) for orphaned grandchildren
@@ -217,6 +314,10 @@ std::vector<const Worker*> WorkerGroup::reap() {
   while (const std::optional<ReapedChild> child = env_.reap()) {
     const pid_t pid = child->pid;
     const int status = child->status;
+    if (spare_ && spare_->pid == pid) {
+      spareEnded(status);
+      continue;
+    }
     for (Worker& w : workers_) {
       if (w.pid != pid || !w.running) continue;
       w.running = false;
@@ -239,6 +340,17 @@ std::vector<const Worker*> WorkerGroup::reap() {
     }
   }
   return ended;
+}
+
+void WorkerGroup::spareEnded(int status) {
+  if (!spare_->retiring) {
+    ++spare_deaths_;
+    const std::string how = WIFSIGNALED(status) ? "was killed by " + signalName(WTERMSIG(status))
+                                                : "exited with code " + std::to_string(WEXITSTATUS(status));
+    log_->warn("the spare worker (pid {}) {} while it waited for a rank; the workers run on", spare_->pid, how);
+  }
+  if (guard_) guard_->forget(spare_->pid);
+  spare_.reset();
 }
 
 bool WorkerGroup::anyRunning() const {

@@ -22,6 +22,7 @@
 #include "agent/output/filtered_log.h"
 #include "agent/output/line_forwarder.h"
 #include "agent/output/log_layout.h"
+#include "agent/spare_worker.h"
 #include "agent/worker.h"
 #include "common/logging.h"
 #include "rendezvous/rounds/rendezvous_config.h"
@@ -76,6 +77,24 @@ class WorkerGroup {
   // failed process's error. Returns the failed worker as it ended. Throws as startOne.
   Worker replaceOne(size_t i, const std::string& cgroup, int generation);
 
+  // --recovery=in-job's warm spare (spare_worker.h): one process of the attempt's program
+  // with no rank, waiting for one. startSpare starts it (false: there is one already, or no
+  // worker to take the environment from; throws SystemError when it cannot start).
+  bool startSpare();
+  // The spare's pid; -1: none.
+  pid_t sparePid() const;
+  // Hands failed worker `i`'s place to the spare, in `generation` and `cgroup` (unless empty),
+  // as replaceOne would start a newcomer there: the spare's pid becomes the worker's, its
+  // output goes where the worker's does (log files appended to). Returns the failed worker
+  // as it ended. Throws DdprunError when there is no spare or it cannot take the assignment
+  // (it is retired then; the caller starts a newcomer instead).
+  Worker adoptSpare(size_t i, const std::string& cgroup, int generation);
+  // Ends the spare (its pipe closed, SIGKILL: it has no state) and reaps it, waiting up to
+  // killWait(). Nothing without one.
+  void retireSpare();
+  // Spares that died while waiting since the last hand-over.
+  int spareDeaths() const { return spare_deaths_; }
+
   std::vector<Worker>& workers() { return workers_; }
   const std::vector<Worker>& workers() const { return workers_; }
   int attempt() const { return attempt_; }
@@ -105,8 +124,17 @@ class WorkerGroup {
   void drainOutput();
 
  private:
+  struct StreamPlan;
   // startOne's work; `append`: the worker's log files are appended to, not truncated.
   void start(size_t i, const std::string& cgroup, bool append);
+  // What starting `worker` takes (its environment, output targets, CPUs); sets its error file,
+  // directory and what it learns of them (Python hook, torch's dump file), writes its RPC
+  // secret file.
+  SpawnRequest request(Worker& worker);
+  std::pair<StreamPlan, StreamPlan> streamPlans(const Worker& worker) const;
+  // Forwards a started worker's output pipes (-1: none) as its plans say.
+  void forwardOutput(Worker& worker, int stdout_pipe, int stderr_pipe, bool append);
+  void spareEnded(int status);
 
   const AgentConfig& config_;
   AgentEnv& env_;
@@ -121,6 +149,8 @@ class WorkerGroup {
   std::shared_ptr<FilteredLog> filtered_stdout_;  // this attempt's, with --duplicate_stdout_filters
   std::shared_ptr<FilteredLog> filtered_stderr_;
   bool stopping_ = false;
+  std::unique_ptr<SpareProcess> spare_;  // the attempt's spare, until handed over or retired
+  int spare_deaths_ = 0;
 };
 
 }  // namespace ddprun::agent

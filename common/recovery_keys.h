@@ -19,7 +19,8 @@
 //    DDPRUN_GENERATION (kGenerationEnv) = the generation it starts in: 0 at the round's
 //    first start, g+1 for a replacement started after a bump to g+1.
 //  - A worker that can re-form in process (ddprun's runtime with DDPRUN_RECOVERY=in-job)
-//    sets capableKey(scope, rank) = "1" once it joined the default group. A worker that
+//    sets capableKey(scope, rank) = "1" (kCapable; ddprun's runtime: kCapableSpare, below)
+//    once it joined the default group. A worker that
 //    never writes it (Python, any other program) makes every failure in the round a
 //    whole-group restart.
 //  - When a worker fails and every rank of the round is capable (and restarts are left),
@@ -31,6 +32,19 @@
 //    out, the re-formation failed) sets abandonedKey(scope) to a one-line reason BEFORE it
 //    exits non-zero: its agent then takes the whole-group restart instead of replacing it
 //    (which would only make the others wait again).
+//
+// The warm spare (docs/recovery.md#the-warm-spare): once every local worker of a round wrote
+// `capable` = kCapableSpare (ddprun's runtime, which waits for a spare's assignment before
+// main; a worker writing "1" can re-form but was never said to wait: a program that cannot
+// is never started without a rank), the agent starts one more process of the same program and argv, the
+// SPARE, with the workers' environment less every per-rank value (RANK, LOCAL_RANK,
+// ROLE_RANK, DDPRUN_GENERATION, TORCHELASTIC_ERROR_FILE, a virtual local rank's
+// CUDA_VISIBLE_DEVICES: spareEnvironment in agent/spare_worker.h), plus kSpareEnv = "1" and kSpareFdEnv = the number of
+// a pipe's read end it inherits. The runtime (worker_runtime/spare_wait.h), before the program's main, reads its
+// ASSIGNMENT there (common/spare_assignment.h): the variables to set and to unset that make its environment exactly the
+// one a started replacement would get. It applies them and the program runs as that replacement. End of file before a
+// whole assignment: the agent retired the spare (the attempt ended) or died; the spare exits 0 without running the
+// program.
 #pragma once
 
 #include <string>
@@ -43,6 +57,14 @@ inline constexpr const char* kGenerationEnv = "DDPRUN_GENERATION";
 // kRecoveryEnv's values (and --recovery's).
 inline constexpr const char* kRestart = "restart";
 inline constexpr const char* kInJob = "in-job";
+// capableKey's values: "1" (can re-form in process), kCapableSpare (and can be started as a
+// spare: its program waits for an assignment before it reads its rank).
+inline constexpr const char* kCapable = "1";
+inline constexpr const char* kCapableSpare = "spare";
+// A spare's environment: kSpareEnv = "1", kSpareFdEnv = its assignment pipe's descriptor.
+// Neither is left in the environment of the replacement it becomes.
+inline constexpr const char* kSpareEnv = "DDPRUN_SPARE";
+inline constexpr const char* kSpareFdEnv = "DDPRUN_SPARE_FD";
 
 // The round's keys: "ddprun/recovery/<restart_count>/".
 inline std::string roundScope(int restart_count) { return "ddprun/recovery/" + std::to_string(restart_count) + "/"; }

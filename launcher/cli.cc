@@ -46,6 +46,7 @@ struct RawFlags {
   std::string rdzv_conf;
   std::string max_restarts = "0";
   std::string recovery = "restart";
+  std::string recovery_spare = "on";
   std::string monitor_interval = "5";
   std::string role = "default";
   bool no_python = false;
@@ -364,6 +365,7 @@ agent::AgentConfig buildConfig(const CLI::App& app, RawFlags& f, const std::vect
   } else if (f.recovery != recovery::kRestart) {
     throw UsageError("invalid --recovery value '" + printable(f.recovery) + "': expected restart or in-job");
   }
+  config.recovery_spare = env::parseBoolean("--recovery_spare", f.recovery_spare);
   if (f.role.empty()) throw UsageError("--role must not be empty");
   config.role = f.role;
   config.redirects = agent::StdSpec::parse("--redirects", f.redirects);
@@ -450,6 +452,7 @@ std::string describeFlags(const agent::AgentConfig& config) {
   text += fmt::format("--rdzv_id={}\n--max_restarts={}\n", rdzv.run_id, config.max_restarts);
   // Only when not the default, so that a job's dry run reads as it did before the flag.
   if (config.recovery == agent::Recovery::kInJob) text += fmt::format("--recovery={}\n", recovery::kInJob);
+  if (!config.recovery_spare) text += "--recovery_spare=off\n";
   return text;
 }
 
@@ -486,6 +489,9 @@ void defineFlags(CLI::App& app, RawFlags& f, Registry& registry) {
             "What a failed worker costs the others: restart (default: the whole worker group restarts) or in-job "
             "(a worker on ddprun's runtime is replaced alone while the others keep running; each replacement "
             "counts as a restart; docs/recovery.md).");
+  addOption(app, registry, "", "--recovery_spare", f.recovery_spare,
+            "With --recovery=in-job: keep one spare worker process per node, loaded and waiting, that takes a "
+            "failed worker's place instead of a new process (on, the default, or off; docs/recovery.md).");
   addOption(app, registry, "", "--monitor_interval", f.monitor_interval,
             "Accepted for torchrun compatibility; ddprun sees worker exits as they happen.");
   addOption(app, registry, "", "--role", f.role, "User-defined role for the workers (ROLE_NAME).");

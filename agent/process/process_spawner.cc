@@ -48,6 +48,7 @@ struct ChildPlan {
   char* const* envp;
   rlimit nofile;        // the descriptor limit the worker gets back
   bool restore_nofile;  // whether the store raised the agent's (rendezvous/store/descriptor_limit.h)
+  int inherit_fd;       // kept open across exec; -1: none
 };
 
 [[noreturn]] void runChild(const ChildPlan& plan) {
@@ -68,6 +69,7 @@ struct ChildPlan {
   }
   if (plan.stdout_fd >= 0) ::dup2(plan.stdout_fd, STDOUT_FILENO);
   if (plan.stderr_fd >= 0) ::dup2(plan.stderr_fd, STDERR_FILENO);
+  if (plan.inherit_fd >= 0) ::fcntl(plan.inherit_fd, F_SETFD, 0);
   // The user's descriptor limit, not the one the agent raised for its store's clients.
   if (plan.restore_nofile) (void)::setrlimit(RLIMIT_NOFILE, &plan.nofile);
   // Ignored signals stay ignored across exec; the agent ignores SIGPIPE for itself only.
@@ -183,9 +185,10 @@ SpawnedProcess spawnWorker(const SpawnRequest& request) {
   if (::pipe2(error_pipe, O_CLOEXEC) != 0) throw SystemError("pipe2()", errno);
   UniqueFd error_read(error_pipe[0]), error_write(error_pipe[1]);
 
-  ChildPlan plan{::getpid(),  out_child.get(), err_child.get(),   -1,
-                 cpus.get(),  cpus.bytes(),    error_write.get(), request.argv.front().c_str(),
-                 argv.data(), envp.data(),     rlimit{},          false};
+  ChildPlan plan{::getpid(),        out_child.get(), err_child.get(),   -1,
+                 cpus.get(),        cpus.bytes(),    error_write.get(), request.argv.front().c_str(),
+                 argv.data(),       envp.data(),     rlimit{},          false,
+                 request.inherit_fd};
   if (const uint64_t soft = rendezvous::descriptorSoftLimitBeforeRaise();
       soft != 0 && ::getrlimit(RLIMIT_NOFILE, &plan.nofile) == 0 && plan.nofile.rlim_cur != soft) {
     plan.nofile.rlim_cur = soft;

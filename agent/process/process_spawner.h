@@ -29,6 +29,9 @@ struct SpawnRequest {
   StdioTarget err;
   std::string cgroup;  // a cgroup v2 directory to start the worker in; empty: none.
   std::set<int> cpus;  // the CPUs to bind the worker to (sched_setaffinity); empty: inherited.
+  // A descriptor of the agent's (close-on-exec there) that the worker inherits under the same
+  // number: a spare worker's assignment pipe (agent/spare_worker.h); -1: none.
+  int inherit_fd = -1;
 };
 
 struct SpawnedProcess {

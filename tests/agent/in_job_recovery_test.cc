@@ -20,6 +20,7 @@
 #include "agent/elastic_agent.h"
 #include "common/env_names.h"
 #include "common/recovery_keys.h"
+#include "tests/agent/in_job_job.h"
 #include "tests/agent/manual_agent_env.h"
 #include "tests/agent/scripted_rendezvous.h"
 #include "tests/support/in_memory_store.h"
@@ -42,68 +43,6 @@ Script exits(std::chrono::milliseconds after, int code) {
 }
 
 bool has(const std::string& line, const std::string& part) { return line.find(part) != std::string::npos; }
-
-// One node's job with --recovery=in-job: the config, the fake world, the scripted rounds and
-// the workers' store, with a log directory of its own that goes with it. `scripter` is the
-// fake workers' behaviour; every worker whose rank is not in `not_capable` writes its
-// `capable` key at its start.
-class InJobJob {
- public:
-  InJobJob(int nproc, int max_restarts, ManualAgentEnv::Scripter scripter, std::set<int> not_capable = {})
-      : env([this, scripter, not_capable](const SpawnRequest& r) {
-          if (!not_capable.count(rankOf(r))) {
-            store.set(recovery::capableKey(recovery::roundScope(restartOf(r)), rankOf(r)), "1");
-          }
-          return scripter(r);
-        }) {
-    static std::atomic<int> count{0};
-    const std::string id = "in-job-" + std::to_string(::getpid()) + "-" + std::to_string(count++);
-    dir_ = std::filesystem::temp_directory_path() / ("ddprun_" + id);
-    std::filesystem::create_directories(dir_);
-    config.entrypoint = {"/fake/worker"};
-    config.entry_name = "worker";
-    config.nproc_per_node = nproc;
-    config.max_restarts = max_restarts;
-    config.recovery = Recovery::kInJob;
-    config.term_timeout = std::chrono::milliseconds(2000);
-    config.cgroups = false;
-    config.log_dir = dir_.string();
-    config.events_file = (dir_ / "events.jsonl").string();
-    config.rendezvous.run_id = id;
-    env.workers_store = &store;
-  }
-  ~InJobJob() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
-  int run() {
-    ElasticAgent agent(config, nullptr, env,
-                       [this] { return std::make_unique<ScriptedRendezvous>(rounds, env, config.nproc_per_node); });
-    return agent.run();
-  }
-
-  std::vector<std::string> events(const std::string& event) const {
-    std::vector<std::string> found;
-    std::ifstream in(*config.events_file);
-    for (std::string line; std::getline(in, line);) {
-      if (has(line, "\"event\":\"" + event + "\"")) found.push_back(line);
-    }
-    return found;
-  }
-  // The round's generation counter as the workers would read it (0: never bumped).
-  int64_t generation(int restart_count = 0) {
-    return store.add(recovery::generationKey(recovery::roundScope(restart_count)), 0);
-  }
-
-  rendezvous::InMemoryStore store;
-  AgentConfig config;
-  ManualAgentEnv env;
-  RoundScript rounds;
-
- private:
-  std::filesystem::path dir_;
-};
 
 }  // namespace
 

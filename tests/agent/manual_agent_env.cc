@@ -1,6 +1,9 @@
 #include "tests/agent/manual_agent_env.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
@@ -35,6 +38,24 @@ int ManualAgentEnv::Process::rank() const { return envInt(request, env::kRank); 
 int ManualAgentEnv::Process::restartCount() const { return envInt(request, env::kRestartCount); }
 bool ManualAgentEnv::Process::got(int signal) const {
   return std::find(signals.begin(), signals.end(), signal) != signals.end();
+}
+
+std::string ManualAgentEnv::Process::readInherited(bool* eof) const {
+  std::string bytes;
+  *eof = false;
+  if (!inherited) return bytes;
+  char buffer[4096];
+  for (;;) {
+    pollfd ready{inherited->get(), POLLIN, 0};
+    if (::poll(&ready, 1, 0) <= 0) return bytes;  // nothing more now
+    const ssize_t n = ::read(inherited->get(), buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *eof = n == 0;
+      return bytes;
+    }
+    bytes.append(buffer, static_cast<size_t>(n));
+  }
 }
 
 ManualAgentEnv::ManualAgentEnv(Scripter scripter) : scripter_(std::move(scripter)), started_(clock_.now()) {}
@@ -115,6 +136,10 @@ SpawnedProcess ManualAgentEnv::spawn(const SpawnRequest& request) {
   p.request = request;
   p.script = script;
   if (script.exit_after) p.exit_at = clock_.now() + *script.exit_after;
+  if (request.inherit_fd >= 0) {
+    // The agent closes its copy of the spare's end once it started the spare.
+    p.inherited = std::make_shared<UniqueFd>(::fcntl(request.inherit_fd, F_DUPFD_CLOEXEC, 3));
+  }
   processes_.push_back(std::move(p));
   return SpawnedProcess{processes_.back().pid, -1, -1, false};
 }

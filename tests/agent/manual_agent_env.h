@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "agent/agent_env.h"
+#include "common/unique_fd.h"
 #include "tests/support/in_memory_store.h"
 #include "tests/support/manual_clock.h"
 
@@ -51,6 +53,11 @@ class ManualAgentEnv final : public AgentEnv {
     bool reaped = false;
     std::optional<Clock::TimePoint> exit_at;  // when it ends by itself
     int status = 0;                           // waitpid's, once exited
+    // A copy of the descriptor it inherited (SpawnRequest::inherit_fd): a spare's assignment
+    // pipe, read as the spare would; null: none.
+    std::shared_ptr<UniqueFd> inherited;
+    // What the agent wrote there so far (without blocking); `eof`: every writer is gone.
+    std::string readInherited(bool* eof) const;
     int rank() const;
     int restartCount() const;
     bool got(int signal) const;
