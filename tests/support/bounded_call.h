@@ -9,7 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
+
+#include "tests/support/child_exit.h"
 
 namespace ddprun::testing {
 
@@ -31,15 +32,11 @@ BoundedCall callWithin(std::chrono::milliseconds timeout, Call call, Check check
     }
     ::_exit(code);
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
   int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return BoundedCall::kBlocked;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!reapWithin(pid, &status, timeout)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return BoundedCall::kBlocked;
   }
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? BoundedCall::kReturned : BoundedCall::kCheckFailed;
 }

@@ -18,6 +18,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tests/support/child_exit.h"
+
 extern char** environ;
 
 namespace ddprun::testing {
@@ -103,12 +105,24 @@ void TestProcess::pump(std::chrono::milliseconds slice) {
 void TestProcess::reap(bool block) {
   if (exited_) return;
   int status = 0;
-  pid_t r = ::waitpid(pid_, &status, block ? 0 : WNOHANG);
-  if (r == pid_) {
-    exited_ = true;
-    if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) term_signal_ = WTERMSIG(status);
-  }
+  if (::waitpid(pid_, &status, block ? 0 : WNOHANG) == pid_) ended(status);
+}
+
+void TestProcess::reapWithin(std::chrono::steady_clock::time_point deadline) {
+  if (exited_) return;
+  int status = 0;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  if (testing::reapWithin(pid_, &status, std::max(left, 0ms))) ended(status);
+}
+
+void TestProcess::ended(int status) {
+  exited_ = true;
+  if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) term_signal_ = WTERMSIG(status);
+}
+
+std::chrono::milliseconds TestProcess::until(std::chrono::steady_clock::time_point deadline) {
+  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()), 0ms);
 }
 
 bool TestProcess::waitForOutput(const std::string& needle, std::chrono::milliseconds timeout, int count) {
@@ -116,12 +130,12 @@ bool TestProcess::waitForOutput(const std::string& needle, std::chrono::millisec
   while (countOf(out_ + err_, needle) < count) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
     if (!out_fd_ && !err_fd_) {
-      reap(false);
-      if (exited_) return false;
-      std::this_thread::sleep_for(10ms);
-      continue;
+      // Both streams ended: the needle cannot come any more. Returns once the process has
+      // exited (or at the deadline), as a wait for its output does.
+      reapWithin(deadline);
+      return false;
     }
-    pump(20ms);
+    pump(until(deadline));
   }
   return true;
 }
@@ -133,9 +147,9 @@ bool TestProcess::wait(std::chrono::milliseconds timeout) {
     if (exited_ && !out_fd_ && !err_fd_) return true;
     if (std::chrono::steady_clock::now() >= deadline) return exited_;
     if (!out_fd_ && !err_fd_) {
-      std::this_thread::sleep_for(5ms);
+      reapWithin(deadline);
     } else {
-      pump(20ms);
+      pump(until(deadline));
     }
   }
 }

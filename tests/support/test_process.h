@@ -52,8 +52,13 @@ class TestProcess {
   const std::string& err() const { return err_; }
 
  private:
+  // Reads what either stream has, waiting at most `slice` for it (returns at the first read).
   void pump(std::chrono::milliseconds slice);
   void reap(bool block);
+  // Reaps the process once it exits, waiting at most until `deadline` (on the exit itself).
+  void reapWithin(std::chrono::steady_clock::time_point deadline);
+  void ended(int status);
+  static std::chrono::milliseconds until(std::chrono::steady_clock::time_point deadline);
 
   pid_t pid_ = -1;
   UniqueFd out_fd_;  // closed at the end of the stream

@@ -14,8 +14,8 @@
 #include <fstream>
 #include <new>
 #include <string>
-#include <thread>
 
+#include "tests/support/child_exit.h"
 #include "tests/support/sanitizers.h"
 
 namespace ddprun::testing {
@@ -70,16 +70,11 @@ CappedRun inCappedChild(size_t headroom, std::chrono::milliseconds limit, Body b
     ::_exit(code);
   }
   int status = 0;
-  for (;;) {
-    const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (std::chrono::steady_clock::now() - start > limit) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      return result;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!reapWithin(pid, &status, limit)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.finished = true;
