@@ -34,6 +34,7 @@ class TorchDumps::Reads {
       std::lock_guard lock(mu_);
       stop_ = true;
     }
+    stop_.notify_all();  // a reader that blocks on the cancel flag itself (the tests' stand-in)
     cv_.notify_all();
     thread_.join();
   }

@@ -7,13 +7,13 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
-#include <thread>
 
 #include <catch2/catch.hpp>
 
 #include "agent/torch_trace/dump_verdict.h"
 
 #include "tests/agent/torch_trace/dumps_support.h"
+#include "tests/support/watchdog.h"
 
 using namespace ddprun::agent;
 using namespace ddprun::testing;
@@ -121,15 +121,15 @@ TEST_CASE("a corrupt dump is named, once, and settles the gathering", "[torch_du
 TEST_CASE("a dump that takes long to read holds up neither poll nor the end of the gathering", "[torch_dumps]") {
   TempDir dir;
   std::atomic<bool> started{false};
-  // A stand-in for a reader on a dump that would take minutes: it runs until cancelled.
+  // A stand-in for a reader on a dump that would take minutes: it runs until cancelled, woken
+  // by the cancel itself. The watchdog bounds both waits on the atomics, which have no timeout.
   DumpReader slow = [&](const std::string& path, int, const PickleLimits& limits) -> FlightDump {
     started = true;
-    const auto give_up = std::chrono::steady_clock::now() + 60s;
-    while (!(limits.cancel && limits.cancel->load()) && std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(1ms);
-    }
+    started.notify_all();
+    if (limits.cancel != nullptr) limits.cancel->wait(false);
     throw FlightDumpError(path + ": cancelled");
   };
+  Watchdog guard(60s, "the slow read's start and its cancel");
   const auto start = std::chrono::steady_clock::now();
   {
     TorchDumps dumps(expect(dir.path(), 1), slow);
@@ -139,12 +139,13 @@ TEST_CASE("a dump that takes long to read holds up neither poll nor the end of t
     CHECK_FALSE(dumps.poll());  // handed over
     CHECK_FALSE(dumps.poll());  // still being read
     CHECK(std::chrono::steady_clock::now() - before < 2s);
-    CHECK_FALSE(dumps.waitForReads(50ms));
+    started.wait(false);
+    CHECK_FALSE(dumps.waitForReads(0ms));  // the stand-in ends only when cancelled
     CHECK(started);
     REQUIRE(dumps.unreadable().size() == 1);
     CHECK(dumps.unreadable()[0] == "rank 0: " + dir.file("torch_trace_rank_0") + ": still being read");
   }
-  // The destructor cancelled the read and joined the thread, long before the stand-in gives up.
+  // The destructor cancelled the read (the stand-in's only way out) and joined the thread.
   CHECK(std::chrono::steady_clock::now() - start < 30s);
 }
 
