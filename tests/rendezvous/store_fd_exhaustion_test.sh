@@ -3,6 +3,8 @@
 # connections held open for 3 s. accept() fails with EMFILE for most of them; the server
 # must back off and log a handful of lines (it once retried at once: a core at 100% and over
 # a million "accept failed" lines in 6 s), then serve a new client once descriptors free up.
+# Its subject is the server's back-off over real time (a timer of its own, up to 1 s), so it
+# is an integration test (docs/testing.md): the 3 s hold is the window the log is counted in.
 # Usage: tests/rendezvous/store_fd_exhaustion_test.sh BIN_DIR
 set -euo pipefail
 [[ $# -eq 1 ]] || { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
@@ -11,6 +13,7 @@ python=/usr/bin/python3
 work=$(mktemp -d "${TMPDIR:-/tmp}/ddprun-fd-XXXXXX")
 server_pid=
 cleanup() {
+  exec 3<&-
   if [[ -n "$server_pid" ]]; then
     kill -9 "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
@@ -20,11 +23,15 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# Its stdout through a FIFO: the announcement is read as it comes (10 s at most: a guard).
+mkfifo "$work/out"
 (ulimit -n 32 && exec "$bin/ddprun_store_server" --host 127.0.0.1 --port 0) >"$work/out" 2>"$work/err" &
 server_pid=$!
-for _ in $(seq 100); do grep -q "listening on" "$work/out" && break; sleep 0.05; done
-port=$(sed -n 's/^listening on \([0-9]*\)$/\1/p' "$work/out")
-[[ -n "$port" ]] || fail "the store server did not start: $(cat "$work/err")"
+exec 3<"$work/out"
+announcement=
+IFS= read -r -t 10 announcement <&3 || true
+port=$(sed -n 's/^listening on \([0-9]*\)$/\1/p' <<<"$announcement")
+[[ -n "$port" ]] || fail "the store server did not start: $announcement $(cat "$work/err")"
 
 timeout 60 "$python" - "$port" <<'PY' || fail "the client side of the test failed"
 import socket, struct, sys, time
@@ -36,8 +43,8 @@ for _ in range(80):
 time.sleep(3)
 for s in held:
     s.close()
-time.sleep(1.5)  # past the longest back-off
-# A new client is served: VALIDATE, then PING 7 -> 7.
+# A new client is served once the server's back-off (1 s at most) has run out: VALIDATE, then
+# PING 7 -> 7, the reply waited for (10 s at most: a guard).
 s = socket.create_connection(("127.0.0.1", port), timeout=10)
 s.sendall(bytes([0]) + struct.pack("<I", 0x3C85F7CE) + bytes([13]) + struct.pack("<I", 7))
 reply = b""
@@ -54,5 +61,5 @@ kill -0 "$server_pid" 2>/dev/null || fail "the store server died: $(tail -3 "$wo
 lines=$(grep -c "accept failed" "$work/err" || true)
 echo "accept failure log lines: $lines"
 grep -m1 "accept failed" "$work/err" || fail "accept never failed: the test did not exhaust the descriptors"
-((lines <= 5)) || fail "$lines accept-failure lines in about 5 s (a log flood)"
+((lines <= 5)) || fail "$lines accept-failure lines in about 4 s (a log flood)"
 echo "PASS"
