@@ -22,7 +22,7 @@ namespace {
 // sysfs attributes are a page at most (a list of 8192 CPUs fits); more is not sysfs.
 constexpr size_t kMaxFileBytes = 64 * 1024;
 
-std::string readSmallFile(const std::string& path) {
+std::string readSysfsFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw SystemError("read " + path, errno ? errno : ENOENT);
   std::string text(kMaxFileBytes + 1, '\0');
@@ -32,14 +32,14 @@ std::string readSmallFile(const std::string& path) {
   return text;
 }
 
-std::string_view trim(std::string_view s) {
+std::string_view trimSysfs(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
   return s;
 }
 
 std::optional<int> parseNonNegative(std::string_view s) {
-  s = trim(s);
+  s = trimSysfs(s);
   int value = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (ec != std::errc() || end != s.data() + s.size() || value < 0) return std::nullopt;
@@ -47,8 +47,8 @@ std::optional<int> parseNonNegative(std::string_view s) {
 }
 
 int readInt(const std::string& path) {
-  const std::string text = readSmallFile(path);
-  std::string_view s = trim(text);
+  const std::string text = readSysfsFile(path);
+  std::string_view s = trimSysfs(text);
   int value = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (ec != std::errc() || end != s.data() + s.size()) {
@@ -65,10 +65,10 @@ struct CpuRange {
 // The list's ranges as written, not expanded; nothing when malformed.
 std::optional<std::vector<CpuRange>> parseCpuRanges(std::string_view text) {
   std::vector<CpuRange> ranges;
-  text = trim(text);
+  text = trimSysfs(text);
   while (!text.empty()) {
     auto comma = text.find(',');
-    std::string_view item = trim(text.substr(0, comma));
+    std::string_view item = trimSysfs(text.substr(0, comma));
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
     if (item.empty()) continue;
     auto dash = item.find('-');
@@ -88,7 +88,7 @@ int highestCpu(const std::vector<CpuRange>& ranges) {
 }
 
 std::string shown(std::string_view text) {
-  text = trim(text);
+  text = trimSysfs(text);
   return text.size() <= 64 ? std::string(text) : std::string(text.substr(0, 64)) + "...";
 }
 
@@ -130,7 +130,7 @@ int CpuTopology::cpuLimit() {
   std::error_code ec;
   int limit = kMaxCpus;
   if (fs::exists(file, ec)) {
-    const std::string text = readSmallFile(file);
+    const std::string text = readSysfsFile(file);
     const auto ranges = parseCpuRanges(text);
     if (!ranges || ranges->empty() || highestCpu(*ranges) >= kMaxCpus) {
       throw DdprunError(file + ": '" + shown(text) + "' is not a list of at most " + std::to_string(kMaxCpus) +
@@ -143,7 +143,7 @@ int CpuTopology::cpuLimit() {
 }
 
 CpuSet CpuTopology::readCpuList(const std::string& file) {
-  const std::string text = readSmallFile(file);
+  const std::string text = readSysfsFile(file);
   const auto ranges = parseCpuRanges(text);
   if (!ranges) throw DdprunError(file + ": '" + shown(text) + "' is not a CPU list");
   const int limit = cpuLimit();
@@ -208,7 +208,7 @@ const CpuSet& CpuTopology::lastLevelCache(int cpu) {
     if (name.rfind("index", 0) != 0 || !parseNonNegative(std::string_view(name).substr(5))) continue;
     const std::string index = entry->path().string();
     // Instruction caches are per core; the cache a core complex shares holds data.
-    std::string type(trim(readSmallFile(index + "/type")));
+    std::string type(trimSysfs(readSysfsFile(index + "/type")));
     if (type != "Unified" && type != "Data") continue;
     const int level = readInt(index + "/level");
     if (level <= best_level) continue;
