@@ -23,8 +23,10 @@ const char* const kFakeC10d = R"PY(
 import threading, types
 class Group: pass
 class Work:
-    def __init__(self): self.done = threading.Event()
-    def is_completed(self): return self.done.is_set()
+    def __init__(self): self.done = threading.Event(); self.looks = 0
+    def is_completed(self):
+        look(self)
+        return self.done.is_set()
     def get_future(self): raise RuntimeError("this Work has no future")  # as gloo's send and recv in torch 1.13
 class GroupMember:
     WORLD = object()
@@ -48,13 +50,45 @@ def all_gather_object(object_list, obj, group=None):
     all_reduce(None)  # an inner call: it belongs to this one
 )PY";
 
+// For a script body: waits on the hook's own events, not on time. endsAfter(n) returns once
+// the hook has ended n records in all (each _Call's first finish counts), lookedAt(things, n)
+// once each of `things` (a Work or an Event of the stand-ins, whose looks the poller counts
+// up) has been looked at n times. 10 s at most each: a guard, never reached when the poller works.
+const char* const kWaits = R"PY(
+import threading
+looked = threading.Condition()
+ends = [0]
+_finish = p._Call.finish
+def _counted(self, ok):
+    mine = self.rec is not None
+    _finish(self, ok)
+    with looked:
+        ends[0] += mine
+        looked.notify_all()
+p._Call.finish = _counted
+def _until(what, holds):
+    with looked:
+        if not looked.wait_for(holds, 10):
+            sys.exit('the poller never ' + what)
+def endsAfter(n):
+    _until('ended the record', lambda: ends[0] >= n)
+def lookedAt(things, n):
+    _until('looked', lambda: all(t.looks >= n for t in things))
+def look(thing):
+    with looked:
+        thing.looks += 1
+        looked.notify_all()
+)PY";
+
 std::string script(const std::string& hook_dir, const std::string& body) {
-  return "import sys, time, types\n"
+  return "import sys, types\n"
          "sys.path.insert(0, '" +
          hook_dir +
          "')\n"
-         "import _ddprun_progress as p\n"
+         "import _ddprun_progress as p\n" +
+         kWaits +
          "dc = types.ModuleType('fake_c10d')\n"
+         "dc.look = look\n"
          "exec(" +
          "'''" + kFakeC10d + "''', dc.__dict__)\n" + "p._patch(dc)\n" + body;
 }
@@ -82,8 +116,9 @@ TEST_CASE("the Python hook's rings read back as the agent reads them: ops, group
       "    pass\n"
       "w = dc.all_reduce(None, async_op=True)\n"
       "r = dc.irecv(None, src=1)\n"
+      "before = ends[0]\n"
       "w.done.set()\n"
-      "time.sleep(0.5)\n"  // the poller's look, every 50 ms
+      "endsAfter(before + 1)\n"  // the poller's next look (every 50 ms) ends w's record
       "print('recorded', flush=True)\n";
   std::ofstream(dir.file("job.py")) << script(dir.file("hook"), body);
   auto r = run({"/usr/bin/python3", dir.file("job.py")}, {{"DDPRUN_FLIGHT_DIR", dir.path()}}, 30s);
@@ -140,9 +175,11 @@ TEST_CASE("the Python hook keeps a GPU collective pending until the GPU has done
       "    setattr(torch, n, n)\n"
       "events = []\n"
       "class Event:\n"
-      "    def __init__(self): self.done = False; events.append(self)\n"
+      "    def __init__(self): self.done = False; self.looks = 0; events.append(self)\n"
       "    def record(self): pass\n"
-      "    def query(self): return self.done\n"
+      "    def query(self):\n"
+      "        look(self)\n"
+      "        return self.done\n"
       "torch.cuda = types.SimpleNamespace(Event=Event)\n"
       "sys.modules['torch'] = torch\n"
       "class Queued:\n"
@@ -156,14 +193,15 @@ TEST_CASE("the Python hook keeps a GPU collective pending until the GPU has done
       "t = Tensor()\n"
       "dc.all_reduce(t)\n"
       "w = dc.all_reduce(t, async_op=True)\n"
-      "time.sleep(0.3)\n"  // six of the poller's looks
+      "lookedAt([events[0], w], 2)\n"  // the poller looked at both twice and ended neither
       "ring = '" +
       dir.file(flightRingFileName(2, 0)) +
       "'\n"
       "shutil.copy(ring, ring + '.queued')\n"
+      "before = ends[0]\n"
       "events[0].done = True\n"
       "w.done.set()\n"
-      "time.sleep(0.3)\n"
+      "endsAfter(before + 2)\n"
       "print(len(events), 'event(s)', flush=True)\n";
   std::ofstream(dir.file("job.py")) << script(dir.file("hook"), body);
   auto r = run({"/usr/bin/python3", dir.file("job.py")}, {{"DDPRUN_FLIGHT_DIR", dir.path()}}, 30s);

@@ -4,12 +4,14 @@
 // rest never read), and one that serves a torch 2.11-shaped fr_trace_json (written from
 // torch's FlightRecorder::dump_json: string ranks, 0 for "not yet", no frames), which the
 // dumps' verdict then judges as it judges dump files.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -45,20 +47,26 @@ class FakeServer {
     std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path_.c_str());
     REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
     REQUIRE(::listen(fd_, 8) == 0);
+    REQUIRE(::pipe2(stop_pipe_, O_CLOEXEC) == 0);
     thread_ = std::thread([this] { serve(); });
   }
   ~FakeServer() {
     stop_ = true;
+    ::close(stop_pipe_[1]);  // the server's thread wakes on the end of the pipe, wherever it waits
     thread_.join();
+    ::close(stop_pipe_[0]);
     ::close(fd_);
   }
   uint64_t bytesSent() const { return sent_; }
 
  private:
+  // Waits until `fd` is readable (true) or the server is stopped (false).
   bool readable(int fd) {
+    pollfd p[2] = {{fd, POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
     while (!stop_) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 20) > 0) return true;
+      if (::poll(p, 2, -1) < 0 && errno != EINTR) return false;
+      if (p[1].revents != 0) return false;
+      if (p[0].revents != 0) return true;
     }
     return false;
   }
@@ -84,7 +92,9 @@ class FakeServer {
   }
   void answer(int c, const std::string& line) {
     if (mode_ == Mode::kNeverAnswers) {
-      while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      pollfd stopped{stop_pipe_[0], POLLIN, 0};
+      while (!stop_ && ::poll(&stopped, 1, -1) < 0 && errno == EINTR) {
+      }
       return;
     }
     if (mode_ == Mode::kHuge) {
@@ -105,6 +115,7 @@ class FakeServer {
   Mode mode_;
   std::map<std::string, std::string> routes_;
   int fd_ = -1;
+  int stop_pipe_[2] = {-1, -1};  // its write end closed: stop
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> sent_{0};
   std::thread thread_;
@@ -161,7 +172,8 @@ const char* const kHandlers211 =
 
 }  // namespace
 
-TEST_CASE("Worker server: one that never answers costs the timeout and one problem line, no more", "[unit]") {
+// A real timeout on a real socket (the client's poll() deadline): integration, not unit.
+TEST_CASE("Worker server: one that never answers costs the timeout and one problem line, no more", "[integration]") {
   TempDir dir;
   const std::string socket = workerServerSocket(dir.path(), 4242);
   FakeServer server(socket, FakeServer::Mode::kNeverAnswers);
@@ -189,7 +201,9 @@ TEST_CASE("Worker server: a 1 GiB answer is cut at the bound and the rest is nev
   CHECK(server.bytesSent() < (uint64_t{1} << 30));
 }
 
-TEST_CASE("Worker server: stacks come from dump_traceback, and a server that never answers is one warning", "[unit]") {
+// The silent server's ask ends at kWorkerServerStacksWait (1 s) of real time: integration.
+TEST_CASE("Worker server: stacks come from dump_traceback, and a server that never answers is one warning",
+          "[integration]") {
   TempDir dir;
   TempDir other;
   const std::string dump =
