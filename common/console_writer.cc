@@ -18,7 +18,7 @@
 namespace ddprun {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ConsoleClock = std::chrono::steady_clock;
 
 struct Item {
   ConsoleStream stream;
@@ -59,7 +59,7 @@ struct ConsoleWriter::State {
   uint64_t written_count = 0;  // items written (or given up on) so far
   uint64_t dropped_total = 0;
   uint64_t unreported = 0;
-  Clock::time_point next_report{};
+  ConsoleClock::time_point next_report{};
   bool finished = false;  // no more drop reports
   bool stop = false;
 };
@@ -133,9 +133,9 @@ void ConsoleWriter::run(const std::shared_ptr<State>& state) {
     const bool report_pending = state->unreported > 0 && !state->finished && state->options.on_dropped;
     // Drops are reported when this thread is free again, i.e. once the console moves, so
     // that the report can be read.
-    if (report_pending && Clock::now() >= state->next_report) {
+    if (report_pending && ConsoleClock::now() >= state->next_report) {
       const uint64_t count = std::exchange(state->unreported, 0);
-      state->next_report = Clock::now() + state->options.report_interval;
+      state->next_report = ConsoleClock::now() + state->options.report_interval;
       lock.unlock();
       state->options.on_dropped(count);
       lock.lock();
