@@ -64,7 +64,7 @@ bool parseNumber(std::string_view s, T& value) {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
-std::string sizesText(const std::vector<std::vector<int64_t>>& sizes) {
+std::string summarySizesText(const std::vector<std::vector<int64_t>>& sizes) {
   std::string out = "[";
   for (size_t i = 0; i < sizes.size(); ++i) {
     out += i ? ",[" : "[";
@@ -175,8 +175,8 @@ std::string entryLine(int rank, const FlightEntry& e) {
   return fmt::format("fr1 e {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n", rank, escape(e.pg_name),
                      escape(e.pg_desc), e.collective_seq_id, e.p2p_seq_id, e.is_p2p ? 1 : 0, escape(e.op), e.p2p_src,
                      e.p2p_dst, stateWord(e.state), e.time_created_ns, optionalNs(e.time_started_ns),
-                     optionalNs(e.time_completed_ns), e.timeout_ms, sizesText(e.input_sizes), listText(e.input_dtypes),
-                     sizesText(e.output_sizes), listText(e.output_dtypes), frame);
+                     optionalNs(e.time_completed_ns), e.timeout_ms, summarySizesText(e.input_sizes),
+                     listText(e.input_dtypes), summarySizesText(e.output_sizes), listText(e.output_dtypes), frame);
 }
 
 std::optional<FlightEntry> parseEntry(const std::vector<std::string_view>& t) {

@@ -13,9 +13,9 @@ namespace {
 
 using json = nlohmann::json;
 
-class Reader {
+class JsonReader {
  public:
-  explicit Reader(const std::string& what) : what_(what) {}
+  explicit JsonReader(const std::string& what) : what_(what) {}
 
   [[noreturn]] void fail(const std::string& where, const std::string& why) const {
     throw FlightDumpError(where.empty() ? fmt::format("{}: {}", what_, why)
@@ -74,7 +74,7 @@ class Reader {
 };
 
 // "[0, 1, 2]", as torch writes a group's ranks, or a list of ints.
-std::vector<int> ranksOf(const json& v, const Reader& r, const std::string& where) {
+std::vector<int> ranksOf(const json& v, const JsonReader& r, const std::string& where) {
   std::vector<int> ranks;
   auto add = [&](int64_t rank) {
     if (rank < 0 || rank > (1 << 24)) r.fail(where, fmt::format("rank {} in 'ranks'", rank));
@@ -108,7 +108,7 @@ std::vector<int> ranksOf(const json& v, const Reader& r, const std::string& wher
   return ranks;
 }
 
-FlightEntry entryOf(const json& d, size_t index, const Reader& r) {
+FlightEntry entryOf(const json& d, size_t index, const JsonReader& r) {
   const std::string where = fmt::format("entry {}", index);
   if (!d.is_object()) r.fail(where, fmt::format("a {}, not an object", d.type_name()));
   FlightEntry e;
@@ -159,7 +159,7 @@ FlightEntry entryOf(const json& d, size_t index, const Reader& r) {
 }  // namespace
 
 FlightDump parseFlightDumpJson(std::string_view bytes, const std::string& what, int rank, size_t max_entries) {
-  const Reader r(what);
+  const JsonReader r(what);
   const json root = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) r.fail("", "not readable JSON");
   if (!root.is_object())
