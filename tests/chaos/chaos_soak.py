@@ -846,7 +846,9 @@ def steps_replayed(logs, fault_log):
 
 def outcomes(logs, fault_log):
     """Per fault, how the job came back: "in job" where rank 0's first new step (beyond the highest
-    it had applied before the fault) belongs to the attempt it was in before the fault (a worker
+    it had logged before the fault and the one that may have been in flight: a step whose
+    reduction completed before a kill is logged after it, in the old attempt, even when the job
+    then restarts) belongs to the attempt it was in before the fault (a worker
     replaced alone, a stopped worker waited for; before the job's first step: the first attempt),
     "restart" where it belongs to a new attempt, None where no new step came. Also whether
     another fault came before that step (overtaken: the way back was not this fault's alone)."""
@@ -855,7 +857,7 @@ def outcomes(logs, fault_log):
     for i, (t_fault, kind, node) in enumerate(fault_log):
         before = [(t, s, a) for t, s, a in timeline if t <= t_fault]
         high = max([s for t, s, a in before] or [0])
-        after = [(t, s, a) for t, s, a in timeline if t > t_fault and s > high]
+        after = [(t, s, a) for t, s, a in timeline if t > t_fault and s > high + 1]
         if not after:
             out.append((None, False))
             continue
@@ -1050,20 +1052,27 @@ def self_test_outcomes():
     logs = Logs()
     # attempt 1: steps 1-12, one a second from t=1000; rank 1 killed at 4500, replaced alone
     # (its steps go on in attempt 1). Rank 0 killed at 12500; attempt 2 resumes from checkpoint
-    # 10 at 15000 (steps 11-20: 11 and 12 replayed). A link cut at 20500 and an agent killed at 21000 before attempt
-    # 3's first step at 23000 (steps 16-20 replayed, then 21). A stopped worker at 30000, after
-    # the last step.
+    # 10 at 15000 (steps 11-20: 11 and 12 replayed). A link cut at 20500 and an agent killed at
+    # 21000 before attempt 3's first step at 23000 (steps 16-20 replayed, then 21-24). A stopped
+    # worker at 40000, after the last step.
     for s in range(1, 13):
         logs.steps[(1, 0, s)] = {"t": 1000 * s, "sum": "x", "world": 4, "rank": 0}
     for s in range(11, 21):
         logs.steps[(2, 0, s)] = {"t": 15000 + 500 * (s - 11), "sum": "x", "world": 4, "rank": 0}
-    for s in range(16, 22):
+    for s in range(16, 23):
         logs.steps[(3, 0, s)] = {"t": 23000 + 500 * (s - 16), "sum": "x", "world": 4, "rank": 0}
+    # Rank 0 logs step 24 after a kill at 27000 (its reduction was done), then attempt 4 resumes
+    # from checkpoint 20 at 29000 (steps 21-25): a restart.
+    logs.steps[(3, 0, 23)] = {"t": 26500, "sum": "x", "world": 4, "rank": 0}
+    logs.steps[(3, 0, 24)] = {"t": 27100, "sum": "x", "world": 4, "rank": 0}
+    for s in range(21, 26):
+        logs.steps[(4, 0, s)] = {"t": 29000 + 500 * (s - 21), "sum": "x", "world": 4, "rank": 0}
     faults = [(4500, "kill_worker", 1), (12500, "kill_worker", 0), (20500, "cut_link", 2),
-              (21000, "kill_agent", 3), (30000, "stop_worker", 1)]
-    want = [("in job", False), ("restart", False), ("restart", True), ("restart", False), (None, False)]
+              (21000, "kill_agent", 3), (27000, "kill_worker", 2), (40000, "stop_worker", 1)]
+    want = [("in job", False), ("restart", False), ("restart", True), ("restart", False), ("restart", False),
+            (None, False)]
     got = outcomes(logs, faults)
-    ok = got == want and steps_replayed(logs, faults)[1] == [0, 2, 0, 5, 0]
+    ok = got == want and steps_replayed(logs, faults)[1] == [0, 2, 0, 5, 4, 0]
     print(f"self-test outcomes: {'ok' if ok else 'WRONG'}" + ("" if ok else f" (got {got}, want {want})"))
     return 0 if ok else 1
 
