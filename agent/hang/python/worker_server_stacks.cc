@@ -7,7 +7,7 @@
 namespace ddprun::agent {
 namespace {
 
-constexpr auto kPoll = std::chrono::milliseconds(20);
+constexpr auto kStacksPoll = std::chrono::milliseconds(20);
 
 }  // namespace
 
@@ -26,7 +26,7 @@ std::vector<ServerStacks> askWorkerServersForStacks(const std::vector<std::pair<
   // Each ask ends on its own within kWorkerServerStacksWait of its start; the wait ends with
   // the last of them (the second bound only guards against a thread that never started).
   WorkerServerAsks pending(std::move(asks), WorkerServerLimits{kWorkerServerStacksWait, kWorkerServerStacksBytes});
-  while (!pending.done() && wait(kPoll) < 2 * kWorkerServerStacksWait) {
+  while (!pending.done() && wait(kStacksPoll) < 2 * kWorkerServerStacksWait) {
   }
   const std::vector<WorkerServerReply> replies = pending.take();
   for (size_t k = 0; k < replies.size(); ++k) {
