@@ -1,6 +1,6 @@
 // What the hang watch (hang_watch.h) learns of one attempt of the workers: whether it judged
 // a hang and whom it blamed, whether a collective failed, the Python stacks and torch dumps it
-// took, the other nodes' summaries. All of it is forgotten together when the attempt ends
+// took, the culprits and frames the other nodes' summaries gave. All of it is forgotten together when the attempt ends
 // (HangWatch::endAttempt), so that the next attempt starts afresh: one struct, reset at once.
 #pragma once
 
@@ -26,7 +26,6 @@ struct HangAttempt {
   bool python_stacks_taken = false;                       // the Python stacks were taken (once per attempt)
   std::vector<FlightDump> live_traces;                    // from the worker servers, with the stacks
   std::unique_ptr<TorchDumps> torch_dumps;                // when a worker has a dump prefix
-  std::optional<std::vector<std::string>> other_nodes;    // the other nodes' summaries, once gathered
   std::vector<WorkerFailure> remote_culprits;             // ranks of other nodes a verdict blamed
   std::map<int, RemoteStack> remote_stacks;               // other nodes' Python ranks' frames, by rank
   std::optional<std::chrono::milliseconds> dumps_waited;  // failures()' wait for the local dumps

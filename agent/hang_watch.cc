@@ -6,12 +6,15 @@
 
 #include <fmt/format.h>
 
+#include "agent/agent_rendezvous.h"
+#include "agent/collective_trigger.h"
 #include "agent/hang/python/live_traces.h"
 #include "agent/hang/python/python_stacks.h"
 #include "agent/hang/python/stack_summary.h"
 #include "agent/hang_watch_ports.h"
 #include "agent/process/orphan_guard.h"
 #include "agent/torch_trace/dump_summary.h"
+#include "agent/worker_timers.h"
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/text_escape.h"
@@ -19,8 +22,6 @@
 namespace ddprun::agent {
 namespace {
 
-// How often an agent of a multi-node job looks for another node's hang summary request.
-constexpr std::chrono::seconds kHangRequestPoll{2};
 // A worker said on stderr that a collective failed: this long for it to end on its own (gloo
 // raises at once; NCCL's watchdog aborts the process) before ddprun stops the attempt.
 constexpr auto kCollectiveFailureGrace = std::chrono::seconds(5);
@@ -54,7 +55,6 @@ HangWatch::HangWatch(const AgentConfig& config, AgentEnv& env, HangWorkers& work
     : config_(config), env_(env), group_(workers), reporter_(reports), guard_(guard), log_(logger("agent")) {}
 
 HangWatch::~HangWatch() {
-  if (timer_server_ && guard_) guard_->forgetDirectory(timer_server_->path());
   if (flight_dir_ && !flight_dir_->path().empty()) {
     if (guard_) guard_->forgetDirectory(flight_dir_->path());
     flight_dir_.reset();
@@ -62,13 +62,21 @@ HangWatch::~HangWatch() {
 }
 
 void HangWatch::setUp(AgentRendezvous& rdzv, std::map<std::string, std::string>& base_env) {
-  own_exchange_ = std::make_unique<RendezvousHangExchange>(rdzv);
-  setUp(*own_exchange_, base_env);
+  setUp(rdzv, rdzv.nodeName(), base_env);
 }
 
-void HangWatch::setUp(HangExchange& exchange, std::map<std::string, std::string>& base_env) {
-  exchange_ = &exchange;
-  startFileTimers(base_env);
+void HangWatch::setUp(rendezvous::Board& board, const std::string& node, std::map<std::string, std::string>& base_env) {
+  nodes_ = std::make_unique<NodeSummaries>(board, node);
+  if (config_.file_timer) {
+    timers_ = std::make_unique<WorkerTimers>(
+        env_, group_, reporter_, guard_, [this](Worker& w, pid_t pid, int signal, const std::string& scope) {
+          judgeHang("timer '" + scope + "' of rank " + std::to_string(w.place.rank) + " expired");
+          // Whatever signal it asked for (SIGSTOP, one it handles), an expired timer ends the
+          // process: SIGKILL follows after --term_timeout if it is still there.
+          stopHung({{&w, pid}}, signal, "timer '" + scope + "' expired", config_.term_timeout);
+        });
+    timers_->start(base_env);
+  }
   flight_dir_ = std::make_unique<FlightDir>(config_.rendezvous.run_id);
   if (flight_dir_->path().empty()) {
     log_->warn("no flight recorder rings ({}); hang verdicts will have nothing to read", flight_dir_->problem());
@@ -78,31 +86,6 @@ void HangWatch::setUp(HangExchange& exchange, std::map<std::string, std::string>
     // A kill -9 of ddprun must not leave it on /dev/shm either.
     if (guard_) guard_->watchDirectory(flight_dir_->path());
   }
-}
-
-void HangWatch::startFileTimers(std::map<std::string, std::string>& base_env) {
-  if (!config_.file_timer) return;
-  // As torch's agent: the pipe named in ddprun's environment, else a new one; the workers
-  // get its name either way.
-  auto named = base_env.find(env::kTimerFile);
-  const std::string path =
-      named != base_env.end() && !named->second.empty() ? named->second : FileTimerServer::defaultPath();
-  try {
-    timer_server_ = std::make_unique<FileTimerServer>(
-        env_.io(), path, [this](const TimerExpiry& e) { onTimerExpired(e); },
-        [this](int64_t pid) -> int64_t {
-          const Worker* w = workerOwning(static_cast<pid_t>(pid));
-          return w ? w->pid : -1;
-        });
-  } catch (const SystemError& e) {
-    // A pipe name that cannot be made (no such directory, not writable) is the user's to fix.
-    throw UsageError(std::string("file timers (") + env::kEnableFileTimer + "=1): " + e.what());
-  }
-  timer_server_->start();
-  // The server unlinks its pipe when it is destroyed; a kill -9 of ddprun must not leave it either.
-  if (guard_) guard_->watchDirectory(path);
-  base_env[env::kTimerFile] = path;
-  log_->info("file timers on {}", path);
 }
 
 void HangWatch::attemptStarting() { attempt_started_ = now(); }
@@ -125,7 +108,7 @@ HangWatch::Wake HangWatch::wake(Clock::TimePoint limit) const {
   wake.several_nodes = reporter_.round() && reporter_.round()->group_world_size > 1;
   wake.at = limit;
   if (wake.watch_hang) wake.at = std::min(wake.at, next_hang_check_);
-  if (wake.several_nodes) wake.at = std::min(wake.at, next_hang_request_check_);
+  if (wake.several_nodes) wake.at = std::min(wake.at, nodes_->nextLook());
   if (!attempt_.collective_line.empty())
     wake.at = std::min(wake.at, attempt_.collective_line_at + kCollectiveFailureGrace);
   wake.watch_dumps = attempt_.torch_dumps && attempt_.collective_line.empty() && !group_.stopping();
@@ -147,10 +130,7 @@ void HangWatch::tick(const Wake& wake) {
                                                        std::chrono::seconds(1));
     checkHangTimeout();
   }
-  if (wake.several_nodes && t >= next_hang_request_check_) {
-    next_hang_request_check_ = t + kHangRequestPoll;
-    answerHangRequest();
-  }
+  if (wake.several_nodes) answerHangRequest(t);
 }
 
 bool HangWatch::collectiveGraceOver() {
@@ -159,58 +139,6 @@ bool HangWatch::collectiveGraceOver() {
              std::chrono::duration_cast<std::chrono::seconds>(kCollectiveFailureGrace).count(),
              attempt_.collective_line);
   return true;
-}
-
-// The running worker that `pid` is, or belongs to: a process of its process group, or one
-// below it that left the group.
-Worker* HangWatch::workerOwning(pid_t pid) {
-  std::vector<pid_t> running;
-  for (const Worker& w : group_.workers()) {
-    if (w.running) running.push_back(w.pid);
-  }
-  const pid_t owner = findOwningWorker(pid, running);
-  for (Worker& w : group_.workers()) {
-    if (w.running && w.pid == owner) return &w;
-  }
-  return nullptr;
-}
-
-void HangWatch::onTimerExpired(const TimerExpiry& expiry) {
-  std::string scopes;
-  // Scopes are the worker's text: shown escaped, so that they cannot forge log lines.
-  for (const std::string& s : expiry.expired_scopes) scopes += (scopes.empty() ? "'" : ", '") + printable(s) + "'";
-  const std::string scope = printable(expiry.timer.scope_id);
-  const pid_t pid = static_cast<pid_t>(expiry.pid);
-  Worker* w = workerOwning(pid);
-  // Unlike torch's server, which signals whatever pid a request names, ddprun stops only
-  // its own workers' processes.
-  if (w == nullptr) {
-    log_->warn("file timer {} of pid {} expired, but pid {} is not a process of this node's running workers; ignored",
-               scopes, pid, pid);
-    return;
-  }
-  reporter_.emit("timer_expired", JsonObject()
-                                      .add("rank", w->place.rank)
-                                      .add("local_rank", w->place.local_rank)
-                                      .add("pid", pid)
-                                      .add("scope", expiry.timer.scope_id)
-                                      .add("signal", expiry.signal > 0 ? signalName(expiry.signal) : "none")
-                                      .add("attempt", group_.attempt()));
-  if (group_.stopping()) {
-    log_->debug("timer {} of rank {} expired while its workers are being stopped anyway", scopes, w->place.rank);
-    return;
-  }
-  if (expiry.signal <= 0) {
-    log_->warn("worker rank {} (pid {}): timer {} expired; it asked for no signal, so it goes on", w->place.rank, pid,
-               scopes);
-    return;
-  }
-  log_->warn("worker rank {} (pid {}): timer '{}' expired; taking its stacks, then {}{}", w->place.rank, pid, scope,
-             w->python_faulthandler ? "SIGABRT (Python tracebacks to its stderr) and " : "", signalName(expiry.signal));
-  judgeHang("timer '" + scope + "' of rank " + std::to_string(w->place.rank) + " expired");
-  // Whatever signal it asked for (SIGSTOP, one it handles), an expired timer ends the process:
-  // SIGKILL follows after --term_timeout if it is still there.
-  stopHung({{w, pid}}, expiry.signal, "timer '" + scope + "' expired", config_.term_timeout);
 }
 
 std::vector<RankPosition> HangWatch::localPositions() const {
@@ -230,59 +158,48 @@ std::vector<RankPosition> HangWatch::localPositions() const {
   return positions;
 }
 
-void HangWatch::answerHangRequest() {
-  if (!exchange_->hangSummaryRequested()) return;
+void HangWatch::answerHangRequest(Clock::TimePoint t) {
+  if (!nodes_->requested(t)) return;
   // Its ranks' torch dumps go with the answer: they are written within a second or two of
   // the collective's timeout (torch signals the dump through its store); and their Python
   // stacks, taken now unless a failure here had them taken already.
   if (!attempt_.python_stacks_taken) takePythonStacks();  // none without Python workers
   if (attempt_.torch_dumps) settleTorchDumps();
-  exchange_->publishHangSummary(ownSummary());
+  nodes_->answer(ownSummary());
   log_->info("another node judges a hang; published where this node's ranks stand");
 }
 
 std::string HangWatch::ownSummary() {
-  std::string summary;
-  for (const RankPosition& p : localPositions()) summary += encodePosition(p) + "\n";
   // The Python ranks' frames, so that the judging node names a culprit here with its line.
   std::vector<LocalStack> stacks;
   for (const Worker& w : group_.workers()) {
     if (w.python_stack.empty()) continue;
     stacks.push_back(LocalStack{w.place.rank, w.place.local_rank, formatTraceback(mainThreadFrames(w.python_stack))});
   }
-  summary += encodeStackSummary(exchange_->nodeName(), stacks);
-  if (!attempt_.torch_dumps && attempt_.live_traces.empty()) return summary;
-  std::vector<int> local_ranks;
-  for (const Worker& w : group_.workers()) local_ranks.push_back(w.place.rank);
   std::vector<LocalDump> dumps;
-  // The live traces travel as dumps do, for ranks without a dump file.
-  for (FlightDump& d : nodeDumps(attempt_.torch_dumps.get(), attempt_.live_traces, local_ranks).dumps) {
-    for (const Worker& w : group_.workers()) {
-      if (w.place.rank != d.rank) continue;
-      const bool finished = !w.running && w.exit_code == 0 && w.signal == 0;
-      dumps.push_back(LocalDump{std::move(d), w.place.local_rank, finished,
-                                w.python_stack.empty() ? "" : formatTraceback(mainThreadFrames(w.python_stack))});
-      break;
+  if (attempt_.torch_dumps || !attempt_.live_traces.empty()) {
+    std::vector<int> local_ranks;
+    for (const Worker& w : group_.workers()) local_ranks.push_back(w.place.rank);
+    // The live traces travel as dumps do, for ranks without a dump file.
+    for (FlightDump& d : nodeDumps(attempt_.torch_dumps.get(), attempt_.live_traces, local_ranks).dumps) {
+      for (const Worker& w : group_.workers()) {
+        if (w.place.rank != d.rank) continue;
+        const bool finished = !w.running && w.exit_code == 0 && w.signal == 0;
+        dumps.push_back(LocalDump{std::move(d), w.place.local_rank, finished,
+                                  w.python_stack.empty() ? "" : formatTraceback(mainThreadFrames(w.python_stack))});
+        break;
+      }
     }
   }
-  if (!dumps.empty()) summary += encodeDumpSummary(exchange_->nodeName(), dumps);
-  return summary;
+  return encodeNodeSummary(nodes_->node(), localPositions(), stacks, dumps);
 }
 
 const std::vector<std::string>& HangWatch::otherNodes() {
-  if (attempt_.other_nodes) return *attempt_.other_nodes;
-  attempt_.other_nodes.emplace();
   const auto& current = reporter_.round();
-  if (!current || current->group_world_size < 2) return *attempt_.other_nodes;
   // The other nodes may wait for their ranks' dumps before they answer.
-  const auto wait = attempt_.torch_dumps ? kHangSummaryWait + kTorchDumpWait : kHangSummaryWait;
-  *attempt_.other_nodes = exchange_->gatherHangSummaries(wait, ownSummary());
-  if (attempt_.other_nodes->size() + 1 < static_cast<size_t>(current->group_world_size)) {
-    log_->warn("hang verdict without {} of {} nodes (no answer within {} s)",
-               current->group_world_size - 1 - static_cast<int>(attempt_.other_nodes->size()),
-               current->group_world_size, std::chrono::duration_cast<std::chrono::seconds>(wait).count());
-  }
-  return *attempt_.other_nodes;
+  return nodes_->others(current ? current->group_world_size : 0,
+                        attempt_.torch_dumps ? kTorchDumpWait : Clock::Duration::zero(),
+                        [this] { return ownSummary(); });
 }
 
 void HangWatch::onStderrLine(int rank, std::string_view line) {
@@ -401,8 +318,10 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
   // A collective that timed out or failed is a hang seen from inside: take the Python
   // stacks of the ranks still running (unless a stderr line already had them taken), say
   // where every rank stands, then stop the others as hung, before the round ends.
-  bool maybe = false;
-  if (const std::string trigger = collectiveFailureTrigger(failures, maybe); !trigger.empty()) {
+  const CollectiveTrigger said = collectiveFailureTrigger(attempt_.collective_line, failures, group_.workers(), [this] {
+    return attempt_.torch_dumps ? attempt_.torch_dumps->written() : std::nullopt;
+  });
+  if (const std::string& trigger = said.text; !trigger.empty()) {
     if (!attempt_.python_stacks_taken) takePythonStacks();
     // The local dumps before any other node is asked: they go with this node's summary.
     if (attempt_.torch_dumps) attempt_.dumps_waited = settleTorchDumps();
@@ -415,7 +334,7 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
     }
     // An abort that no verdict ties to a collective may be any crash: the others get the
     // ordinary stop (SIGTERM first), not the hung one.
-    if (!targets.empty() && !(maybe && verdict.empty())) {
+    if (!targets.empty() && !(said.maybe && verdict.empty())) {
       stopHung(targets, SIGKILL, verdict.empty() ? trigger : verdict);
       auto running = [this] { return group_.anyRunning(); };
       runWhile(env_, running, group_.killWait());
@@ -432,9 +351,10 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
 
 void HangWatch::endAttempt() {
   env_.cancelHungStops();
-  if (timer_server_) timer_server_->clearTimers();
+  if (timers_) timers_->clear();
   if (flight_dir_) flight_dir_->clear();
   attempt_ = HangAttempt{};
+  if (nodes_) nodes_->forget();
 }
 
 }  // namespace ddprun::agent

@@ -2,13 +2,14 @@
 // stands before anyone is stopped. Its triggers: a file timer that expired
 // (TORCHELASTIC_ENABLE_FILE_TIMER=1), --hang_timeout over the flight recorder rings, and a
 // collective that failed (a worker's stderr line, its error file, torch's flight-recorder
-// dump). Its verdicts (hang_verdict.h, python_stacks.h, torch_dumps.h) go to the log and the
-// events file, name the culprits that the failure report puts first, and are exchanged with
-// the other nodes of the round (hang summaries). It stops hung workers stacks first
+// dump). Its verdicts (hang_verdict.h, python_stacks.h, dump_judgement.h) go to the log and
+// the events file, name the culprits that the failure report puts first, and take in the
+// other nodes' hang summaries (node_summaries.h). It stops hung workers stacks first
 // (hung_worker_stop.h, through the AgentEnv). The round loop ticks it while the workers run
-// and asks it for the failures once a worker failed. What it needs of the workers, the
-// reports and the other nodes comes through hang_watch_ports.h; what it learns of an attempt
-// is one HangAttempt (hang_attempt.h). Thread-safety: none; the agent's thread only.
+// and asks it for the failures once a worker failed. What it needs of the workers and the
+// reports comes through hang_watch_ports.h; the file timers are worker_timers.h's; what it
+// learns of an attempt is one HangAttempt (hang_attempt.h). Thread-safety: none; the
+// agent's thread only.
 #pragma once
 
 #include <sys/types.h>
@@ -24,13 +25,14 @@
 
 #include "agent/agent_config.h"
 #include "agent/agent_env.h"
+#include "agent/hang/nodes/node_summaries.h"
 #include "agent/hang/rings/flight_dir.h"
 #include "agent/hang/rings/hang_verdict.h"
-#include "agent/hang/timers/file_timer_server.h"
 #include "agent/hang_attempt.h"
 #include "agent/hang_watch_ports.h"
 #include "agent/ops/failure_report.h"
 #include "agent/output/log_layout.h"
+#include "agent/worker_timers.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
@@ -54,9 +56,9 @@ class HangWatch {
   // Starts the file timers' server (with --file_timer) and makes the flight recorder's
   // directory; names both in `base_env`, the workers' environment. Throws UsageError when
   // the timers' pipe cannot be made. The other nodes are reached through `rdzv`'s job board
-  // (or `exchange`), which must outlive the watch.
+  // (or `board`, this node being `node`), which must outlive the watch.
   void setUp(AgentRendezvous& rdzv, std::map<std::string, std::string>& base_env);
-  void setUp(HangExchange& exchange, std::map<std::string, std::string>& base_env);
+  void setUp(rendezvous::Board& board, const std::string& node, std::map<std::string, std::string>& base_env);
   // Where stacks are kept (a temporary run directory is kept for them).
   void setLayout(LogLayout& layout) { layout_ = &layout; }
 
@@ -91,9 +93,6 @@ class HangWatch {
   void endAttempt();
 
  private:
-  void startFileTimers(std::map<std::string, std::string>& base_env);
-  void onTimerExpired(const TimerExpiry& expiry);
-  Worker* workerOwning(pid_t pid);
   // Stops each (worker, pid) as hung with `signal` after capturing its stacks (and Python's
   // tracebacks), recording why and the stacks for the failure report.
   // `kill_after` > 0: SIGKILL follows `signal` after that long to whom it did not end.
@@ -104,12 +103,13 @@ class HangWatch {
   // every running worker as hung (stacks first).
   void checkHangTimeout();
   std::vector<RankPosition> localPositions() const;
-  // Another node judges a hang: publish where this node's ranks stand (once per round).
-  void answerHangRequest();
+  // Another node judges a hang (looked for at `t` when due): publish where this node's ranks
+  // stand (once per round).
+  void answerHangRequest(Clock::TimePoint t);
   // This node's hang summary: its ranks' ring positions and, once read, their torch dumps.
   std::string ownSummary();
-  // The other nodes' summaries of this attempt, gathered the first time a verdict asks
-  // (judging nodes post their own alongside); none when this node is alone.
+  // The other nodes' summaries of this attempt (node_summaries.h), gathered the first time a
+  // verdict asks; none when this node is alone.
   const std::vector<std::string>& otherNodes();
   // Something says a torch collective failed while the workers run (a stderr line, a dump):
   // the stacks are taken at once and the attempt stops if no worker ends within the grace.
@@ -121,11 +121,6 @@ class HangWatch {
   // Signals every running worker's Python hook and waits (kPythonStacksWait at most) for
   // their stacks; once per attempt.
   void takePythonStacks();
-  // What says that a torch collective failed in this attempt: a worker's stderr line, or a
-  // failure's message (error file, saved exception, stderr tail), a dump; or, only `maybe`
-  // (set then), a Python worker killed by SIGABRT with no error file, which a collective's
-  // watchdog does but so does any abort. Empty: nothing does.
-  std::string collectiveFailureTrigger(const std::vector<WorkerFailure>& failures, bool& maybe) const;
   // The hang verdict (hang_verdict.h) over this node's flight recorder rings, and the other
   // nodes' summaries, logged once per attempt with what triggered it, before anyone is
   // stopped. Returns it (empty: none).
@@ -140,12 +135,11 @@ class HangWatch {
   // Waits (kTorchDumpWait at most, serving the workers meanwhile) until every local rank's
   // torch dump was read or found unreadable; returns how long it waited.
   std::chrono::milliseconds settleTorchDumps();
-  // The verdict from torch's flight-recorder dumps (torch_dumps.h): the local ranks', after
-  // settleTorchDumps, and the other nodes' (dump_summary.h, through otherNodes), when every
-  // rank of the job has one that reads; logged and recorded like judgeHang's
-  // ("source":"flight_recorder"), it sets the culprits (a culprit of another node becomes a
-  // failure of the report, attempt_.remote_culprits). Otherwise one line says which ranks had none
-  // (or which could not be read). Returns the verdict's sentences (empty: none).
+  // The verdict from torch's flight-recorder dumps (dump_judgement.h) over the local ranks'
+  // dumps and live traces, after settleTorchDumps, and the other nodes' (through otherNodes);
+  // logged and recorded like judgeHang's ("source":"flight_recorder"), it sets the culprits
+  // (one of another node becomes a failure of the report, attempt_.remote_culprits). Returns
+  // the verdict's sentences (empty: none).
   std::string judgeTorchDumps(const std::string& trigger);
   // A rank of another node that a verdict blames, from its node's summary: a failure of this
   // node's report (attempt_.remote_culprits), with its Python frames when its node sent them.
@@ -156,10 +150,6 @@ class HangWatch {
 
   Clock::TimePoint now() const { return env_.clock().now(); }
 
-  // How long the judging node waits for the other nodes' hang summaries (more than one of
-  // their looks apart: hang_watch.cc's kHangRequestPoll), and how much longer when they
-  // first wait for their ranks' torch dumps.
-  static constexpr std::chrono::seconds kHangSummaryWait{5};
   // Once a collective failed, how long the agent waits for every local rank's torch dump: the
   // ranks still running write theirs when torch signals the timeout dump through the store
   // (their watchdogs look about once a second), not torch's ~60 s.
@@ -176,18 +166,16 @@ class HangWatch {
   HangReports& reporter_;
   OrphanGuard* guard_;
   std::shared_ptr<spdlog::logger> log_;
-  std::unique_ptr<HangExchange> own_exchange_;  // setUp's adapter over the rendezvous
-  HangExchange* exchange_ = nullptr;            // the other nodes (setUp)
+  std::unique_ptr<NodeSummaries> nodes_;  // the other nodes' hang summaries (setUp)
   LogLayout* layout_ = nullptr;
-  std::unique_ptr<FileTimerServer> timer_server_;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
-  std::unique_ptr<FlightDir> flight_dir_;          // the workers' flight recorder rings
-  bool no_rings_warned_ = false;                   // --hang_timeout found no ring to watch (said once)
+  std::unique_ptr<WorkerTimers> timers_;   // TORCHELASTIC_ENABLE_FILE_TIMER=1
+  std::unique_ptr<FlightDir> flight_dir_;  // the workers' flight recorder rings
+  bool no_rings_warned_ = false;           // --hang_timeout found no ring to watch (said once)
   // When the next looks are due while the workers run.
-  Clock::TimePoint attempt_started_{};          // when this attempt's workers were started
-  Clock::TimePoint next_hang_check_{};          // --hang_timeout's at the rings
-  Clock::TimePoint next_hang_request_check_{};  // for another node's request
-  Clock::TimePoint next_dump_look_{};           // lookForTorchDumps'
-  HangAttempt attempt_;                         // what this attempt showed so far
+  Clock::TimePoint attempt_started_{};  // when this attempt's workers were started
+  Clock::TimePoint next_hang_check_{};  // --hang_timeout's at the rings
+  Clock::TimePoint next_dump_look_{};   // lookForTorchDumps'
+  HangAttempt attempt_;                 // what this attempt showed so far
 };
 
 }  // namespace ddprun::agent

@@ -1,6 +1,5 @@
 #include "agent/hang_watch_ports.h"
 
-#include "agent/agent_rendezvous.h"
 #include "agent/worker_group.h"
 
 namespace ddprun::agent {
@@ -22,14 +21,6 @@ std::optional<HangReports::Round> ReporterHangReports::round() const {
   const auto& current = reporter_.round();
   if (!current) return std::nullopt;
   return Round{current->world_size, current->group_world_size};
-}
-
-const std::string& RendezvousHangExchange::nodeName() const { return rdzv_.nodeName(); }
-bool RendezvousHangExchange::hangSummaryRequested() { return rdzv_.hangSummaryRequested(); }
-void RendezvousHangExchange::publishHangSummary(const std::string& summary) { rdzv_.publishHangSummary(summary); }
-std::vector<std::string> RendezvousHangExchange::gatherHangSummaries(std::chrono::milliseconds wait,
-                                                                     const std::string& mine) {
-  return rdzv_.gatherHangSummaries(wait, mine);
 }
 
 }  // namespace ddprun::agent

@@ -1,13 +1,12 @@
-// What the hang watch (hang_watch.h) needs from the agent around it, as three small
-// interfaces: the workers it watches (their pids, places and ends: the worker group), where
-// its findings go (the events file and the status record: the job reporter) with the size of
-// the round they belong to, and the other nodes of the round (hang summaries exchanged
-// through the rendezvous' job board). The round loop gives it adapters over its parts
-// (made here); tests give it their own, so that a multi-node exchange or a round of several
-// nodes runs without a rendezvous. Thread-safety: none; the agent's thread only.
+// What the hang watch (hang_watch.h) needs from the agent around it, as two small
+// interfaces: the workers it watches (their pids, places and ends: the worker group), and
+// where its findings go (the events file and the status record: the job reporter) with the
+// size of the round they belong to. (The other nodes it reaches through the job board,
+// agent/hang/nodes/node_summaries.h.) The round loop gives it adapters over its parts (made
+// here); tests give it their own, so that a round of several nodes runs without a
+// rendezvous. Thread-safety: none; the agent's thread only.
 #pragma once
 
-#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,7 +19,6 @@
 
 namespace ddprun::agent {
 
-class AgentRendezvous;
 class WorkerGroup;
 
 // The workers of the current attempt, as the hang watch sees and marks them (a worker it
@@ -58,21 +56,6 @@ class HangReports {
   virtual std::optional<Round> round() const = 0;
 };
 
-// The other nodes of the round: a node judging a hang asks every other node for its hang
-// summary (where its ranks stand, their Python frames, their torch dumps) and gets them back.
-class HangExchange {
- public:
-  virtual ~HangExchange() = default;
-  // This node's name, as the summaries carry it.
-  virtual const std::string& nodeName() const = 0;
-  // Another node judges a hang and waits for this node's summary.
-  virtual bool hangSummaryRequested() = 0;
-  virtual void publishHangSummary(const std::string& summary) = 0;
-  // Asks the other nodes for theirs (posting `mine` beside, for a node judging too) and
-  // returns those that came within `wait`.
-  virtual std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait, const std::string& mine) = 0;
-};
-
 // The adapters the round loop's hang watch uses over its parts; each holds a reference to a
 // part that must outlive it.
 class GroupHangWorkers final : public HangWorkers {
@@ -99,18 +82,6 @@ class ReporterHangReports final : public HangReports {
 
  private:
   JobReporter& reporter_;
-};
-
-class RendezvousHangExchange final : public HangExchange {
- public:
-  explicit RendezvousHangExchange(AgentRendezvous& rdzv) : rdzv_(rdzv) {}
-  const std::string& nodeName() const override;
-  bool hangSummaryRequested() override;
-  void publishHangSummary(const std::string& summary) override;
-  std::vector<std::string> gatherHangSummaries(std::chrono::milliseconds wait, const std::string& mine) override;
-
- private:
-  AgentRendezvous& rdzv_;
 };
 
 }  // namespace ddprun::agent

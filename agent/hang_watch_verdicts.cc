@@ -1,24 +1,18 @@
-// The hang watch's verdicts (hang_watch.h): the Python stacks it takes, what says that a
-// collective failed, and the three verdicts (the flight recorder rings with the other nodes'
-// summaries, torch's dumps, the Python frames). Apart from hang_watch.cc, which watches and
-// stops, so that each file stays short.
-#include <signal.h>
-
+// The hang watch's verdicts (hang_watch.h): the Python stacks it takes and the three verdicts
+// (the flight recorder rings with the other nodes' summaries, torch's dumps through
+// dump_judgement.h, the Python frames). Apart from hang_watch.cc, which watches and stops, so
+// that each file stays short.
 #include <algorithm>
 #include <filesystem>
-#include <map>
-
-#include <fmt/format.h>
 
 #include "agent/hang/python/live_traces.h"
 #include "agent/hang/python/python_hook.h"
 #include "agent/hang/python/python_stacks.h"
 #include "agent/hang/python/stack_summary.h"
 #include "agent/hang/python/worker_server_stacks.h"
+#include "agent/hang/verdicts/dump_judgement.h"
 #include "agent/hang_watch.h"
 #include "agent/ops/error_file.h"
-#include "agent/torch_trace/dump_summary.h"
-#include "agent/torch_trace/dump_verdict.h"
 #include "common/text_escape.h"
 
 namespace ddprun::agent {
@@ -98,40 +92,6 @@ void HangWatch::takePythonStacks() {
              served);
 }
 
-std::string HangWatch::collectiveFailureTrigger(const std::vector<WorkerFailure>& failures, bool& maybe) const {
-  maybe = false;
-  if (!attempt_.collective_line.empty()) return "a collective failed (" + attempt_.collective_line + ")";
-  const std::vector<Worker>& workers = group_.workers();
-  for (const WorkerFailure& f : failures) {
-    if (!f.hang_reason.empty()) continue;
-    if (f.error && reportsCollectiveTimeout(f.error->message)) {
-      return fmt::format("rank {} failed: a collective timed out", f.rank);
-    }
-    std::string said = f.python_exception;
-    for (const Worker& w : workers) {
-      if (w.pid == f.pid && w.stderr_record) said += "\n" + w.stderr_record->tail.text();
-    }
-    if (auto line = collectiveFailureIn(said)) {
-      return fmt::format("rank {} failed: a collective failed ({})", f.rank, printable(*line));
-    }
-  }
-  const std::optional<int> dumped = attempt_.torch_dumps ? attempt_.torch_dumps->written() : std::nullopt;
-  // NCCL's watchdog aborts the process from a C++ thread: no error file, no exception, and
-  // its words on stderr reach ddprun only when stderr goes through it.
-  for (const WorkerFailure& f : failures) {
-    if (!f.hang_reason.empty() || f.signal != SIGABRT || f.error || !f.python_exception.empty()) continue;
-    for (const Worker& w : workers) {
-      if (w.pid == f.pid && (w.python_hook || !w.torch_dump.empty())) {
-        maybe = !dumped;  // a dump ties it to a collective
-        return fmt::format("rank {} was killed by SIGABRT and wrote no error file, as torch's NCCL watchdog does",
-                           f.rank);
-      }
-    }
-  }
-  if (dumped) return fmt::format("rank {} wrote torch's flight-recorder dump", *dumped);
-  return {};
-}
-
 std::chrono::milliseconds HangWatch::settleTorchDumps() {
   const auto start = now();
   for (;;) {
@@ -147,153 +107,39 @@ std::chrono::milliseconds HangWatch::settleTorchDumps() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(now() - start);
 }
 
-namespace {
-
-// Where the verdict found `rank`, as its rank line says it: "behind, last called all_reduce
-// #1 (completed) at /job/train.py:12 in main".
-std::string standingOf(const DumpVerdict& verdict, int rank) {
-  for (const GroupFinding& f : verdict.findings) {
-    if (std::find(f.culprits.begin(), f.culprits.end(), rank) == f.culprits.end()) continue;
-    for (const RankStand& r : f.ranks) {
-      if (r.rank != rank) continue;
-      const bool inside = r.doing.rfind("in ", 0) == 0;
-      std::string out = rankStandingName(r.standing);
-      if (!r.doing.empty()) out += (inside ? " " : ", ") + r.doing;
-      if (r.call_site) {
-        out += fmt::format("{}{}:{}", inside ? ", called at " : " at ", printable(r.call_site->filename),
-                           r.call_site->line);
-        if (!r.call_site->name.empty()) out += " in " + printable(r.call_site->name);
-      }
-      return out;
-    }
-  }
-  return "blamed by the flight-recorder dumps";
-}
-
-}  // namespace
-
 std::string HangWatch::judgeTorchDumps(const std::string& trigger) {
   if (!attempt_.torch_dumps && attempt_.live_traces.empty()) return {};
-  std::vector<int> local_ranks;
-  for (const Worker& w : group_.workers()) local_ranks.push_back(w.place.rank);
+  DumpCase c;
+  for (const Worker& w : group_.workers()) c.local_ranks.push_back(w.place.rank);
   // The dump files are waited for (once already, before the other nodes were asked) only for
   // ranks without a live trace.
-  const bool all_live = tracesCover(attempt_.live_traces, local_ranks);
-  std::chrono::milliseconds waited{0};
-  if (attempt_.torch_dumps && !all_live) waited = attempt_.dumps_waited ? *attempt_.dumps_waited : settleTorchDumps();
-  const auto waited_ms = waited.count();
-  NodeDumps local = nodeDumps(attempt_.torch_dumps.get(), attempt_.live_traces, local_ranks);
-  const std::vector<int>& missing = local.missing;
-  if (local.dumps.empty() && local.unreadable.empty()) {
-    log_->info("no torch flight-recorder dump from rank {} within {} ms; the verdict comes from the Python stacks",
-               rankRanges(missing), waited_ms);
-    return {};
+  if (attempt_.torch_dumps && !tracesCover(attempt_.live_traces, c.local_ranks)) {
+    c.waited = attempt_.dumps_waited ? *attempt_.dumps_waited : settleTorchDumps();
   }
-  std::string gaps;
-  if (!missing.empty()) {
-    gaps = fmt::format("no dump from rank {} within {} ms", rankRanges(missing), waited_ms);
-  }
-  for (const std::string& line : local.unreadable) {
-    gaps += (gaps.empty() ? "" : "; ") + printable(line);
-  }
-  if (!gaps.empty()) {
-    log_->warn("torch flight-recorder dumps: {}; the verdict comes from the Python stacks", gaps);
-    return {};
-  }
-  DumpVerdictOptions options;
+  c.local = nodeDumps(attempt_.torch_dumps.get(), attempt_.live_traces, c.local_ranks);
   // The files' time, or now for live traces (taken moments ago).
   const int64_t newest = attempt_.torch_dumps ? attempt_.torch_dumps->newestNs() : 0;
-  if (local.live > 0) {
-    options.now_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-            .count();
+  if (c.local.live > 0) {
+    c.now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count();
   } else if (newest > 0) {
-    options.now_ns = newest;
+    c.now_ns = newest;
   }
   for (const Worker& w : group_.workers()) {
-    if (!w.running && w.exit_code == 0 && w.signal == 0) options.finished_ranks.push_back(w.place.rank);
+    if (!w.running && w.exit_code == 0 && w.signal == 0) c.finished_ranks.push_back(w.place.rank);
   }
-  std::vector<int> read_ranks;
-  for (const FlightDump& d : local.dumps) read_ranks.push_back(d.rank);
-  std::sort(read_ranks.begin(), read_ranks.end());
-  std::vector<FlightDump> dumps = std::move(local.dumps);
-  // The other nodes' ranks, from their summaries.
-  std::map<int, RemoteRank> remote;
-  std::map<int, std::string> remote_stacks;
-  const auto& current = reporter_.round();
-  if (current && static_cast<size_t>(current->world_size) > group_.workers().size()) {
-    for (const std::string& answer : otherNodes()) {
-      // Every Python rank's frames come in the answer, with a dump or without: when a dump is
-      // missing, the Python stacks' verdict (judgePythonHang) needs them. Only the ring
-      // verdict kept them before, so that verdict named the rank or not by which ran first.
-      attempt_.remote_stacks.merge(decodeStackSummary(answer, current->world_size, local_ranks).ranks);
-      RemoteDumps theirs = decodeDumpSummary(answer, current->world_size, local_ranks);
-      if (theirs.rejected > 0) {
-        log_->warn(
-            "torch flight-recorder dumps: ignored {} line(s) of another node's summary that this job of {} "
-            "ranks cannot hold",
-            theirs.rejected, current->world_size);
-      }
-      for (FlightDump& d : theirs.dumps) {
-        if (remote.count(d.rank)) continue;  // two nodes claim one rank: the first answer holds
-        remote[d.rank] = theirs.ranks[d.rank];
-        if (auto stack = theirs.python_stacks.find(d.rank); stack != theirs.python_stacks.end()) {
-          remote_stacks[d.rank] = stack->second;
-        }
-        dumps.push_back(std::move(d));
-      }
-      options.finished_ranks.insert(options.finished_ranks.end(), theirs.finished_ranks.begin(),
-                                    theirs.finished_ranks.end());
-    }
-    std::vector<int> without;
-    for (int r = 0; r < current->world_size; ++r) {
-      if (!remote.count(r) && std::find(local_ranks.begin(), local_ranks.end(), r) == local_ranks.end()) {
-        without.push_back(r);
-      }
-    }
-    if (!without.empty()) {
-      log_->warn(
-          "torch flight-recorder dumps: no dump of rank {} came from the other nodes (this node read rank {}); the "
-          "verdict comes from the Python stacks",
-          rankRanges(without), rankRanges(read_ranks));
-      return {};
-    }
-  }
-  const DumpVerdict verdict = dumpVerdict(dumps, options);
-  std::string text = verdict.text();
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  if (verdict.culprits.empty()) {
-    log_->warn("{}; the flight-recorder dumps name no rank behind: {}", trigger, printable(text));
-    return {};
-  }
-  log_->error("{}; {}", trigger, text);
-  recordVerdict(trigger, text, "flight_recorder", verdict.culprits);
-  // One line for the report: the findings' sentences (the last one names the root cause when
-  // there are several).
-  std::string sentences;
-  for (const GroupFinding& f : verdict.findings) sentences += (sentences.empty() ? "" : "; ") + f.line;
-  if (verdict.findings.size() > 1) sentences += "; root cause rank " + rankRanges(verdict.culprits);
-  for (int rank : verdict.culprits) {
-    auto it = remote.find(rank);
-    if (it == remote.end()) continue;
-    WorkerFailure f;
-    f.rank = rank;
-    f.local_rank = it->second.local_rank;
-    f.host = it->second.node.empty() ? "another node" : printable(it->second.node);
+  if (const auto& current = reporter_.round()) c.world_size = current->world_size;
+  c.others = [this]() -> const std::vector<std::string>& { return otherNodes(); };
+  DumpJudgement judged = judgeDumps(trigger, std::move(c));
+  for (const auto& [level, line] : judged.log) log_->log(level, line);
+  attempt_.remote_stacks.merge(judged.remote_stacks);  // two nodes claim one rank: the first answer holds
+  if (judged.culprits.empty()) return {};
+  recordVerdict(trigger, judged.text, "flight_recorder", judged.culprits);
+  for (WorkerFailure& f : judged.remote_culprits) {
     f.time = std::chrono::system_clock::now();
-    f.hang_reason = sentences;
-    f.elsewhere = standingOf(verdict, rank);
-    // Its traceback as its node took it before anyone was stopped (a worker's text: shown escaped).
-    if (auto stack = remote_stacks.find(rank); stack != remote_stacks.end()) {
-      for (std::string_view rest = stack->second; !rest.empty();) {
-        const size_t newline = rest.find('\n');
-        f.python_stack += printable(rest.substr(0, newline)) + "\n";
-        rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
-      }
-    }
     attempt_.remote_culprits.push_back(std::move(f));
   }
-  return sentences;
+  return judged.sentences;
 }
 
 void HangWatch::recordVerdict(const std::string& trigger, const std::string& text, const char* source,
@@ -404,19 +250,9 @@ void HangWatch::addRemoteCulprit(int rank, const std::string& verdict) {
   // Only a rank whose node answered with its frames: that node is known, and so is its place.
   auto it = attempt_.remote_stacks.find(rank);
   if (it == attempt_.remote_stacks.end()) return;
-  WorkerFailure f;
-  f.rank = rank;
-  f.local_rank = it->second.local_rank;
-  f.host = it->second.node.empty() ? "another node" : printable(it->second.node);
+  WorkerFailure f = remoteFailure(rank, it->second.node, it->second.local_rank, it->second.traceback, verdict,
+                                  "blamed by the flight recorder rings");
   f.time = std::chrono::system_clock::now();
-  f.hang_reason = verdict;
-  f.elsewhere = "blamed by the flight recorder rings";
-  // A worker's text: shown escaped, a line at a time.
-  for (std::string_view rest = it->second.traceback; !rest.empty();) {
-    const size_t newline = rest.find('\n');
-    f.python_stack += printable(rest.substr(0, newline)) + "\n";
-    rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
-  }
   attempt_.remote_culprits.push_back(std::move(f));
 }
 

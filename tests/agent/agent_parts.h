@@ -76,8 +76,8 @@ class AgentParts {
       } else {
         hang = std::make_unique<HangWatch>(config, env, group, reporter, nullptr);
       }
-      if (hang_exchange) {
-        hang->setUp(*hang_exchange, setup.base_env);
+      if (hang_board) {
+        hang->setUp(*hang_board, "node-a", setup.base_env);
       } else {
         hang->setUp(rdzv, setup.base_env);
       }
@@ -135,10 +135,11 @@ class AgentParts {
   RoundScript rounds;
   ScriptedRendezvous rdzv;
   RestartPolicy policy{0, NodeCooldown(std::chrono::seconds(0), std::chrono::seconds(0)), env.clock()};
-  // The hang watch's round and findings, and the other nodes (agent/hang_watch_ports.h), when
-  // a test gives its own (set before start()); none: the job reporter and the scripted round.
+  // The hang watch's round and findings (agent/hang_watch_ports.h), and the other nodes' hang
+  // summaries (a job board of the test's own: this node is "node-a" on it), when a test gives
+  // its own (set before start()); none: the job reporter and the scripted round.
   HangReports* hang_reports = nullptr;
-  HangExchange* hang_exchange = nullptr;
+  rendezvous::Board* hang_board = nullptr;
   std::unique_ptr<GroupHangWorkers> hang_workers;  // over `group`, with hang_reports
   std::unique_ptr<HangWatch> hang;                 // made by start(true)
   WorkerGroup group{config, env, nullptr, [this](int rank, std::string_view line) {

@@ -1,6 +1,6 @@
 // The hang watch (agent/hang_watch.h) of one node of a multi-node job, alone: the other nodes
-// are a scripted exchange of hang summaries (agent/hang_watch_ports.h's HangExchange) and the
-// round's size is the test's, so that no rendezvous runs. What it answers another node that
+// are a scripted job board of hang summaries (rendezvous/board/board.h) and the round's size
+// is the test's, so that no rendezvous runs. What it answers another node that
 // judges a hang, and what it makes of the other nodes' answers when it judges one itself:
 // the culprit on another node named, with its host and frames, first in this node's report.
 #include <signal.h>
@@ -26,10 +26,14 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// The other nodes, as the test scripts them.
-class ScriptedExchange final : public HangExchange {
+// The other nodes, as the test scripts them; no progress is exchanged.
+class ScriptedExchange final : public rendezvous::Board {
  public:
-  const std::string& nodeName() const override { return name; }
+  void publishStatus(const rendezvous::AgentRecord&) override {}
+  void publishProgress(const std::string&) override {}
+  std::vector<std::string> readProgress(size_t, size_t) override { return {}; }
+  void publishProgressMedians(const std::string&) override {}
+  std::string readProgressMedians(size_t) override { return {}; }
   bool hangSummaryRequested() override { return requested; }
   void publishHangSummary(const std::string& summary) override {
     published.push_back(summary);
@@ -40,7 +44,6 @@ class ScriptedExchange final : public HangExchange {
     return answers;
   }
 
-  std::string name = "node-a";
   bool requested = false;
   std::vector<std::string> answers;                         // what the other nodes answer
   std::vector<std::string> published;                       // this node's answers
@@ -87,7 +90,7 @@ TEST_CASE("hang watch across nodes: another node's request is answered with wher
   ScriptedExchange exchange;
   RoundReports reports(parts.reporter, 4, 2);  // ranks 0 and 1 here, 2 and 3 on the other node
   parts.hang_reports = &reports;
-  parts.hang_exchange = &exchange;
+  parts.hang_board = &exchange;
   parts.start(true);
   const std::string flight_dir = parts.base_env.at(env::kFlightDir);
   writeTestRing(flight_dir, 0, 4, 5, true);
@@ -100,7 +103,7 @@ TEST_CASE("hang watch across nodes: another node's request is answered with wher
   exchange.requested = true;
   const auto asked_at = parts.env.clock().now();
   parts.watchUntil([&] { return !exchange.published.empty(); }, seconds(30));
-  // Looked for at least every 2 s (hang_watch.cc's kHangRequestPoll).
+  // Looked for at least every 2 s (node_summaries.h's kRequestPoll).
   CHECK(parts.env.clock().now() - asked_at <= seconds(2));
   REQUIRE(exchange.published.size() == 1);
   SummaryPositions sent = decodeSummary(exchange.published[0], 4, {2, 3});
@@ -131,7 +134,7 @@ TEST_CASE(
   ScriptedExchange exchange;
   RoundReports reports(parts.reporter, 4, 2);
   parts.hang_reports = &reports;
-  parts.hang_exchange = &exchange;
+  parts.hang_board = &exchange;
   parts.config.hang_timeout = seconds(10);
   // Ranks 0, 1 (here) and 2 wait in all_reduce #6; rank 3, on node-b, never called it.
   exchange.answers = {positionLine(parts.dir(), 2, 5, true) + positionLine(parts.dir(), 3, 5, false) +
@@ -146,7 +149,7 @@ TEST_CASE(
   parts.watchUntil([&] { return !parts.env.hungStops().empty(); }, std::chrono::minutes(1));
 
   // The other node was asked once, this node's own summary posted beside the ask, and given
-  // the judging wait (hang_watch.h's kHangSummaryWait).
+  // the judging wait (node_summaries.h's kWait).
   REQUIRE(exchange.asked.size() == 1);
   CHECK(exchange.asked[0].first == seconds(5));
   CHECK(ranksIn(exchange.asked[0].second, {2, 3}) == std::vector<int>{0, 1});
@@ -181,7 +184,7 @@ TEST_CASE("hang watch across nodes: a verdict without some nodes' answers says h
   ScriptedExchange exchange;
   RoundReports reports(parts.reporter, 4, 3);  // three nodes; only one other answers
   parts.hang_reports = &reports;
-  parts.hang_exchange = &exchange;
+  parts.hang_board = &exchange;
   parts.config.hang_timeout = seconds(10);
   exchange.answers = {positionLine(parts.dir(), 2, 5, true)};
   parts.start(true);
