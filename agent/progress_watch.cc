@@ -44,12 +44,28 @@ void ProgressWatch::workersStarted() {
 }
 
 Clock::TimePoint ProgressWatch::nextLook() const {
-  return watching_ && !group_.stopping() ? next_look_ : Clock::TimePoint::max();
+  if (!watching_ || group_.stopping()) return Clock::TimePoint::max();
+  // The traces' threads are not the loop's: it looks again soon for their end.
+  return reading_traces_ ? std::min(traces_due_, now() + kTracePoll) : next_look_;
 }
 
 void ProgressWatch::tick() {
-  if (!watching_ || group_.stopping() || now() < next_look_) return;
-  next_look_ = now() + kLookInterval;
+  if (!watching_ || group_.stopping()) return;
+  if (reading_traces_) {
+    if (traces_.busy() && now() < traces_due_) return;
+    reading_traces_ = false;
+  } else {
+    if (now() < next_look_) return;
+    next_look_ = now() + kLookInterval;
+    // Asked at every look while the workers run: `ddprun status --trace` may be run at any
+    // time, and a worker without a trace handler costs a stat (live_positions.h).
+    traces_.start(traceSources());
+    if (traces_.busy()) {
+      reading_traces_ = true;
+      traces_due_ = now() + kTraceWait;
+      return;
+    }
+  }
   look();
   // A look can take a while on a slow store: the next one is an interval after this one ended.
   next_look_ = std::max(next_look_, now() + kLookInterval / 5);
@@ -57,6 +73,8 @@ void ProgressWatch::tick() {
 
 void ProgressWatch::endAttempt() {
   watching_ = false;
+  reading_traces_ = false;
+  traces_.forget();
   tracker_.reset();
   reporter_.setStragglers({});
 }
@@ -80,16 +98,28 @@ std::vector<FlightRingSnapshot> ProgressWatch::localRings() const {
   return rings;
 }
 
+std::vector<LiveTraceReader::Source> ProgressWatch::traceSources() const {
+  std::vector<LiveTraceReader::Source> sources;
+  for (const Worker& w : group_.workers()) {
+    if (w.running && w.python_hook) sources.push_back({w.dir, w.pid, w.place.rank});
+  }
+  return sources;
+}
+
 void ProgressWatch::look() {
   const auto& round = reporter_.round();
   if (!round) return;
   const std::vector<FlightRingSnapshot> rings = localRings();
-  if (rings.empty()) return;  // workers that keep no ring: nothing to say
+  // torch's entries are stamped on the wall clock, as the summary is.
+  const int64_t unix_ms = rendezvous::wallClockMillis();
+  std::vector<TracePosition> traces = traces_.take(unix_ms * 1000000);
+  if (rings.empty() && traces.empty()) return;  // workers that keep neither: nothing to say
   // The rings' times are the workers' steady clock, whatever clock the agent runs on.
   const int64_t now_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   NodeProgress mine;
-  mine.unix_ms = rendezvous::wallClockMillis();
+  mine.unix_ms = unix_ms;
+  mine.traces = std::move(traces);
   mine.threshold_s = thresholdOf(config_);
   for (const FlightRingSnapshot& ring : rings) {
     if (auto p = progressOf(ring)) mine.ranks.push_back(*p);

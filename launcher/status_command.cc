@@ -231,15 +231,32 @@ struct TraceRow {
   std::string op;
   std::string state;  // pending, started, failed, completed, idle
   double age_s = 0;   // since it started (or was enqueued, or completed), as of the reading
+  // Where it comes from: "torch" (the worker's live flight-recorder trace, which sees the
+  // collectives torch issues from C++ too) or "ring" (ddprun's ring, written by its hook or runtime).
+  std::string source = "ring";
+  // Whether it names a collective (a ring's idle rank names none).
+  bool named() const { return seq > 0 || source == "torch"; }
 };
 
 std::vector<TraceRow> traceOf(const JobProgress& progress, int64_t now_ms) {
   std::vector<TraceRow> rows;
   std::set<std::pair<int, int>> seen;
+  // A rank with rows from torch's live trace shows those only: its rings miss what torch issues
+  // from C++, and their groups need not be numbered as torch's are.
+  std::set<int> traced;
+  for (const auto& node : progress.nodes) {
+    const double since_s = std::max<int64_t>(0, now_ms - node.progress.unix_ms) / 1000.0;
+    for (const agent::TracePosition& t : node.progress.traces) {
+      traced.insert(t.rank);
+      if (!seen.emplace(t.rank, t.group).second) continue;
+      rows.push_back(
+          TraceRow{t.rank, t.group, t.seq, t.op, agent::traceStateName(t.state), t.age_s + since_s, "torch"});
+    }
+  }
   for (const auto& node : progress.nodes) {
     const double since_s = std::max<int64_t>(0, now_ms - node.progress.unix_ms) / 1000.0;
     for (const agent::RankPosition& p : node.progress.positions) {
-      if (!seen.emplace(p.rank, p.group).second) continue;
+      if (traced.count(p.rank) || !seen.emplace(p.rank, p.group).second) continue;
       TraceRow row{p.rank, p.group, 0, "-", "idle", 0};
       if (p.pending) {
         row.seq = p.pending->seq;
@@ -309,12 +326,12 @@ std::string formatStatusJson(const JobStatus& s, const JobProgress& progress, bo
     for (const TraceRow& r : traceOf(progress, s.now_ms)) {
       JsonObject row;
       row.add("rank", r.rank).add("group", r.group);
-      if (r.seq > 0) {
+      if (r.named()) {
         row.add("seq", r.seq).add("op", r.op).add("age_s", r.age_s);
       } else {
         row.addNull("seq").addNull("op").addNull("age_s");
       }
-      row.add("state", r.state);
+      row.add("state", r.state).add("source", r.source);
       rows.push_back(std::move(row));
     }
     o.add("trace", rows);
@@ -329,10 +346,10 @@ std::string formatProgressTable(const JobStatus& s, const JobProgress& progress,
   }
   std::string out = "\n";
   if (trace) {
-    std::vector<std::vector<std::string>> rows = {{"RANK", "GROUP", "SEQ", "OP", "STATE", "AGE"}};
+    std::vector<std::vector<std::string>> rows = {{"RANK", "GROUP", "SEQ", "OP", "STATE", "AGE", "SOURCE"}};
     for (const TraceRow& r : traceOf(progress, s.now_ms)) {
-      rows.push_back({std::to_string(r.rank), std::to_string(r.group), r.seq > 0 ? "#" + std::to_string(r.seq) : "-",
-                      r.op, r.state, r.seq > 0 ? fmt::format("{:.1f}s", r.age_s) : "-"});
+      rows.push_back({std::to_string(r.rank), std::to_string(r.group), r.named() ? "#" + std::to_string(r.seq) : "-",
+                      r.op, r.state, r.named() ? fmt::format("{:.1f}s", r.age_s) : "-", r.source});
     }
     return out + alignedRows(rows);
   }

@@ -55,8 +55,9 @@ struct JobProgress {
 // store round trips; throws StoreError.
 JobProgress readJobProgress(rendezvous::Store& store, const rendezvous::JobStatus& status);
 // Under the table: each rank's lag and the stragglers (by the threshold the round's first node
-// published); with `trace`, each rank's current collective instead. Numbers only: nothing of
-// the store's text reaches the terminal.
+// published); with `trace`, each rank's current collective instead, and whether it comes from
+// torch's live trace or ddprun's ring. Numbers and op names of [A-Za-z0-9_] only: nothing else
+// of the store's text reaches the terminal.
 std::string formatProgressTable(const rendezvous::JobStatus& status, const JobProgress& progress, bool trace);
 // formatStatusJson's object with the same as members: "straggler_threshold_s", "stragglers"
 // and "ranks" (each rank's lag), and with `trace` "trace" (each rank's current collective).

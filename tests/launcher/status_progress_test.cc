@@ -121,6 +121,50 @@ TEST_CASE("status keeps forged progress values out", "[unit][status][straggler]"
   CHECK_THAT(table, !Catch::Contains("99 "));
 }
 
+TEST_CASE("status --trace shows torch's live trace for the ranks that have one, the rings elsewhere, and says which",
+          "[unit][status]") {
+  rendezvous::InMemoryStore store;
+  // Node 0: ranks 0-1 with rings at all_reduce #100; rank 1's worker serves a live trace, which
+  // has DDP's all-reduce #130 (issued from C++, unseen by the ring) and a second group.
+  NodeProgress n = decodeNodeProgress(nodeValue(0, {0.05, 0.05}), 3)->progress;
+  TracePosition t;
+  t.rank = 1;
+  t.group = 0;
+  t.seq = 130;
+  t.op = "all_reduce";
+  t.state = TraceState::kStarted;
+  t.age_s = 2.5;
+  n.traces.push_back(t);
+  t.group = 1;
+  t.seq = 4;
+  t.op = "_allgather_base";
+  t.state = TraceState::kCompleted;
+  t.age_s = 0.5;
+  n.traces.push_back(t);
+  store.set(kPrefix + "0", encodeNodeProgress(n));
+  store.append(kPrefix + "nodes", "0\n");
+  const auto status = runningStatus(1, 3);
+  const launcher::JobProgress progress = launcher::readJobProgress(store, status);
+  REQUIRE(progress.nodes.size() == 1);
+
+  const std::string table = launcher::formatProgressTable(status, progress, true);
+  INFO(table);
+  CHECK_THAT(table, Catch::Contains("RANK  GROUP  SEQ   OP               STATE      AGE   SOURCE"));
+  // Ages plus the summary's 1 s.
+  CHECK_THAT(table, Catch::Contains("0     0      #100  all_reduce       started    1.2s  ring\n"));
+  CHECK_THAT(table, Catch::Contains("1     0      #130  all_reduce       started    3.5s  torch\n"));
+  CHECK_THAT(table, Catch::Contains("1     1      #4    _allgather_base  completed  1.5s  torch\n"));
+  // Rank 1's ring row gives way to its trace.
+  CHECK_THAT(table, !Catch::Contains("1     0      #100"));
+
+  const std::string json = launcher::formatStatusJson(status, progress, true);
+  CHECK_THAT(json, Catch::Contains(R"({"rank":0,"group":0,"seq":100,"op":"all_reduce","age_s":1.200,"state":"started",)"
+                                   R"("source":"ring"})"));
+  CHECK_THAT(json, Catch::Contains(R"({"rank":1,"group":0,"seq":130,"op":"all_reduce","age_s":3.500,"state":"started",)"
+                                   R"("source":"torch"})"));
+  CHECK_THAT(json, Catch::Contains(R"("group":1,"seq":4,"op":"_allgather_base")"));
+}
+
 TEST_CASE("straggler_threshold: 0.5 s unless given, 0 turns it off, bad values are one-line usage errors", "[cli]") {
   ddprun::testing::ScopedEnv unset("PET_STRAGGLER_THRESHOLD", std::nullopt);
   CHECK(parseArgs({"--no_python", "true"}).config.straggler_threshold.count() == 500);

@@ -69,6 +69,11 @@ std::string encodeNodeProgress(const NodeProgress& progress) {
     if (n++ == kMaxProgressEntries) break;
     append(encodePosition(p));
   }
+  n = 0;
+  for (const TracePosition& p : progress.traces) {
+    if (n++ == kMaxProgressEntries) break;
+    append(encodeTracePosition(p));
+  }
   return out;
 }
 
@@ -86,6 +91,7 @@ std::optional<DecodedProgress> decodeNodeProgress(std::string_view text, int wor
   if (newline == std::string_view::npos) return out;
   std::set<std::pair<int, int>> seen_progress;
   std::set<std::pair<int, int>> seen_positions;
+  std::set<std::pair<int, int>> seen_traces;
   forLines(text.substr(newline + 1), [&](std::string_view line) {
     if (line.empty()) return;
     const auto t = tokens(line);
@@ -99,6 +105,16 @@ std::optional<DecodedProgress> decodeNodeProgress(std::string_view text, int wor
       if (ok && out.progress.ranks.size() < kMaxProgressEntries && seen_progress.emplace(p.rank, p.group).second) {
         p.mean_wait_s = static_cast<double>(wait_us) / 1e6;
         out.progress.ranks.push_back(p);
+      } else {
+        ++out.rejected;
+      }
+      return;
+    }
+    if (line.starts_with("t ")) {
+      const std::optional<TracePosition> p = decodeTracePosition(line);
+      if (p && p->rank < world_size && out.progress.traces.size() < kMaxProgressEntries &&
+          seen_traces.emplace(p->rank, p->group).second) {
+        out.progress.traces.push_back(*p);
       } else {
         ++out.rejected;
       }

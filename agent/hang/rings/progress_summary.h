@@ -8,9 +8,15 @@
 //   s <rank> <group> <last_seq> <collectives> <mean_wait_us>   a RankProgress (straggler.h)
 //   v2 c ...                                                   a collective RankPosition (hang_verdict.h
 //   encodePosition)
+//   t <rank> <group> <seq> <op> <state> <age_ms>               a TracePosition (trace_position.h): a rank's
+//                                                              current collective from torch's live trace
 //
 //   dm1 <unix_ms>                                              the medians' header
 //   m <group> <median_wait_us> <ranks>                         a GroupMedian
+//
+// The header stays dp1 as lines of new kinds come: a decoder leaves out (and counts) the lines it
+// does not know, so an older status or agent reads a newer value, and a value without them
+// reads as before.
 //
 // Anyone who can write to the store can write these values, so the decoders take nothing on
 // trust: every number is range-checked, ranks must lie within the world, each (rank, group)
@@ -27,14 +33,16 @@
 
 #include "agent/hang/rings/hang_verdict.h"
 #include "agent/hang/rings/straggler.h"
+#include "agent/hang/rings/trace_position.h"
 
 namespace ddprun::agent {
 
-// The most entries of each kind (progress lines, positions) one node's value holds: a
+// The most entries of each kind (progress lines, positions, trace positions) one node's value holds: a
 // node's few hundred ranks times their groups, at most.
 inline constexpr size_t kMaxProgressEntries = 512;
-// The most bytes of one node's value (about 110 KiB at kMaxProgressEntries of each kind);
-// the encoder leaves out what would go past it, the decoder refuses a longer value.
+// The most bytes of one node's value (about 110 KiB at kMaxProgressEntries progress lines and
+// positions); the encoder leaves out what would go past it (trace positions, written last,
+// first), the decoder refuses a longer value.
 inline constexpr size_t kMaxProgressBytes = 128 * 1024;
 // The most groups the medians' value holds (and bytes: about 40 a line).
 inline constexpr size_t kMaxMedianGroups = 256;
@@ -45,6 +53,9 @@ struct NodeProgress {
   double threshold_s = 0;               // its --straggler_threshold (0: off)
   std::vector<RankProgress> ranks;      // its ranks' progress, per group
   std::vector<RankPosition> positions;  // its ranks' collective positions, per group
+  // Its ranks' current collectives from torch's live trace, per group (ranks whose worker
+  // serves one: agent/hang/python/live_positions.h); their rings' positions stay in `positions`.
+  std::vector<TracePosition> traces;
 };
 
 // The value, at most kMaxProgressBytes and kMaxProgressEntries of each kind (the first ones).
@@ -55,7 +66,8 @@ struct DecodedProgress {
   size_t rejected = 0;  // lines left out: malformed, out of range, repeated, past the caps
 };
 // nullopt when `text` is not such a value (no "dp1" header, longer than kMaxProgressBytes).
-// Ranks and group ranks must lie in 0..world_size-1; only collective positions are kept.
+// Ranks and group ranks must lie in 0..world_size-1; only collective positions are kept; each
+// (rank, group) once per kind.
 std::optional<DecodedProgress> decodeNodeProgress(std::string_view text, int world_size);
 
 struct JobMedians {
