@@ -11,6 +11,7 @@
 #include "common/env_names.h"
 #include "common/env_reader.h"
 #include "common/error.h"
+#include "worker_runtime/spare_wait.h"
 
 namespace ddprun::runtime {
 namespace {
@@ -51,6 +52,7 @@ void checkResolvable(const char* name, const std::string& host) {
 }  // namespace
 
 WorkerEnv WorkerEnv::fromEnvironment() {
+  awaitSpareAssignment();  // a spare has no rank before its assignment
   WorkerEnv e;
   e.world_size = size(env::kWorldSize);
   e.rank = rankWithin(env::kRank, e.world_size);
@@ -72,6 +74,7 @@ WorkerEnv WorkerEnv::fromEnvironment() {
 }
 
 StoreEnv StoreEnv::fromEnvironment(int rank, int world_size) {
+  awaitSpareAssignment();
   StoreEnv e;
   e.world_size = world_size >= 0 ? world_size : size(env::kWorldSize);
   if (e.world_size < 1) throw UsageError(fmt::format("init_process_group: world_size {} is not positive", world_size));
@@ -91,6 +94,7 @@ StoreEnv StoreEnv::fromEnvironment(int rank, int world_size) {
 
 int localDeviceIndex(int devices) {
   DDPRUN_CHECK(devices >= 1, "localDeviceIndex: devices=" + std::to_string(devices));
+  awaitSpareAssignment();
   return env::integerOr<int>(env::kLocalRank, 0, 0, INT_MAX) % devices;
 }
 

@@ -252,7 +252,9 @@ bool startWorld(GlobalState& s, const runtime::BackendSpec& spec, int rank, int 
   }
   installRecord(s, r);
   r.active = true;
-  s.store->set(capableKey(r.scope, rank), "1");
+  // kCapableSpare: this program, on the runtime, waits for a spare's assignment before main
+  // (worker_runtime/spare_wait.h), so the agent may keep a warm spare of it.
+  s.store->set(capableKey(r.scope, rank), kCapableSpare);
   return true;
 }
 

@@ -25,19 +25,22 @@ namespace fs = std::filesystem;
 constexpr int kSteps = 30;
 constexpr int kWorld = 2;
 
-std::vector<std::string> job(const TempDir& dir, const std::string& recovery) {
+// `spare`: --recovery_spare's value; `step_ms`: the trainer's step.
+std::vector<std::string> job(const TempDir& dir, const std::string& recovery, const std::string& spare = "off",
+                             int steps = kSteps, int step_ms = 30) {
   fs::create_directories(dir.file("logs"));
   return {ddprunPath(),
           "--standalone",
           "--nproc_per_node=" + std::to_string(kWorld),
           "--max_restarts=2",
           "--recovery=" + recovery,
+          "--recovery_spare=" + spare,
           "--no_python",
           binDir() + "/chaos_trainer",
           "--steps",
-          std::to_string(kSteps),
+          std::to_string(steps),
           "--step-ms",
-          "30",
+          std::to_string(step_ms),
           "--checkpoint-every",
           "7",
           "--timeout",
@@ -48,24 +51,35 @@ std::vector<std::string> job(const TempDir& dir, const std::string& recovery) {
           dir.file("logs")};
 }
 
+// Empty when the file cannot be read: a process of /proc may end while it is read.
 std::string readAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  try {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  } catch (const std::exception&) {
+    return {};
+  }
 }
 
-// The pid of the chaos trainer of `rank` whose arguments name `logs` (this test's own job).
-pid_t workerPid(const std::string& logs, int rank) {
+// The pid of this job's chaos trainer (its arguments name `logs`) whose environment, as it
+// started, holds `wanted`; -1: none.
+pid_t processWith(const std::string& logs, const std::string& wanted) {
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string pid = entry.path().filename().string();
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
     const std::string cmdline = readAll(entry.path().string() + "/cmdline");
     if (cmdline.find("chaos_trainer") == std::string::npos || cmdline.find(logs) == std::string::npos) continue;
-    const std::string environ = readAll(entry.path().string() + "/environ");
-    if (environ.find(std::string("\0RANK=", 6) + std::to_string(rank) + '\0') != std::string::npos) {
-      return static_cast<pid_t>(std::stol(pid));
-    }
+    // A NUL first, so that `wanted`'s own leading NUL finds the first variable too.
+    const std::string environ = std::string(1, '\0') + readAll(entry.path().string() + "/environ");
+    if (environ.find(wanted) != std::string::npos) return static_cast<pid_t>(std::stol(pid));
   }
   return -1;
+}
+
+// The pid of the chaos trainer of `rank` (a spare that took a rank shows its starting
+// environment there: no RANK).
+pid_t workerPid(const std::string& logs, int rank) {
+  return processWith(logs, std::string("\0RANK=", 6) + std::to_string(rank) + '\0');
 }
 
 }  // namespace
@@ -104,4 +118,48 @@ TEST_CASE("in-job recovery under ddprun: a killed worker restarts alone, every s
   CHECK(readRank(logs, 1).starts == 2);
   WARN("under ddprun: kill -> first step after it on rank 0: " << firstStepAfter(logs, 0, killed_at) << " ms (pid "
                                                                << survivor << " kept)");
+}
+
+TEST_CASE("in-job recovery under ddprun: the warm spare takes a killed worker's place, steps stay bit-identical") {
+  // Longer steps than above: the spare starts after the workers joined their group, and the
+  // job must still run when the kill comes.
+  constexpr int kSpareSteps = 40;
+  constexpr int kStepMs = 100;
+  TempDir reference_dir;
+  const RunResult reference =
+      run(job(reference_dir, "restart", "off", kSpareSteps, kStepMs), {}, std::chrono::seconds(120));
+  INFO(reference.out << reference.err);
+  REQUIRE(reference.exit_code == 0);
+
+  TempDir dir;
+  TestProcess ddprun(job(dir, "in-job", "on", kSpareSteps, kStepMs));
+  const std::string logs = dir.file("logs");
+  // The spare: a chaos trainer of this job started with DDPRUN_SPARE=1 and no rank.
+  pid_t spare = -1;
+  REQUIRE(eventually([&] { return (spare = processWith(logs, std::string("\0DDPRUN_SPARE=1\0", 16))) > 0; },
+                     std::chrono::seconds(60)));
+  REQUIRE(eventually([&] { return lastStep(logs, 1) >= 8; }, std::chrono::seconds(60)));
+  const pid_t victim = workerPid(logs, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  REQUIRE(ddprun.wait(std::chrono::seconds(120)));
+  const std::string said = ddprun.out() + ddprun.err();
+  INFO(said);
+  CHECK(ddprun.exitCode() == 0);
+  // Rank 1's place went to the spare: its pid, no process started for it.
+  CHECK(countOf(said, "replaced alone: pid " + std::to_string(spare) + " (the spare)") == 1);
+  CHECK(countOf(said, "started a spare worker (pid " + std::to_string(spare) + ")") == 1);
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r);
+    const RankLog mine = readRank(logs, r);
+    const RankLog theirs = readRank(reference_dir.file("logs"), r);
+    CHECK(mine.problems.empty());
+    CHECK(mine.done);
+    REQUIRE(mine.sums.size() == static_cast<size_t>(kSpareSteps));
+    for (int s = 1; s <= kSpareSteps; ++s) CHECK(mine.sums.at(s) == theirs.sums.at(s));
+  }
+  CHECK(readRank(logs, 0).starts == 1);
+  CHECK(readRank(logs, 1).starts == 2);
+  // Nothing of the job is left: not the spare that followed, nor the one that took rank 1.
+  CHECK(processWith(logs, "") == -1);
 }
