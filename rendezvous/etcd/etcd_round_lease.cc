@@ -8,8 +8,8 @@ namespace ddprun::rendezvous::etcd {
 
 using std::chrono::milliseconds;
 
-EtcdRoundLease::EtcdRoundLease(std::unique_ptr<EtcdStore> store, RoundLivenessSpec spec)
-    : store_(std::move(store)), spec_(std::move(spec)) {
+EtcdRoundLease::EtcdRoundLease(std::unique_ptr<EtcdStore> store, RoundLivenessSpec spec, Clock& clock)
+    : store_(std::move(store)), spec_(std::move(spec)), clock_(clock) {
   // etcd counts TTLs in whole seconds (and raises ones under its minimum).
   const int64_t ttl_seconds = std::max<int64_t>(1, (spec_.ttl.count() + 999) / 1000);
   lease_ = store_->grantLease(ttl_seconds);
@@ -29,11 +29,19 @@ EtcdRoundLease::~EtcdRoundLease() {
   if (successor_.joinable()) successor_.join();
 }
 
+bool EtcdRoundLease::stoppedWithin(std::unique_lock<std::mutex>& lock) {
+  const Clock::TimePoint until = clock_.now() + spec_.keep_alive_interval;
+  while (!stop_) {
+    if (clock_.waitUntil(lock, wake_, until) == std::cv_status::timeout) return stop_;
+  }
+  return true;
+}
+
 void EtcdRoundLease::keepAliveLoop() {
   auto log = logger("rendezvous");
   std::unique_lock lock(mutex_);
   for (;;) {
-    if (wake_.wait_for(lock, spec_.keep_alive_interval, [this] { return stop_; })) return;
+    if (stoppedWithin(lock)) return;
     lock.unlock();
     try {
       if (store_->keepAlive(lease_) == 0) {
@@ -73,7 +81,7 @@ void EtcdRoundLease::watchSuccessor() {
         std::unique_lock lock(mutex_);
         if (stop_) return;
         log->warn("cannot watch node {}'s etcd lease ({}); trying again", spec_.successor_name, e.what());
-        if (wake_.wait_for(lock, spec_.keep_alive_interval, [this] { return stop_; })) return;
+        if (stoppedWithin(lock)) return;
       } catch (const StoreTimeout&) {
         gone = true;
         break;

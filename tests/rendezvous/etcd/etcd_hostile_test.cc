@@ -8,7 +8,6 @@
 #include <chrono>
 #include <random>
 #include <sstream>
-#include <thread>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -17,6 +16,8 @@
 #include "rendezvous/etcd/etcd_store.h"
 #include "tests/rendezvous/etcd/fake_etcd.h"
 #include "tests/support/fuzz_run.h"
+#include "tests/support/log_lines.h"
+#include "tests/support/manual_clock.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::testing;
@@ -155,11 +156,18 @@ TEST_CASE("a keep-alive answer whose TTL is not a number is a warning and the ke
   spec.end_key = "r0/end";
   spec.keep_alive_interval = 50ms;
   spec.ttl = 3s;
+  ManualClock clock;
   {
-    EtcdRoundLease lease(storeOn(fake), spec);
+    EtcdRoundLease lease(storeOn(fake), spec, clock);
     CHECK(fake.value("/t/r0/alive/0") == "1");
     // Before the fix the first such answer ended the process (std::terminate in this thread).
-    CHECK(eventually([&] { return fake.requests("/v3/lease/keepalive") >= 3; }, 10s));
+    // Each keep_alive_interval of the clock is one keep-alive, sent once the one before was
+    // answered and its thread waits again (10 s: a guard).
+    for (int sent = 1; sent <= 3; ++sent) {
+      REQUIRE(clock.awaitSleepers(1, 10s));
+      clock.advance(spec.keep_alive_interval);
+      CHECK(fake.waitForRequests("/v3/lease/keepalive", sent, 10s));
+    }
   }
   CHECK_FALSE(fake.value("/t/r0/end").has_value());
 }
@@ -180,10 +188,13 @@ TEST_CASE("a successor's watch answered with garbage stops that watch with a war
   spec.evict_reason = "evict:host:1";
   spec.keep_alive_interval = 50ms;
   spec.ttl = 3s;
+  ManualClock clock;  // no keep-alive due: only the watch talks to the fake
+  LogLines log("rendezvous");
   {
-    EtcdRoundLease lease(storeOn(fake), spec);
-    CHECK(eventually([&] { return fake.requests("/v3/watch") >= 1; }, 10s));
-    std::this_thread::sleep_for(300ms);  // time to read the answer (before the fix: abort)
+    EtcdRoundLease lease(storeOn(fake), spec, clock);
+    // The watch read the answer and gave up on it with a warning (before the fix: abort).
+    CHECK(log.waitFor("warning: cannot watch node host:1's etcd lease: ", 10s));
+    CHECK(fake.requests("/v3/watch") >= 1);
   }
   // A reply that cannot be read says nothing of the successor.
   CHECK_FALSE(fake.value("/t/r0/end").has_value());

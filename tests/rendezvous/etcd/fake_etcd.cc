@@ -1,6 +1,8 @@
 #include "tests/rendezvous/etcd/fake_etcd.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -25,12 +27,28 @@ constexpr size_t kMaxBodyBytes = 16 << 20;
 // A watch with nothing to report ends after this (the client reads and watches again).
 constexpr auto kQuietWatch = std::chrono::seconds(1);
 
-// Sends everything unless the peer goes away or the fake stops; sockets time out every 100 ms.
-bool sendAll(int fd, const std::string& bytes, const std::atomic<bool>& stop) {
+// Waits until `fd` is ready for `events` (true) or the fake stops (false): `stop` is the read
+// end of the stop pipe, whose write end the destructor closes. No tick: every wait is woken
+// by what it waits for.
+bool ready(int fd, short events, int stop) {
+  pollfd p[2] = {{fd, events, 0}, {stop, POLLIN, 0}};
+  for (;;) {
+    const int n = ::poll(p, 2, -1);
+    if (n < 0 && errno == EINTR) continue;
+    return n > 0 && p[1].revents == 0 && p[0].revents != 0;
+  }
+}
+
+// Sends everything unless the peer goes away or the fake stops.
+bool sendAll(int fd, const std::string& bytes, int stop) {
   size_t sent = 0;
   while (sent < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) && !stop) continue;
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!ready(fd, POLLOUT, stop)) return false;
+      continue;
+    }
     if (n <= 0) return false;
     sent += static_cast<size_t>(n);
   }
@@ -76,14 +94,21 @@ FakeEtcd::FakeEtcd(Override override) : override_(std::move(override)) {
   socklen_t len = sizeof addr;
   ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
   port_ = ntohs(addr.sin_port);
-  timeval tick{0, 100000};
-  ::setsockopt(listener_.get(), SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof tick);
+  int stop[2];
+  if (::pipe2(stop, O_CLOEXEC) != 0) throw SystemError("fake etcd: pipe2", errno);
+  stop_read_ = UniqueFd(stop[0]);
+  stop_write_ = UniqueFd(stop[1]);
   acceptor_ = std::thread([this] { acceptLoop(); });
 }
 
 FakeEtcd::~FakeEtcd() {
-  stop_ = true;
+  {
+    // Under the mutex: a watch that has just found stop_ false is already waiting when notified.
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
   changed_.notify_all();
+  stop_write_.reset();  // wakes every thread waiting on a socket
   acceptor_.join();
   std::lock_guard lock(threads_mutex_);
   for (auto& c : connections_) c.thread.join();
@@ -93,6 +118,14 @@ int FakeEtcd::requests(const std::string& path) const {
   std::lock_guard lock(mutex_);
   const auto it = counts_.find(path);
   return it == counts_.end() ? 0 : it->second;
+}
+
+bool FakeEtcd::waitForRequests(const std::string& path, int n, std::chrono::milliseconds guard) const {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, guard, [&] {
+    const auto it = counts_.find(path);
+    return it != counts_.end() && it->second >= n;
+  });
 }
 
 void FakeEtcd::put(const std::string& key, const std::string& value) {
@@ -108,12 +141,9 @@ std::optional<std::string> FakeEtcd::value(const std::string& key) const {
 }
 
 void FakeEtcd::acceptLoop() {
-  while (!stop_) {
+  while (ready(listener_.get(), POLLIN, stop_read_.get())) {
     UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!fd) continue;  // the 100 ms tick (EAGAIN), or a failed accept: look at stop_ again
-    timeval tick{0, 100000};
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof tick);
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tick, sizeof tick);
+    if (!fd) continue;
     std::lock_guard lock(threads_mutex_);
     for (auto it = connections_.begin(); it != connections_.end();) {
       if (!*it->done) {
@@ -140,7 +170,8 @@ void FakeEtcd::serve(UniqueFd fd) {
   char buf[65536];
   while (!stop_) {
     if (header_end != std::string::npos && in.size() >= header_end + 4 + content_length) break;
-    const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    if (!ready(fd.get(), POLLIN, stop_read_.get())) return;
+    const ssize_t n = ::recv(fd.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n <= 0) return;
     in.append(buf, static_cast<size_t>(n));
@@ -171,6 +202,7 @@ void FakeEtcd::serve(UniqueFd fd) {
     std::lock_guard lock(mutex_);
     ++counts_[path];
   }
+  changed_.notify_all();
   const std::optional<FakeEtcdReply> replacement = override_ ? override_(path, body) : std::nullopt;
   std::optional<FakeEtcdReply> reply;
   // Served first (its writes made) unless it is a watch answered instead: a reply that lies
@@ -188,7 +220,7 @@ void FakeEtcd::serve(UniqueFd fd) {
   const std::string head =
       fmt::format("HTTP/1.1 {} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                   reply->status, reply->body.size());
-  if (sendAll(fd.get(), head, stop_)) sendAll(fd.get(), reply->body, stop_);
+  if (sendAll(fd.get(), head, stop_read_.get())) sendAll(fd.get(), reply->body, stop_read_.get());
   ::shutdown(fd.get(), SHUT_WR);
 }
 
@@ -323,13 +355,13 @@ std::optional<FakeEtcdReply> FakeEtcd::handle(int fd, const std::string& path, c
     if (!sendAll(fd,
                  "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
                  "Connection: close\r\n\r\n",
-                 stop_)) {
+                 stop_read_.get())) {
       return std::nullopt;
     }
     lock.lock();
     std::string created = json{{"result", {{"header", header()}, {"created", true}}}}.dump() + "\n";
     lock.unlock();
-    if (!sendAll(fd, chunk(created), stop_)) return std::nullopt;
+    if (!sendAll(fd, chunk(created), stop_read_.get())) return std::nullopt;
     auto quiet_until = std::chrono::steady_clock::now() + kQuietWatch;
     lock.lock();
     while (!stop_) {
@@ -345,15 +377,15 @@ std::optional<FakeEtcdReply> FakeEtcd::handle(int fd, const std::string& path, c
       if (!events.empty()) {
         const std::string line = json{{"result", {{"header", header()}, {"events", events}}}}.dump() + "\n";
         lock.unlock();
-        if (!sendAll(fd, chunk(line), stop_)) return std::nullopt;
+        if (!sendAll(fd, chunk(line), stop_read_.get())) return std::nullopt;
         lock.lock();
         quiet_until = std::chrono::steady_clock::now() + kQuietWatch;
       }
       if (std::chrono::steady_clock::now() >= quiet_until) break;
-      changed_.wait_for(lock, std::chrono::milliseconds(100));
+      changed_.wait_until(lock, quiet_until);  // woken by a write (or stop_); the quiet's end
     }
     lock.unlock();
-    sendAll(fd, "0\r\n\r\n", stop_);
+    sendAll(fd, "0\r\n\r\n", stop_read_.get());
     ::shutdown(fd, SHUT_WR);
     return std::nullopt;
   }

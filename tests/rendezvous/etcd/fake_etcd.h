@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -39,7 +40,7 @@ class FakeEtcd {
 
   // Listens on 127.0.0.1, port from the kernel. Throws SystemError when it cannot.
   explicit FakeEtcd(Override override = {});
-  // Stops within about 100 ms: closes the listener and every connection, joins the threads.
+  // Stops at once: wakes every thread (a pipe's end), closes every connection, joins them.
   ~FakeEtcd();
   FakeEtcd(const FakeEtcd&) = delete;
   FakeEtcd& operator=(const FakeEtcd&) = delete;
@@ -47,6 +48,8 @@ class FakeEtcd {
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
   // Requests received for `path` so far (served or overridden).
   int requests(const std::string& path) const;
+  // Blocks until `path` has had `n` requests (true), woken by each one; false after `guard`.
+  bool waitForRequests(const std::string& path, int n, std::chrono::milliseconds guard) const;
   // Puts a key as a client's put would (for tests that need one stored first).
   void put(const std::string& key, const std::string& value);
   // The value stored at `key`, or nothing.
@@ -79,10 +82,12 @@ class FakeEtcd {
   Override override_;
   UniqueFd listener_;
   int port_ = 0;
+  UniqueFd stop_read_;   // readable once stop_write_ is closed: every socket wait's wake-up
+  UniqueFd stop_write_;  // closed by the destructor
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
   mutable std::mutex mutex_;
-  std::condition_variable changed_;
+  mutable std::condition_variable changed_;  // a write, a request counted, or stop_
   std::map<std::string, Entry> kv_;
   std::vector<Event> history_;
   int64_t revision_ = 1;
