@@ -190,7 +190,10 @@ TEST_CASE("a writer killed in the middle of a save leaves the previous checkpoin
   CHECK(partial == 1);
 }
 
-TEST_CASE("kill -9 at random moments of a save loop always leaves one whole version", "[checkpoint][process]") {
+// The writer is killed at random moments of real time (the moment is the test's input):
+// integration, not unit.
+TEST_CASE("kill -9 at random moments of a save loop always leaves one whole version",
+          "[checkpoint][process][integration]") {
   TempDir dir;
   const std::string path = dir.file("loop.ckpt");
   std::mt19937 rng(12345);

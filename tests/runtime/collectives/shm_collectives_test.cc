@@ -350,7 +350,10 @@ TEST_CASE("a shared-memory barrier names every rank known dead and not only the 
                       "rank 0: barrier (shared memory): rank 1, rank 2 died");
 }
 
-TEST_CASE("a broadcast root runs ahead of slow receivers without overwriting what they have not read") {
+// The receivers dawdle on the wall clock (2 ms now and then) so that the root runs ahead of
+// them: integration, not unit.
+TEST_CASE("a broadcast root runs ahead of slow receivers without overwriting what they have not read",
+          "[integration]") {
   REQUIRE_NOTHROW(runThreads(3, [](int rank, ddprun::rendezvous::Store& store) {
     auto shm = shmOf(store, rank, 3, 64);
     for (int i = 0; i < 60; ++i) {
@@ -370,7 +373,10 @@ TEST_CASE("a broadcast root runs ahead of slow receivers without overwriting wha
   }));
 }
 
-TEST_CASE("a broadcast root leaves before its receivers but waits for them when ranks outnumber CPUs") {
+// A receiver that calls 100 ms late, or once the root has returned: real time between ranks
+// (a root that did not wait would be gone), so integration, not unit.
+TEST_CASE("a broadcast root leaves before its receivers but waits for them when ranks outnumber CPUs",
+          "[integration]") {
   const int cpus = static_cast<int>(std::thread::hardware_concurrency());
   // Two ranks, each thread pinned to `cpus_of(rank)`; one chunk (64 bytes, slots of 64) from
   // rank 0, after a barrier (from which the ranks know whether they are oversubscribed).
