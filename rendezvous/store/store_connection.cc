@@ -68,8 +68,10 @@ void StoreServer::Impl::Connection::close() {
     // A write in flight keeps writing_ until its handler runs, but no longer counts.
     server_.unqueued(queuedBytes());
     std::string().swap(pending_);
-    if (partial_since_) --server_.incomplete_requests_;
+    const bool was_partial = partial_since_.has_value();
+    if (was_partial) --server_.incomplete_requests_;
     partial_since_.reset();
+    if (countHeld(0) || was_partial) server_.countersChanged();
   }
   boost::system::error_code ignored;
   socket_.close(ignored);
@@ -236,13 +238,32 @@ std::optional<size_t> StoreServer::Impl::Connection::handleRequests(std::span<co
 }
 
 void StoreServer::Impl::Connection::noteProgress(size_t consumed) {
+  bool changed = false;
   if (in_len_ == 0) {
-    if (partial_since_) --server_.incomplete_requests_;
+    if (partial_since_) {
+      --server_.incomplete_requests_;
+      changed = true;
+    }
     partial_since_.reset();
   } else if (consumed > 0 || !partial_since_) {
-    if (!partial_since_) ++server_.incomplete_requests_;
+    if (!partial_since_) {
+      ++server_.incomplete_requests_;
+      changed = true;
+    }
     partial_since_ = server_.clock_.now();
   }
+  if (countHeld(in_len_) || changed) server_.countersChanged();
+}
+
+bool StoreServer::Impl::Connection::countHeld(size_t held) {
+  if (held == held_counted_) return false;
+  if (held > held_counted_) {
+    server_.incomplete_request_bytes_ += held - held_counted_;
+  } else {
+    server_.incomplete_request_bytes_ -= held_counted_ - held;
+  }
+  held_counted_ = held;
+  return true;
 }
 
 bool StoreServer::Impl::Connection::reject(const std::string& reason) {

@@ -94,7 +94,7 @@ StoreServer::Impl::~Impl() {
     accept_timer_.cancel();
     for (auto& [id, connection] : connections_) connection->close();
     connections_.clear();
-    connection_count_ = 0;
+    noteConnections();
     io_.stop();
   });
   if (thread_.joinable()) thread_.join();
@@ -106,7 +106,7 @@ void StoreServer::Impl::accept() {
     if (!ec) {
       auto connection = std::make_shared<Connection>(*this, next_id_++, std::move(socket), accept_peer_);
       connections_.emplace(connection->id(), connection);
-      connection_count_ = connections_.size();
+      noteConnections();
       log_->trace("store: client {} connected", connection->peer());
       connection->start();
       accept_backoff_ = std::chrono::milliseconds(0);
@@ -223,7 +223,53 @@ void StoreServer::Impl::closeConnection(ConnectionId id, const std::string& reas
   state_.dropConnection(id);
   noteWaiters();
   connections_.erase(it);
+  noteConnections();
+}
+
+void StoreServer::Impl::noteWaiters() {
+  // After every request: most change nothing, and then neither the store nor a wake is paid.
+  const size_t waiting = state_.waitingConnections();
+  if (waiting == waiting_clients_.load(std::memory_order_relaxed)) return;
+  waiting_clients_ = waiting;
+  countersChanged();
+}
+
+void StoreServer::Impl::noteConnections() {
   connection_count_ = connections_.size();
+  countersChanged();
+}
+
+// The counters are stored (sequentially consistent) before counter_waiters_ is read here, and
+// a waiter counts itself before it reads them: either this sees the waiter, or the waiter sees
+// the change. A waiter reads the counters under counters_mutex_ until it sleeps, so taking the
+// mutex before the notify cannot fall between its reading and its sleep.
+void StoreServer::Impl::countersChanged() const {
+  if (counter_waiters_.load() == 0) return;
+  { std::lock_guard lock(counters_mutex_); }
+  counters_cv_.notify_all();
+}
+
+StoreServerCounters StoreServer::Impl::counters() const {
+  StoreServerCounters c;
+  c.connections = connection_count_.load();
+  c.incomplete_requests = incomplete_requests_.load();
+  c.incomplete_request_bytes = incomplete_request_bytes_.load();
+  c.waiting_clients = waiting_clients_.load();
+  c.pending_reply_bytes = queued_bytes_seen_.load();
+  c.peak_pending_reply_bytes = peak_queued_bytes_.load();
+  return c;
+}
+
+bool StoreServer::Impl::waitFor(const std::function<bool(const StoreServerCounters&)>& holds,
+                                std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  ++counter_waiters_;
+  struct Uncount {
+    std::atomic<size_t>& waiters;
+    ~Uncount() { --waiters; }
+  } uncount{counter_waiters_};
+  std::unique_lock lock(counters_mutex_);
+  return counters_cv_.wait_until(lock, deadline, [&] { return holds(counters()); });
 }
 
 void StoreServer::Impl::deliver(const StoreEffects& effects) {
@@ -282,11 +328,13 @@ void StoreServer::Impl::queued(size_t bytes) {
   queued_bytes_ += bytes;
   queued_bytes_seen_ = queued_bytes_;
   if (queued_bytes_ > peak_queued_bytes_.load()) peak_queued_bytes_ = queued_bytes_;
+  countersChanged();
 }
 
 void StoreServer::Impl::unqueued(size_t bytes) {
   queued_bytes_ -= bytes;
   queued_bytes_seen_ = queued_bytes_;
+  countersChanged();
 }
 
 StoreServer::StoreServer(StoreServerOptions options, Clock& clock)
@@ -298,5 +346,10 @@ size_t StoreServer::incompleteRequests() const { return impl_->incompleteRequest
 size_t StoreServer::waitingClients() const { return impl_->waitingClients(); }
 size_t StoreServer::pendingReplyBytes() const { return impl_->pendingReplyBytes(); }
 size_t StoreServer::peakPendingReplyBytes() const { return impl_->peakPendingReplyBytes(); }
+StoreServerCounters StoreServer::counters() const { return impl_->counters(); }
+bool StoreServer::waitFor(const std::function<bool(const StoreServerCounters&)>& holds,
+                          std::chrono::milliseconds timeout) const {
+  return impl_->waitFor(holds, timeout);
+}
 
 }  // namespace ddprun::rendezvous

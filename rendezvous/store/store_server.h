@@ -8,6 +8,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,6 +39,16 @@ struct StoreServerOptions {
   size_t expected_clients = 0;
 };
 
+// What the server holds, read field by field (each exact, the set not one instant's).
+struct StoreServerCounters {
+  size_t connections = 0;               // open client connections
+  size_t incomplete_requests = 0;       // connections holding a request not yet complete
+  size_t incomplete_request_bytes = 0;  // bytes of those requests received and held so far
+  size_t waiting_clients = 0;           // clients blocked in a WAIT, a queue pop or a BARRIER
+  size_t pending_reply_bytes = 0;       // reply bytes held for all clients (queued or being written)
+  size_t peak_pending_reply_bytes = 0;  // the most pending_reply_bytes since the start
+};
+
 class StoreServer {
  public:
   // Raises the process's soft descriptor limit to its hard one, binds, listens (with the largest
@@ -60,6 +72,18 @@ class StoreServer {
   // most since it started (for tests and logs). Thread-safe.
   size_t pendingReplyBytes() const;
   size_t peakPendingReplyBytes() const;
+  // All of the above, and the bytes held of incomplete requests. Thread-safe.
+  StoreServerCounters counters() const;
+
+  // Blocks until `holds` is true of the counters, or `timeout` of real time passes; returns
+  // whether it held. For tests, and any caller that must wait for the server's state (a client
+  // seen waiting, a connection gone) without polling it: the I/O thread wakes the waiters at
+  // each change of a counter, so the wait ends at the change itself, on whichever clock the
+  // server runs. `timeout` is only a bound for a caller that must not hang: it runs on the
+  // steady clock, not on the server's (a manual clock would never reach it). With nobody
+  // waiting a change costs one atomic load. `holds` runs under the waiters' lock, on this
+  // thread: it must not call the server's waitFor. Thread-safe.
+  bool waitFor(const std::function<bool(const StoreServerCounters&)>& holds, std::chrono::milliseconds timeout) const;
 
  private:
   class Impl;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -49,13 +50,18 @@ class StoreServer::Impl {
   size_t waitingClients() const { return waiting_clients_.load(); }
   size_t pendingReplyBytes() const { return queued_bytes_seen_.load(); }
   size_t peakPendingReplyBytes() const { return peak_queued_bytes_.load(); }
+  StoreServerCounters counters() const;
+  bool waitFor(const std::function<bool(const StoreServerCounters&)>& holds, std::chrono::milliseconds timeout) const;
 
  private:
   void accept();
   bool closeIdleStranger();
   void runSweeper();
   void sweepStalled();
-  void noteWaiters() { waiting_clients_ = state_.waitingConnections(); }
+  void noteWaiters();
+  void noteConnections();
+  // Wakes the threads in waitFor, if any, once a counter changed (after the change: see waitFor).
+  void countersChanged() const;
   void closeConnection(ConnectionId id, const std::string& reason, bool is_error);
   void deliver(const StoreEffects& effects);
   void send(ConnectionId id, std::string bytes);
@@ -82,12 +88,17 @@ class StoreServer::Impl {
   std::unordered_map<ConnectionId, std::shared_ptr<Connection>> connections_;
   ConnectionId next_id_ = 1;
   std::atomic<size_t> connection_count_{0};
-  std::atomic<size_t> incomplete_requests_{0};  // connections whose partial_since_ is set
-  std::atomic<size_t> waiting_clients_{0};      // state_.waitingConnections(), for other threads
+  std::atomic<size_t> incomplete_requests_{0};       // connections whose partial_since_ is set
+  std::atomic<size_t> waiting_clients_{0};           // state_.waitingConnections(), for other threads
+  std::atomic<size_t> incomplete_request_bytes_{0};  // the sum of those connections' in_len_
   // Reply bytes held for all connections (pending_ and writing_), and copies for other threads.
   size_t queued_bytes_ = 0;
   std::atomic<size_t> queued_bytes_seen_{0};
   std::atomic<size_t> peak_queued_bytes_{0};
+  // The threads in waitFor: counted, so that a change with nobody waiting costs one load.
+  mutable std::atomic<size_t> counter_waiters_{0};
+  mutable std::mutex counters_mutex_;
+  mutable std::condition_variable counters_cv_;
   std::thread thread_;
   // The sweep of stalled requests is timed on clock_ by a thread of its own (runSweeper): an
   // Asio timer runs on the wall clock only, and a test on a manual clock moves time itself.
@@ -159,6 +170,9 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
 
   // The deadline covers one request: it restarts whenever a request completes.
   void noteProgress(size_t consumed);
+  // Brings the server's incomplete_request_bytes_ to this connection's in_len_ (held_counted_
+  // is what it counts of this connection); returns whether it changed.
+  bool countHeld(size_t held);
 
   // The commands a connection may send before it has proved the token (current generation:
   // the first byte of a request is the command).
@@ -189,6 +203,7 @@ class StoreServer::Impl::Connection : public std::enable_shared_from_this<Connec
   bool reading_ = false;
   size_t need_at_least_ = 0;
   std::optional<TimePoint> partial_since_;
+  size_t held_counted_ = 0;
   bool closed_ = false;
   bool authenticated_ = false;
   TimePoint last_heard_;

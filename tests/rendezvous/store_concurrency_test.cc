@@ -124,7 +124,7 @@ TEST_CASE("concurrency: one set releases every waiter on the key", "[concurrency
       return client.get("go");
     }));
   }
-  REQUIRE(ddprun::testing::eventually([&] { return server.waitingClients() == kWaiters; }, 10s));
+  REQUIRE(server.waitFor([&](const auto& c) { return c.waiting_clients == kWaiters; }, 10s));
   TcpStoreClient(clientOptions(server.port())).set("go", "now");
   for (auto& w : waiters) {
     REQUIRE(w.wait_for(10s) == std::future_status::ready);

@@ -19,7 +19,6 @@
 
 using namespace ddprun::rendezvous;
 using namespace ddprun::rendezvous::testing;
-using ddprun::testing::eventually;
 using ddprun::testing::ManualClock;
 using wire::Command;
 using wire::LegacyCommand;
@@ -66,14 +65,14 @@ struct Fixture {
       CHECK(fresh.get(key) == "swapped");
       CHECK(fresh.get(key + "/n") == "7");
       CHECK(fresh.ping(static_cast<uint32_t>(checks)) == static_cast<uint32_t>(checks));
-      CHECK(eventually([&] { return server.connectionCount() == 2; }, 5s));
+      CHECK(server.waitFor([&](const auto& c) { return c.connections == 2; }, 5s));
     }
     TcpStoreClient again(clientOptions(server.port()));
     CHECK(again.check({key, key + "/n"}));
   }
 
   void expectOnlyClientLeft() {
-    CHECK(eventually([&] { return server.connectionCount() == 1; }, 5s));
+    CHECK(server.waitFor([&](const auto& c) { return c.connections == 1; }, 5s));
   }
 
   StoreServer server;
@@ -231,7 +230,7 @@ TEST_CASE("bad input: a client that stalls mid-request is closed after request_t
   SECTION("stalled after part of a header") {
     RawConnection raw(f.server.port());
     REQUIRE(raw.send(validateFrame() + std::string(Frame(Command::kSet)).append("\x05\x00\x00", 3)));
-    REQUIRE(eventually([&] { return f.server.incompleteRequests() == 1; }, 5s));
+    REQUIRE(f.server.waitFor([&](const auto& c) { return c.incomplete_requests == 1; }, 5s));
     // Open for all of request_timeout, with a sweep at its very end (300 ms is not past it).
     REQUIRE(passTime(clock, 300ms));
     CHECK(f.server.connectionCount() == 2);
@@ -242,7 +241,7 @@ TEST_CASE("bad input: a client that stalls mid-request is closed after request_t
     RawConnection raw(f.server.port());
     std::string frame =
         validateFrame() + std::string(Frame(Command::kSet).str(std::string(100, 'k')).str(std::string(100, 'v')));
-    REQUIRE(eventually([&] { return f.server.connectionCount() == 2; }, 5s));
+    REQUIRE(f.server.waitFor([&](const auto& c) { return c.connections == 2; }, 5s));
     size_t sent = 0;
     while (sent < frame.size() && f.server.connectionCount() == 2) {
       if (!raw.send(frame.substr(sent++, 1))) break;
@@ -265,7 +264,7 @@ TEST_CASE("bad input: a client that stalls mid-request is closed after request_t
   SECTION("a client blocked in WAIT longer than request_timeout is not closed") {
     TcpStoreClient waiter(clientOptions(f.server.port()));
     auto blocked = std::async(std::launch::async, [&] { return waiter.get("slow-key"); });
-    REQUIRE(eventually([&] { return f.server.waitingClients() == 1; }, 5s));
+    REQUIRE(f.server.waitFor([&](const auto& c) { return c.waiting_clients == 1; }, 5s));
     REQUIRE(passTime(clock, 1s));
     CHECK(f.server.connectionCount() == 2);
     f.client.set("slow-key", "finally");
@@ -286,7 +285,7 @@ TEST_CASE("bad input: many stalled clients at once do not hold up others", "[bad
     stalled.push_back(std::make_unique<RawConnection>(f.server.port()));
     REQUIRE(stalled.back()->send(validateFrame() + std::string(Frame(Command::kGet).u64(10)).append("abc")));
   }
-  REQUIRE(eventually([&] { return f.server.incompleteRequests() == 50; }, 5s));
+  REQUIRE(f.server.waitFor([&](const auto& c) { return c.incomplete_requests == 50; }, 5s));
   f.client.set("during", "stall");
   CHECK(f.client.get("during") == "stall");
   CHECK(f.server.connectionCount() == 51);  // answered while they still hang
@@ -319,7 +318,7 @@ TEST_CASE("a client streaming requests that each complete in time is not closed"
   int sent = 0;
   for (; sent < 30; ++sent) {
     if (!raw.send(secondHalf(sent) + firstHalf(sent + 1))) break;
-    REQUIRE(eventually([&] { return f.client.check({"/stream/" + std::to_string(sent)}); }, 5s));
+    REQUIRE_NOTHROW(f.client.wait({"/stream/" + std::to_string(sent)}, 5s));
     REQUIRE(passTime(clock, 50ms));
   }
   raw.send(secondHalf(sent) + std::string(Frame(Command::kPing).u32(4242)));
@@ -332,13 +331,13 @@ TEST_CASE("bad input: a client that vanishes while waiting leaves no waiter behi
   std::vector<std::string> many_keys;
   for (int i = 0; i < 1000; ++i) many_keys.push_back("/gate/" + std::to_string(i));
   for (int round = 0; round < 20; ++round) {
-    REQUIRE(eventually([&] { return f.server.waitingClients() == 0; }, 5s));  // the last round's is gone
+    REQUIRE(f.server.waitFor([&](const auto& c) { return c.waiting_clients == 0; }, 5s));  // the last round's is gone
     RawConnection raw(f.server.port());
     std::string wait = round % 2 ? std::string(Frame(Command::kWait).keys({"/gate", "/gate2"}))
                                  : std::string(Frame(LegacyCommand::kWait).keys(many_keys));
     REQUIRE(raw.send((round % 2 ? validateFrame() : std::string()) + wait));
-    CHECK(eventually([&] { return f.server.waitingClients() == 1; }, 5s));  // really waiting
-    CHECK(raw.quietFor(0ms));                                               // no reply yet
+    CHECK(f.server.waitFor([&](const auto& c) { return c.waiting_clients == 1; }, 5s));  // really waiting
+    CHECK(raw.quietFor(0ms));                                                            // no reply yet
   }
   f.expectOnlyClientLeft();
   // The keys the vanished clients waited for now come; nobody is there to tell.
@@ -350,7 +349,7 @@ TEST_CASE("bad input: a client that vanishes while waiting leaves no waiter behi
   SECTION("other clients' waits still work") {
     TcpStoreClient waiter(clientOptions(f.server.port()));
     auto blocked = std::async(std::launch::async, [&] { return waiter.get("/gate/1"); });
-    REQUIRE(eventually([&] { return f.server.waitingClients() == 1; }, 5s));
+    REQUIRE(f.server.waitFor([&](const auto& c) { return c.waiting_clients == 1; }, 5s));
     f.client.set("/gate/1", "open");
     REQUIRE(blocked.wait_for(5s) == std::future_status::ready);
     CHECK(blocked.get() == "open");
@@ -358,7 +357,7 @@ TEST_CASE("bad input: a client that vanishes while waiting leaves no waiter behi
   SECTION("a waiter that stays gets exactly one STOP_WAITING") {
     RawConnection raw(f.server.port());
     REQUIRE(raw.send(validateFrame() + std::string(Frame(Command::kWait).keys({"/once"}))));
-    REQUIRE(eventually([&] { return f.server.waitingClients() == 1; }, 5s));
+    REQUIRE(f.server.waitFor([&](const auto& c) { return c.waiting_clients == 1; }, 5s));
     CHECK(raw.quietFor(0ms));
     f.client.set("/once", "1");
     CHECK(raw.readValue<uint8_t>() == static_cast<uint8_t>(wire::WaitResponse::kStopWaiting));
@@ -393,7 +392,8 @@ TEST_CASE("bad input: a client that never reads its replies does not stall other
   RawConnection raw(f.server.port());
   REQUIRE(raw.send(requests, 10s));
   // The server holds back: more replies queued for `raw` than it lets pile up.
-  REQUIRE(eventually([&] { return f.server.pendingReplyBytes() > options.max_pending_reply_bytes; }, 10s));
+  REQUIRE(
+      f.server.waitFor([&](const auto& c) { return c.pending_reply_bytes > options.max_pending_reply_bytes; }, 10s));
   auto start = Clock::now();
   f.client.set("meanwhile", "served");
   CHECK(f.client.get("meanwhile") == "served");
@@ -484,7 +484,7 @@ TEST_CASE("bad input: torch 1.13 frames on a raw socket get torch 1.13 answers",
   REQUIRE(raw.send(Frame(LegacyCommand::kDeleteKey).str("/k")));
   CHECK(raw.readValue<int64_t>() == 1);
   REQUIRE(raw.send(Frame(LegacyCommand::kWait).keys({"/late"})));
-  REQUIRE(eventually([&] { return f.server.waitingClients() == 1; }, 5s));
+  REQUIRE(f.server.waitFor([&](const auto& c) { return c.waiting_clients == 1; }, 5s));
   CHECK(raw.quietFor(0ms));
   f.client.set("/late", "here");
   CHECK(raw.readValue<uint8_t>() == static_cast<uint8_t>(wire::WaitResponse::kStopWaiting));
@@ -520,7 +520,7 @@ TEST_CASE("replies a client does not read stay within max_pending_reply_bytes", 
   REQUIRE(raw.send(requests));
   // The server has started on the flood; the one I/O thread then answers this PING only
   // after it has handled all it read of it.
-  REQUIRE(eventually([&] { return f.server.pendingReplyBytes() > 0; }, 10s));
+  REQUIRE(f.server.waitFor([&](const auto& c) { return c.pending_reply_bytes > 0; }, 10s));
   CHECK(f.client.ping(1) == 1u);
   const long grown_mb = (rssKb() - before) / 1024;
   INFO("the server's memory grew by " << grown_mb << " MiB");
@@ -563,17 +563,21 @@ TEST_CASE("bad input: requests announcing 60 MiB cost memory only as their bytes
   Fixture f;
   const size_t before = residentBytes();
   std::vector<std::unique_ptr<RawConnection>> raws;
+  const std::string head = Frame(Command::kSet).str("/big").u64(60u << 20);
   for (int i = 0; i < 4; ++i) {
     raws.push_back(std::make_unique<RawConnection>(f.server.port()));
-    REQUIRE(raws.back()->send(validateFrame() + std::string(Frame(Command::kSet).str("/big").u64(60u << 20)) +
-                              std::string(8192, 'v')));
+    REQUIRE(raws.back()->send(validateFrame() + head + std::string(8192, 'v')));
   }
   // The buffer for the rest is sized when more of the request arrives: send more, in a
   // second segment each, once the server has taken the first.
-  REQUIRE(eventually([&] { return f.server.incompleteRequests() == 4; }, 5s));
+  REQUIRE(f.server.waitFor(
+      [&](const auto& c) {
+        return c.incomplete_requests == 4 && c.incomplete_request_bytes == 4 * (head.size() + 8192);
+      },
+      5s));
   for (auto& raw : raws) REQUIRE(raw->send(std::string(8192, 'w')));
   // The server has taken the second segments too (and sized its buffers for them).
-  for (auto& raw : raws) REQUIRE(eventually([&] { return raw->unreadByServer() == 0; }, 5s));
+  REQUIRE(f.server.waitFor([&](const auto& c) { return c.incomplete_request_bytes == 4 * (head.size() + 16384); }, 5s));
   f.client.set("sentinel/during", "served");
   CHECK(f.client.get("sentinel/during") == "served");
   // The server lives in this process: 4 x 60 MiB zero-filled up front would show here.
@@ -631,7 +635,7 @@ TEST_CASE("bad input: replies queued for all clients stay within max_total_pendi
   }
   // At least one hog is closed (counted by the server: a hog would have to read all that was
   // sent to it to see its end).
-  CHECK(eventually([&] { return f.server.connectionCount() < kHogs + 1; }, 10s));
+  CHECK(f.server.waitFor([&](const auto& c) { return c.connections < kHogs + 1; }, 10s));
   // A well-behaved client asking for the same large value is served throughout.
   for (int i = 0; i < 8; ++i) CHECK((f.client.get("/big") == value));  // no 4 MiB expansions
   const size_t peak = f.server.peakPendingReplyBytes();

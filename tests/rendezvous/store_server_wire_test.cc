@@ -37,12 +37,15 @@ TEST_CASE("wire: a request that arrives one byte at a time is answered once, who
   RawConnection raw(server.port());
   REQUIRE(raw.send(validateFrame()));
   const std::string value(300, 'q');
-  const std::string request =
-      std::string(Frame(Command::kSet).str("/slow").str(value)) + std::string(Frame(Command::kGet).str("/slow"));
-  // Each byte is taken by the server before the next is sent: each arrives on its own.
-  for (char byte : request) {
-    REQUIRE(raw.send(std::string(1, byte)));
-    REQUIRE(raw.takenByServerWithin(std::chrono::seconds(5)));
+  const std::string set = Frame(Command::kSet).str("/slow").str(value);
+  const std::string request = set + std::string(Frame(Command::kGet).str("/slow"));
+  // Each byte is taken by the server before the next is sent: each arrives on its own. Taken,
+  // the server holds the bytes of the request under way so far, and none once it is whole.
+  for (size_t sent = 1; sent <= request.size(); ++sent) {
+    REQUIRE(raw.send(request.substr(sent - 1, 1)));
+    const size_t held = sent == set.size() || sent == request.size() ? 0 : sent < set.size() ? sent : sent - set.size();
+    INFO("byte " << sent << " of " << request.size());
+    REQUIRE(server.waitFor([&](const auto& c) { return c.incomplete_request_bytes == held; }, std::chrono::seconds(5)));
   }
   CHECK(raw.readBytes() == value);
   // Answered once: the next reply on the connection is a PING's, no second GET's before it.

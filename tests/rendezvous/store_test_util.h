@@ -9,14 +9,11 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "common/socket_io.h"
@@ -133,46 +130,6 @@ class RawConnection {
 
   // True when nothing arrives and the connection stays open for `period`.
   bool quietFor(std::chrono::milliseconds period) { return !waitReady(fd_.get(), POLLIN, Clock::now() + period); }
-
-  // Bytes this connection sent that the server, a socket in this machine's kernel, has not
-  // yet taken from its end (the rx_queue of /proc/net/tcp: the server peeks at what arrives
-  // and drops it once handled). Throws when its end is not found.
-  size_t unreadByServer() const {
-    sockaddr_in mine{}, server{};
-    socklen_t length = sizeof mine;
-    ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&mine), &length);
-    length = sizeof server;
-    ::getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&server), &length);
-    char want_local[16], want_remote[16];
-    std::snprintf(want_local, sizeof want_local, ":%04X", ntohs(server.sin_port));
-    std::snprintf(want_remote, sizeof want_remote, ":%04X", ntohs(mine.sin_port));
-    std::ifstream table("/proc/net/tcp");
-    std::string line;
-    std::getline(table, line);  // the column names
-    while (std::getline(table, line)) {
-      char local[64], remote[64];
-      unsigned state = 0;
-      unsigned long tx_queue = 0, rx_queue = 0;
-      if (std::sscanf(line.c_str(), " %*d: %63s %63s %x %lx:%lx", local, remote, &state, &tx_queue, &rx_queue) != 5) {
-        continue;
-      }
-      if (std::string_view(local).ends_with(want_local) && std::string_view(remote).ends_with(want_remote)) {
-        return rx_queue;
-      }
-    }
-    throw std::runtime_error("the server's end of a raw connection is not in /proc/net/tcp");
-  }
-
-  // True once the server has taken all this connection sent (unreadByServer() is 0), false
-  // after `timeout`. Looks again at once (yielding): for a test that waits on it per byte.
-  bool takenByServerWithin(std::chrono::milliseconds timeout) const {
-    const auto deadline = Clock::now() + timeout;
-    while (unreadByServer() != 0) {
-      if (Clock::now() >= deadline) return false;
-      std::this_thread::yield();
-    }
-    return true;
-  }
 
   int fd() const { return fd_.get(); }
 

@@ -16,7 +16,6 @@
 
 using namespace ddprun::rendezvous;
 using namespace ddprun::rendezvous::testing;
-using ddprun::testing::eventually;
 using ddprun::testing::ManualClock;
 
 namespace {
@@ -35,7 +34,7 @@ class OnceWaiting {
   template <class Fn>
   OnceWaiting(const StoreServer& server, size_t clients, Fn fn)
       : thread_([this, &server, clients, fn = std::move(fn)]() mutable {
-          seen_ = eventually([&] { return server.waitingClients() >= clients; }, 10s);
+          seen_ = server.waitFor([&](const auto& c) { return c.waiting_clients >= clients; }, 10s);
           fn();
         }) {}
   ~OnceWaiting() {
@@ -338,14 +337,14 @@ TEST_CASE("client: queues are FIFO and pop waits for a push", "[client]") {
     };
     auto a = std::async(std::launch::async, [&] { return pop(store); });
     auto b = std::async(std::launch::async, [&] { return pop(popper2); });
-    REQUIRE(eventually([&] { return server.waitingClients() == 2; }, 5s));
+    REQUIRE(server.waitFor([&](const auto& c) { return c.waiting_clients == 2; }, 5s));
     pusher.queuePush("work", "only");
     {
       std::unique_lock lock(popped_mutex);
       REQUIRE(popped_cv.wait_for(lock, 3s, [&] { return popped > 0; }));
     }
     // Exactly one got it: once the server has served the push, the other still waits there.
-    CHECK(eventually([&] { return server.waitingClients() == 1; }, 5s));
+    CHECK(server.waitFor([&](const auto& c) { return c.waiting_clients == 1; }, 5s));
     const bool a_done = a.wait_for(0s) == std::future_status::ready;
     const bool b_done = b.wait_for(0s) == std::future_status::ready;
     CHECK(a_done != b_done);
@@ -519,7 +518,7 @@ TEST_CASE("client: interrupt releases a blocked wait at once", "[client]") {
   StoreServer server(localServerOptions());
   TcpStoreClient waiter(clientOptions(server.port()));
   auto blocked = std::async(std::launch::async, [&] { waiter.wait({"never"}, 20s); });
-  REQUIRE(eventually([&] { return server.waitingClients() == 1; }, 5s));
+  REQUIRE(server.waitFor([&](const auto& c) { return c.waiting_clients == 1; }, 5s));
   auto start = Clock::now();
   waiter.interrupt();
   REQUIRE(blocked.wait_for(5s) == std::future_status::ready);
@@ -527,7 +526,7 @@ TEST_CASE("client: interrupt releases a blocked wait at once", "[client]") {
   CHECK(msSince(start) < 2000);
   CHECK_THROWS_AS(waiter.set("after", "1"), StoreError);
   // The server forgets the interrupted client.
-  CHECK(eventually([&] { return server.connectionCount() == 0; }, 5s));
+  CHECK(server.waitFor([&](const auto& c) { return c.connections == 0; }, 5s));
 }
 
 // Regression: run() used to rethrow the StoreTimeout of a wait as a plain StoreError.

@@ -13,7 +13,6 @@
 
 using namespace ddprun::rendezvous;
 using namespace ddprun::rendezvous::testing;
-using ddprun::testing::eventually;
 using ddprun::testing::TempDir;
 using ddprun::testing::TestProcess;
 using wire::Command;
@@ -76,7 +75,7 @@ TEST_CASE("token: a client with a wrong token fails at construction", "[token]")
       CHECK_THAT(e.what(), Catch::Contains("token"));
     }
   }
-  CHECK(eventually([&] { return server.connectionCount() == 0; }, 5s));
+  CHECK(server.waitFor([&](const auto& c) { return c.connections == 0; }, 5s));
 }
 
 TEST_CASE("token: a client without the token cannot run commands", "[token]") {
@@ -98,7 +97,7 @@ TEST_CASE("token: a client without the token cannot run commands", "[token]") {
   CHECK(member.get("secret/value") == "42");
   CHECK_FALSE(member.check({"intruder"}));
   CHECK(member.numKeys() == 1);
-  CHECK(eventually([&] { return server.connectionCount() == 1; }, 5s));
+  CHECK(server.waitFor([&](const auto& c) { return c.connections == 1; }, 5s));
 }
 
 TEST_CASE("token: raw frames without the handshake are refused", "[token]") {
@@ -143,7 +142,7 @@ TEST_CASE("token: raw frames without the handshake are refused", "[token]") {
     CHECK(hello.raw.closedByPeerWithin(3s));
   }
   CHECK(member.ping(7) == 7);
-  CHECK(eventually([&] { return server.connectionCount() == 1; }, 5s));
+  CHECK(server.waitFor([&](const auto& c) { return c.connections == 1; }, 5s));
 }
 
 TEST_CASE("token: the handshake proves both sides and cannot be replayed", "[token]") {
