@@ -4,8 +4,11 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -40,6 +43,45 @@ struct Pipe {
   }
 };
 
+// Reads a pipe on a thread of its own, as a console's reader would, until stopped.
+class Reader {
+ public:
+  explicit Reader(int fd) : fd_(fd), thread_([this] { run(); }) {}
+  ~Reader() { stop(); }
+  // Once the pipe is empty: what was read from it.
+  std::string stop() {
+    if (thread_.joinable()) {
+      stop_.write_end.reset();  // its read end then polls as hung up
+      thread_.join();
+    }
+    return got_;
+  }
+
+ private:
+  void run() {
+    char buf[65536];
+    for (;;) {
+      pollfd p[2] = {{fd_, POLLIN, 0}, {stop_.read_end.get(), POLLIN, 0}};
+      if (::poll(p, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      // The data before the stop: stopped, it leaves nothing written before the stop behind.
+      if (p[0].revents & POLLIN) {
+        const ssize_t n = ::read(fd_, buf, sizeof buf);
+        if (n > 0) got_.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (p[1].revents != 0 || p[0].revents != 0) return;
+    }
+  }
+
+  int fd_;
+  Pipe stop_;
+  std::string got_;  // the thread's until it is joined
+  std::thread thread_;
+};
+
 }  // namespace
 
 TEST_CASE("the console writer keeps each stream's lines in order", "[console_writer]") {
@@ -60,13 +102,21 @@ TEST_CASE("the console writer keeps each stream's lines in order", "[console_wri
 TEST_CASE("a console nobody reads never blocks the writer's callers and lines over the bound are dropped and counted",
           "[console_writer]") {
   Pipe out;
-  std::atomic<uint64_t> reported{0};
+  std::mutex reported_mutex;
+  std::condition_variable reported_cv;
+  uint64_t reported = 0;  // under reported_mutex
   ConsoleWriter::Options options;
   options.stdout_fd = out.write_end.get();
   options.stderr_fd = out.write_end.get();
   options.capacity = 64 * 1024;
   options.report_interval = std::chrono::milliseconds(0);
-  options.on_dropped = [&](uint64_t n) { reported += n; };
+  options.on_dropped = [&](uint64_t n) {
+    {
+      std::lock_guard lock(reported_mutex);
+      reported += n;
+    }
+    reported_cv.notify_all();
+  };
   ConsoleWriter writer(options);
   const std::string line(99, 'x');
   // 2 MB: far more than the pipe buffer and the queue together. No call may wait for the
@@ -78,23 +128,15 @@ TEST_CASE("a console nobody reads never blocks the writer's callers and lines ov
   CHECK(writer.droppedLines() == static_cast<uint64_t>(kLines - accepted));
   CHECK_FALSE(writer.flush(std::chrono::milliseconds(0)));  // nobody reads: it cannot have drained
   // The console is read again: what was queued comes out, and the whole count is reported.
-  std::string got;
-  REQUIRE(eventually(
-      [&] {
-        got += out.drain(10);
-        return reported.load() == static_cast<uint64_t>(kLines - accepted);
-      },
-      std::chrono::seconds(20)));
-  // What is still queued can be more than the pipe holds: keep reading while it flushes (a
-  // flush with nobody reading failed here on a loaded machine).
-  REQUIRE(eventually(
-      [&] {
-        got += out.drain(10);
-        return writer.flush(std::chrono::milliseconds(10));
-      },
-      std::chrono::seconds(20)));
-  got += out.drain(100);
-  CHECK(countOf(got, "\n") == accepted);
+  Reader reader(out.read_end.get());
+  {
+    std::unique_lock lock(reported_mutex);
+    REQUIRE(reported_cv.wait_for(lock, std::chrono::seconds(20),
+                                 [&] { return reported == static_cast<uint64_t>(kLines - accepted); }));
+  }
+  // What is still queued can be more than the pipe holds: it is read while the writer flushes.
+  REQUIRE(writer.flush(std::chrono::seconds(20)));
+  CHECK(countOf(reader.stop(), "\n") == accepted);
   CHECK(writer.finish(std::chrono::seconds(1)));
 }
 
