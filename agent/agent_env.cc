@@ -30,6 +30,13 @@ class RealAgentEnv final : public AgentEnv {
 
   void runFor(Clock::Duration limit) override {
     if (io_.stopped()) io_.restart();
+    // Asio's run_one_for runs nothing at all when the limit is not positive; a round loop whose
+    // next look is already due (one that blocked past it) would then never run a handler: no
+    // child reaped, no signal or round event seen (an agent wedged for good in the chaos soak).
+    if (limit <= Clock::Duration::zero()) {
+      io_.poll();
+      return;
+    }
     io_.run_one_for(limit);
   }
 

@@ -38,7 +38,8 @@ class AgentEnv {
   virtual boost::asio::io_context& io() = 0;
   // The clock every timeout of the round loop runs on; it outlives the env.
   virtual Clock& clock() = 0;
-  // Runs the event loop for at most `limit`, or until a handler has run, whichever is first.
+  // Runs the event loop for at most `limit`, or until a handler has run, whichever is first; a
+  // `limit` of zero or less runs the handlers that are ready now, without waiting.
   virtual void runFor(Clock::Duration limit) = 0;
   // Runs `handler(signal)` on the event loop each time one of `signals` arrives (SIGCHLD:
   // children may have exited). Call once per set of signals, before the loop runs.

@@ -31,6 +31,7 @@ void InJobRecovery::roundStarted(const rendezvous::RendezvousResult& rdzv) {
   round_ = rdzv;
   scope_ = recovery::roundScope(rdzv.restart_count);
   workers_store_.reset();
+  look_store_.reset();
   // The workers need a moment to join their group and say so.
   next_spare_look_ = env_.clock().now() + kSpareLookInterval;
   spare_given_up_ = false;
@@ -52,7 +53,6 @@ Clock::TimePoint InJobRecovery::nextLook() const { return spareWanted() ? next_s
 
 void InJobRecovery::tick() {
   if (!spareWanted() || env_.clock().now() < next_spare_look_) return;
-  next_spare_look_ = env_.clock().now() + kSpareLookInterval;
   if (group_.spareDeaths() >= kMaxSpareDeaths) {
     log_->warn(
         "{} spare workers died in a row while waiting; no more spares in this round: a failed worker is "
@@ -61,7 +61,11 @@ void InJobRecovery::tick() {
     spare_given_up_ = true;
     return;
   }
-  if (!localRanksCapable()) return;
+  const bool capable = localRanksCapable();
+  // From the look's end: a look that took its whole timeout (a store that is gone) must leave
+  // the round loop its interval to reap, see the round's end and take signals.
+  next_spare_look_ = env_.clock().now() + kSpareLookInterval;
+  if (!capable) return;
   try {
     if (group_.startSpare()) {
       log_->info(
@@ -76,15 +80,17 @@ void InJobRecovery::tick() {
 }
 
 // Only a program that waits for a spare's assignment may be started without a rank: ddprun's
-// runtime says so in its `capable` key (common/recovery_keys.h).
+// runtime says so in its `capable` key (common/recovery_keys.h). The look has a connection of
+// its own, bounded by kSpareLookTimeout: it blocks the round loop, and a spare is never worth
+// more than a look's time; a replacement's claim keeps kStoreTimeout.
 bool InJobRecovery::localRanksCapable() {
   try {
-    if (!workers_store_) workers_store_ = env_.connectStore(round_->master_addr, round_->master_port, kStoreTimeout);
+    if (!look_store_) look_store_ = env_.connectStore(round_->master_addr, round_->master_port, kSpareLookTimeout);
     std::vector<std::string> keys;
     for (const Worker& w : group_.workers()) keys.push_back(recovery::capableKey(scope_, w.place.rank));
-    if (!workers_store_->check(keys)) return false;
+    if (!look_store_->check(keys)) return false;
     for (const std::string& key : keys) {
-      if (workers_store_->get(key) != recovery::kCapableSpare) {
+      if (look_store_->get(key) != recovery::kCapableSpare) {
         log_->debug("no spare worker: {} is not {}", key, recovery::kCapableSpare);
         spare_given_up_ = true;  // the program will not change within the round
         return false;
@@ -92,7 +98,7 @@ bool InJobRecovery::localRanksCapable() {
     }
     return true;
   } catch (const DdprunError& e) {
-    workers_store_.reset();
+    look_store_.reset();
     log_->debug("no spare worker yet: the workers' store did not answer: {}", e.what());
     return false;
   }

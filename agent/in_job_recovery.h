@@ -70,8 +70,12 @@ class InJobRecovery {
   // Starts the spare when it is wanted and may be (every local worker capable), its time come.
   void tick();
 
-  // How often the spare's conditions are looked at while they do not hold yet.
+  // How often the spare's conditions are looked at while they do not hold yet (from the end of
+  // the last look), and how long one look may take: it runs on the round loop's thread, so a
+  // workers' store that is gone (the round ended while this node was cut off) costs the loop at
+  // most this much each interval.
   static constexpr std::chrono::seconds kSpareLookInterval{1};
+  static constexpr std::chrono::seconds kSpareLookTimeout{1};
   // After a hand-over, the next spare waits this long, so that its LibTorch load does not
   // compete for the CPUs with the recovery it follows.
   static constexpr std::chrono::seconds kSpareSettle{5};
@@ -99,6 +103,7 @@ class InJobRecovery {
   std::optional<rendezvous::RendezvousResult> round_;
   std::string scope_;                                 // the round's keys (recovery::roundScope)
   std::unique_ptr<rendezvous::Store> workers_store_;  // made at the round's first failure
+  std::unique_ptr<rendezvous::Store> look_store_;     // the spare's looks (kSpareLookTimeout)
   int64_t replacements_ = 0;                          // the job's, as last read
   Clock::TimePoint next_spare_look_{};                // when tick() may start the spare
   bool spare_given_up_ = false;                       // kMaxSpareDeaths reached this round

@@ -198,7 +198,10 @@ std::string ManualAgentEnv::processState(pid_t pid) {
 
 std::unique_ptr<rendezvous::Store> ManualAgentEnv::connectStore(const std::string& host, int port,
                                                                 std::chrono::milliseconds timeout) {
-  if (!workers_store) throw rendezvous::StoreError("no store at " + host + ":" + std::to_string(port));
+  if (!workers_store) {
+    if (unreachable_store_waits) clock_.advance(timeout);
+    throw rendezvous::StoreError("no store at " + host + ":" + std::to_string(port));
+  }
   return workers_store->connect(timeout);
 }
 

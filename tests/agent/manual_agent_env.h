@@ -99,6 +99,9 @@ class ManualAgentEnv final : public AgentEnv {
 
   // The store that connectStore() reaches (in-job recovery's workers' store); none: unreachable.
   rendezvous::InMemoryStore* workers_store = nullptr;
+  // With none: whether connectStore() takes its whole timeout of the clock before it throws, as
+  // the real client does, retrying a refused connection (a store whose host moved on) until then.
+  bool unreachable_store_waits = false;
 
   const std::vector<Process>& processes() const { return processes_; }
   const std::vector<HungStopRequest>& hungStops() const { return hung_stops_; }

@@ -209,4 +209,21 @@ TEST_CASE("spare worker: never for a program that did not say it waits as a spar
   CHECK(generationOf(p[2].request) == 1);
 }
 
+TEST_CASE("spare worker: a workers' store that is gone leaves the agent deaf for a look's time at most", "[unit]") {
+  // The round's workers' store does not answer: its host moved on to another round while this
+  // node was cut off (the chaos soak). Each look for the spare's conditions waits its whole
+  // timeout there, on the agent's thread. Both workers end at 25 s: the agent must see it
+  // within one look. Before, each look could take a claim's 10 s, and the next one began at
+  // once (its time was counted from the start of the last), so the agent saw the exit 6 s late;
+  // with the real event loop it saw nothing more at all (agent_env_test.cc).
+  InJobJob job(2, 0, [&](const SpawnRequest&) { return exits(seconds(25), 0); });
+  withSpare(job);
+  job.env.workers_store = nullptr;
+  job.env.unreachable_store_waits = true;
+  REQUIRE(job.run() == kExitOk);
+
+  CHECK(spares(job).empty());
+  CHECK(job.env.clock().now() - job.env.started() <= seconds(25) + InJobRecovery::kSpareLookTimeout);
+}
+
 }  // namespace ddprun::agent::testing
