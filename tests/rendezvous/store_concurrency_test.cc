@@ -1,9 +1,10 @@
 // Many clients at once on one server: no lost ADDs, exactly one compare_set winner,
 // waiters released together.
 #include <algorithm>
-#include <atomic>
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -15,18 +16,24 @@ using namespace ddprun::rendezvous::testing;
 
 namespace {
 
-// Holds threads back until all are ready, so that they really race.
+// Holds threads back until all are ready, so that they really race. The last to arrive wakes
+// the others; 10 s is only a guard (a thread that failed before arriving lets the rest go).
 class StartLine {
  public:
   explicit StartLine(int parties) : waiting_(parties) {}
   void arriveAndWait() {
-    waiting_.fetch_sub(1);
-    auto deadline = Clock::now() + 10s;
-    while (waiting_.load() > 0 && Clock::now() < deadline) std::this_thread::yield();
+    std::unique_lock lock(mutex_);
+    if (--waiting_ == 0) {
+      all_.notify_all();
+      return;
+    }
+    all_.wait_for(lock, 10s, [this] { return waiting_ == 0; });
   }
 
  private:
-  std::atomic<int> waiting_;
+  std::mutex mutex_;
+  std::condition_variable all_;
+  int waiting_;  // under mutex_
 };
 
 }  // namespace
