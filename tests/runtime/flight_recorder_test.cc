@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "tests/runtime/support/thread_ranks.h"
 #include "tests/support/scoped_env.h"
+#include "tests/support/watchdog.h"
 #include "worker_runtime/backend/host_collectives.h"
 
 namespace {
@@ -255,31 +256,36 @@ TEST_CASE("ops queued by another thread while a synchronous one runs inline run 
       inside = false;
     };
     auto info = [](uint64_t id) { return ddprun::FlightOpInfo{FlightOp::kAllReduce, FlightDType::kInt32, id, -1}; };
+    // The two threads hand over by waiting on these atomics (notified at each store); kStopped
+    // ends the other thread. A guard ends the process if a handover never comes.
+    constexpr int kStopped = -2;
     std::atomic<int> round_inline{-1}, queued_in_round{0};
-    std::atomic<bool> stop{false};
+    ddprun::testing::Watchdog watchdog(std::chrono::seconds(60), "the handover between the inline op and the queuer");
     std::vector<WorkPtr> works(kRounds * kQueuedPerRound);
     std::thread queuer([&] {
       for (int r = 0; r < kRounds; ++r) {
-        while (round_inline.load() != r) {
-          if (stop) return;
-          std::this_thread::yield();
+        for (int seen = round_inline.load(); seen != r; seen = round_inline.load()) {
+          if (seen == kStopped) return;
+          round_inline.wait(seen);
         }
         for (int k = 0; k < kQueuedPerRound; ++k) {
           const uint64_t id = r * (kQueuedPerRound + 1) + 1 + k;
           works[r * kQueuedPerRound + k] = b.enqueue([&, id](CollectiveContext&) { body(id); }, info(id));
         }
         queued_in_round = r + 1;
+        queued_in_round.notify_all();
       }
     });
     // Joins the other thread however this body ends.
     struct Join {
       std::thread& thread;
-      std::atomic<bool>& stop;
+      std::atomic<int>& round_inline;
       ~Join() {
-        stop = true;
+        round_inline = kStopped;
+        round_inline.notify_all();
         thread.join();
       }
-    } join{queuer, stop};
+    } join{queuer, round_inline};
     bool all_inline = true;
     const auto caller = std::this_thread::get_id();
     for (int r = 0; r < kRounds; ++r) {
@@ -288,9 +294,9 @@ TEST_CASE("ops queued by another thread while a synchronous one runs inline run 
           [&](CollectiveContext&) {
             all_inline = all_inline && std::this_thread::get_id() == caller;
             round_inline = r;
-            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-            while (queued_in_round.load() != r + 1 && std::chrono::steady_clock::now() < deadline) {
-              std::this_thread::yield();
+            round_inline.notify_all();
+            for (int seen = queued_in_round.load(); seen != r + 1; seen = queued_in_round.load()) {
+              queued_in_round.wait(seen);
             }
             body(id);
           },
