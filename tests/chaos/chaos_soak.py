@@ -42,7 +42,9 @@
    it was in; restart: in a new attempt), the time lost (from the fault to the first new step,
    less one step) and the steps replayed (applied before the fault and again after it); the
    worker kills also split by the way back, and by whether the job was warm when they struck,
-   with the agent's line for each warm one not recovered in job.
+   with the agent's line for each warm one not recovered in job; under --recovery=in-job those
+   recovered in job also by the struck node's warm spare at the kill (loaded and waiting on its
+   pipe, still loading, or none): what a kill costs with the spare ready is the "loaded" row.
 --recovery restart|in-job (default restart, as CI runs it) is the agents' --recovery; `both`
 runs the soak once in each mode with the same seed (the same schedule of faults drawn, the
 same reference) and prints the two modes' costs side by side at the end.
@@ -250,6 +252,24 @@ def comm(pid):
         return ""
 
 
+def spare_state(pid):
+    """What `pid` is as a warm spare of ddprun's runtime (docs/recovery.md, the warm spare):
+    "loaded" once it is blocked reading its assignment pipe (its wait channel a pipe read, as
+    bench/recovery_compare reads it), "loading" while it has not got there yet, None for any
+    other process. A spare handed a rank is a worker: it closed that pipe (DDPRUN_SPARE_FD in
+    the environment it started with, which /proc keeps showing)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        fd = env.get(b"DDPRUN_SPARE_FD", b"").decode()
+        if env.get(b"DDPRUN_SPARE") != b"1" or not fd.isdigit() or not os.path.lexists(f"/proc/{pid}/fd/{fd}"):
+            return None
+        with open(f"/proc/{pid}/wchan") as f:
+            return "loaded" if "pipe_read" in f.read() else "loading"
+    except OSError:
+        return None
+
+
 def rss_kb(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -313,12 +333,22 @@ class Soak:
         node.rss[node.proc.pid] = []
 
     def worker_of(self, node):
+        """The node's worker: its agent's chaos_trainer child that is not a waiting spare (pids
+        wrap at 32768 here: the spare is not always the younger one)."""
         if not node.alive():
             return None
         for kid in proc_children(node.proc.pid):
-            if comm(kid).startswith("chaos_trainer"):
+            if comm(kid).startswith("chaos_trainer") and spare_state(kid) is None:
                 return kid
         return None
+
+    def spare_of(self, node):
+        """The node's warm spare as it stands: "loaded", "loading" or "none"."""
+        if node.alive():
+            for kid in proc_children(node.proc.pid):
+                if comm(kid).startswith("chaos_trainer") and (state := spare_state(kid)):
+                    return state
+        return "none"
 
     def reap(self, node):
         if node.proc is not None and node.proc.poll() is not None:
@@ -389,10 +419,15 @@ class Soak:
         node, pid = self.rng.choice(with_worker)
         offset = os.path.getsize(node.log_path) if os.path.exists(node.log_path) else 0
         step = self.newest_step(self.logs)
+        # Under in-job recovery the node's spare takes the rank: loaded, it costs the job a re-form;
+        # still loading, the rest of its start too.
+        spare = self.spare_of(node) if self.recovery == "in-job" else None
         if send(pid, signal.SIGKILL):
             self.fault("kill_worker", node, f"kill -9 worker pid {pid}" +
-                       (f" (the job warm after {waited:.1f} s)" if warm else f" (not warm after {waited:.1f} s)"))
-            self.kills[len(self.fault_log) - 1] = {"warm": warm, "log": node.log_path, "offset": offset}
+                       (f" (the job warm after {waited:.1f} s" if warm else f" (not warm after {waited:.1f} s") +
+                       (f", the node's spare {spare})" if spare else ")"))
+            self.kills[len(self.fault_log) - 1] = {"warm": warm, "log": node.log_path, "offset": offset,
+                                                   "spare": spare}
             # No other fault until the job is past where the kill found it: its recovery is the kill's.
             self.hold = (step, now() + self.args.hold_max)
         return True
@@ -1012,7 +1047,52 @@ def self_test():
             bad += not ok
     bad += self_test_outcomes()
     bad += self_test_worker_kills()
+    bad += self_test_spares()
     return 1 if bad else 0
+
+
+def self_test_spares():
+    """A warm spare told apart from a worker, as /proc shows them: a process with the spare's
+    environment blocked reading its pipe is a loaded spare, one not reading it yet a loading
+    one, and one that no longer holds the pipe (a spare handed a rank) a worker, as is any
+    other; and the in-job kills grouped by the spare they found. Each process is killed and
+    reaped at the end; each wait is bounded."""
+    bad = 0
+    r, w = os.pipe()
+    spare_env = dict(os.environ, DDPRUN_SPARE="1", DDPRUN_SPARE_FD=str(r))
+    python = sys.executable
+    procs = {}
+    try:
+        procs["loaded"] = subprocess.Popen([python, "-c", f"import os; os.read({r}, 1)"], env=spare_env, pass_fds=(r,))
+        procs["loading"] = subprocess.Popen([python, "-c", "import time; time.sleep(60)"], env=spare_env,
+                                            pass_fds=(r,))
+        procs[None] = subprocess.Popen([python, "-c", "import time; time.sleep(60)"], env=spare_env)  # pipe closed
+        procs["worker"] = subprocess.Popen([python, "-c", "import time; time.sleep(60)"])
+        deadline = now() + 20
+        want = {p.pid: ("loaded" if k == "loaded" else "loading" if k == "loading" else None) for k, p in procs.items()}
+        got = {}
+        while now() < deadline:
+            got = {pid: spare_state(pid) for pid in want}
+            if got == want:
+                break
+            time.sleep(0.1)
+        ok = got == want
+        print(f"self-test spares told from workers: {'ok' if ok else 'WRONG'}" +
+              ("" if ok else f" (got {got}, want {want})"))
+        bad += not ok
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+        os.close(r)
+        os.close(w)
+    kill = {"kind": "kill_worker", "way": "in job", "lost": 0.1, "replaced": 0}
+    groups = by_kind([dict(kill, spare="loaded"), dict(kill, spare="loading", lost=3.0), dict(kill, way="restart",
+                      spare="loaded"), dict(kill, spare=None)])
+    ok = [len(groups.get(f"kill_worker, spare {s}", [])) for s in ("loaded", "loading", "none")] == [1, 1, 0] and \
+        len(groups["kill_worker, in job"]) == 3
+    print(f"self-test in-job kills grouped by their spare: {'ok' if ok else 'WRONG'}")
+    return bad + (not ok)
 
 
 def self_test_worker_kills():
@@ -1198,7 +1278,8 @@ def summary(soak, reference, t0):
     _, replayed_each = steps_replayed(logs, soak.fault_log)
     ways = outcomes(logs, soak.fault_log)
     each = [{"kind": kind, "lost": lost, "replayed": back, "way": way, "overtaken": overtaken,
-             "warm": soak.kills.get(i, {}).get("warm"), "kill": soak.kills.get(i)}
+             "warm": soak.kills.get(i, {}).get("warm"), "spare": soak.kills.get(i, {}).get("spare"),
+             "kill": soak.kills.get(i)}
             for i, ((_, kind, _), lost, back, (way, overtaken)) in enumerate(
                 zip(soak.fault_log, lost_each, replayed_each, ways))]
     job = soak.job_end - soak.job_start
@@ -1228,12 +1309,16 @@ def summary(soak, reference, t0):
 
 
 def by_kind(each):
-    """The faults grouped by kind, and the worker kills also by how the job came back."""
+    """The faults grouped by kind, the worker kills also by how the job came back, and (under
+    --recovery=in-job) those it came back from in job also by the struck node's spare at the
+    kill: loaded, still loading, or none."""
     groups = collections.defaultdict(list)
     for f in each:
         groups[f["kind"]].append(f)
         if f["kind"] == "kill_worker" and f["way"]:
             groups[f"kill_worker, {f['way']}"].append(f)
+        if f["kind"] == "kill_worker" and f["way"] == "in job" and f.get("spare"):
+            groups[f"kill_worker, spare {f['spare']}"].append(f)
     return groups
 
 
