@@ -16,7 +16,7 @@ constexpr int64_t kMaxAgeMs = int64_t{1000000} * 1000;
 bool opChar(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
 
 template <typename T>
-bool parse(std::string_view token, T& value, T lo, T hi) {
+bool parseTraceField(std::string_view token, T& value, T lo, T hi) {
   const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
   return ec == std::errc() && end == token.data() + token.size() && value >= lo && value <= hi;
 }
@@ -67,8 +67,9 @@ std::optional<TracePosition> decodeTracePosition(std::string_view line) {
   int64_t age_ms = 0;
   const auto state = stateOf(t[5]);
   const bool op_ok = t[4].size() <= kMaxTraceOpChars && std::all_of(t[4].begin(), t[4].end(), opChar);
-  if (!parse<int>(t[1], p.rank, 0, INT32_MAX) || !parse<int>(t[2], p.group, 0, INT32_MAX) ||
-      !parse<uint64_t>(t[3], p.seq, 0, UINT64_MAX) || !op_ok || !state || !parse<int64_t>(t[6], age_ms, 0, kMaxAgeMs)) {
+  if (!parseTraceField<int>(t[1], p.rank, 0, INT32_MAX) || !parseTraceField<int>(t[2], p.group, 0, INT32_MAX) ||
+      !parseTraceField<uint64_t>(t[3], p.seq, 0, UINT64_MAX) || !op_ok || !state ||
+      !parseTraceField<int64_t>(t[6], age_ms, 0, kMaxAgeMs)) {
     return std::nullopt;
   }
   p.op = std::string(t[4]);
