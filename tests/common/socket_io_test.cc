@@ -187,6 +187,8 @@ TEST_CASE("recvAll keeps waiting through a signal that interrupts poll", "[socke
   const pthread_t receiver_thread = ::pthread_self();
   std::thread interrupter([&] {
     // Each signal lands while the receiver sleeps in poll (state S); then the data comes.
+    // check-unit-waits: polls because a thread asleep in the kernel (its state in /proc)
+    // announces itself nowhere, and the signal must find the receiver there.
     const auto give_up = SocketClock::now() + kGenerous;
     for (int i = 0; i < 3 && SocketClock::now() < give_up; ++i) {
       while (threadState(receiver) != 'S' && SocketClock::now() < give_up) std::this_thread::yield();

@@ -121,7 +121,7 @@ class ClosedPort {
 
 // True when `pid` exists and is not a zombie.
 bool processAlive(pid_t pid);
-// Polls until `pred` holds or `timeout` passes; returns pred's last value.
+// Polls until `pred` holds or `timeout` passes (pred's last value). E2e only: scripts/check-unit-waits.
 template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds timeout);
 
