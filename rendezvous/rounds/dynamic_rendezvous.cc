@@ -48,6 +48,12 @@ std::string DynamicRendezvous::key(int round, const std::string& name) const {
   return prefix_ + "r" + std::to_string(round) + "/" + name;
 }
 
+std::string DynamicRendezvous::seatName(StoreClient& store, int round, int seat) const {
+  const std::string entry = key(round, "node/" + std::to_string(seat));
+  if (store.check({entry})) return decodeEntry(store.get(entry)).name;
+  return fmt::format("seat {} of round {}", seat, round);
+}
+
 RendezvousError DynamicRendezvous::error(int round, const std::string& what) const {
   return RendezvousError(
       fmt::format("round {} of job '{}' (store {}): {}", round, config_.run_id, backend_->storeText(), what));
@@ -340,7 +346,7 @@ std::optional<std::string> DynamicRendezvous::awaitMaster(int round) {
       return std::nullopt;
     }
     if (clock_.now() >= give_up) {
-      const std::string name = decodeEntry(client_->get(key(round, "node/1"))).name;
+      const std::string name = seatName(*client_, round, 1);
       log_->warn("node {} (group rank 0 of round {}) published no workers' store within {:.1f} s; evicting it", name,
                  round, std::chrono::duration<double>(window).count());
       client_->compareSet(end, "", RoundEnd::evict(name).format());

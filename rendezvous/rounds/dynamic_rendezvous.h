@@ -125,6 +125,12 @@ class DynamicRendezvous : public virtual Rounds {
   // starts at the deadline still asks the store once.
   milliseconds remaining(Clock::TimePoint deadline) const;
   std::string key(int round, const std::string& name) const;
+  // The name in seat `seat`'s entry of `round` (node/<seat>), to evict that node by. A node
+  // takes its seat (an ADD) before it writes its entry, and can die in between (or lose the
+  // ADD's reply and give up, as a cut link does): then "seat <seat> of round <round>", which
+  // names no node, rather than a read that waits out read_timeout and fails every agent of
+  // the job, the store's host included. Throws StoreError.
+  std::string seatName(StoreClient& store, int round, int seat) const;
   RendezvousError error(int round, const std::string& what) const;
   // Where the store is, the backend says (Backend::connect).
   StoreClientOptions clientOptions(milliseconds connect_timeout) const;

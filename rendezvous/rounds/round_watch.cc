@@ -5,7 +5,6 @@
 
 #include "common/text_escape.h"
 #include "rendezvous/rounds/dynamic_rendezvous.h"
-#include "rendezvous/rounds/node_entry.h"
 #include "rendezvous/rounds/round_liveness.h"
 
 namespace ddprun::rendezvous {
@@ -31,9 +30,7 @@ void DynamicRendezvous::watch(std::function<void(RoundEvent)> on_event) {
     const std::string my_beat = key(round, "hb/" + std::to_string(me));
     const int successor = (me + 1) % n;
     // The successor's host:pid, from its entry in the round (for end reasons and the log).
-    const auto successorName = [&] {
-      return decodeEntry(store.get(key(round, "node/" + std::to_string(successor + 1)))).name;
-    };
+    const auto successorName = [&] { return seatName(store, round, successor + 1); };
     int64_t last_seen = -1;
     int misses = 0;
     // Failed keep-alive attempts in a row (a timed-out or broken store operation). One is not

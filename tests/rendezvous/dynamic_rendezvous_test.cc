@@ -150,6 +150,46 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "state machine: a node that took the first seat and died before writing its entry is evicted and the others "
+    "form the next round",
+    "[rdzv]") {
+  // As in the chaos soak (c10d, 30 minutes, seed 30): x's ADD of the round's count was applied
+  // but x never wrote node/1 (its link was cut and it gave up; an agent killed between the two
+  // is the same). The others waited 15 s for the address, then read node/1 for the name to
+  // evict: a read that waits for the key, so read_timeout later every agent failed, the
+  // store's host with them, and the job ended (exit 3).
+  Job job(2, 3);
+  Node& a = job.add("a:1");  // hosts the store
+  Node& b = job.add("b:2");
+  Node& x = job.add("x:3");
+  x.faults().add(Fault::fail().only(StoreOp::kSet).matching("rdzv/job/r0/node/1").always());
+  CHECK_THROWS_AS(x.nextRound().get(), RendezvousError);
+  auto fa = a.nextRound();
+  REQUIRE(job.clock.awaitSleepers(1));
+  auto fb = b.nextRound();  // the third seat closes the round
+  const auto guard = std::chrono::steady_clock::now() + kGuard;
+  for (int seconds = 0;;) {
+    const size_t running = (fa.ready() ? 0 : 1) + (fb.ready() ? 0 : 1);
+    if (running == 0) break;
+    REQUIRE(std::chrono::steady_clock::now() < guard);
+    REQUIRE(seconds < 120);
+    const auto quiet = [&] { return !job.has("r1/closed") || job.has("r1/master"); };
+    if (job.clock.awaitSleepers(running, quiet, 100ms)) {
+      job.clock.advance(1s);
+      ++seconds;
+    }
+  }
+  CHECK_FALSE(job.has("r0/node/1"));
+  CHECK(RoundEnd::parse(job.get("r0/end")) == RoundEnd::evict("seat 1 of round 0"));
+  for (auto* f : {&fa, &fb}) {
+    const auto r = f->get();
+    CHECK(r.round == 1);
+    CHECK(r.group_world_size == 2);
+    CHECK(r.restart_count == 0);
+  }
+}
+
 TEST_CASE("state machine: a node arriving at a full job waits for a place and takes it when the round ends", "[rdzv]") {
   Job job(1, 2);
   Node& a = job.add("a:1");
