@@ -47,7 +47,7 @@ def wrapped_functions():
     return found
 
 
-def in_process_ab(step, blocks, steps):
+def in_process_ab(step, model, blocks, steps):
     """' ab_blocks=N ab_wrapped=F ab_cpu_ratio=A ab_step_ratio=B': blocks of steps taking turns with
     the hook's functions in place and with torch's originals back (every rank the same schedule,
     so that both ranks run the same code in each block)."""
@@ -56,6 +56,13 @@ def in_process_ab(step, blocks, steps):
     def use(on):
         for owner, name, wrapper, original in swaps:
             setattr(owner, name, wrapper if on else original)
+        # The hook's own hook on a parameter of the DDP module, registered by its forward
+        # wrapper when it arms the module: off with the wrappers (its arm with it, so that the
+        # next recorded forward registers both again), or the off blocks would pay for it.
+        handle = model.__dict__.pop("_ddprun_hook", None) if not on else None
+        if handle is not None:
+            handle.remove()
+            model.__dict__.pop("_ddprun_arm", None)
 
     cpu_ratios, wall_ratios = [], []
     for pair in range(blocks):
@@ -128,7 +135,7 @@ def main():
     cpu = time.process_time() - cpu_start  # every thread of this process: gloo's too
     if not torch.isfinite(metric).all():
         raise SystemExit(f"python_hook_overhead_job: rank {rank}: the loss is {metric.item()}")
-    ab = in_process_ab(step, args.ab_blocks, args.ab_steps) if args.ab_blocks else ""
+    ab = in_process_ab(step, model, args.ab_blocks, args.ab_steps) if args.ab_blocks else ""
 
     # The micro figure: CALLS calls of dist.all_reduce, and as many of the function it wraps
     # (functools.wraps keeps it as __wrapped__; without the hook, the same function), in blocks

@@ -23,6 +23,7 @@
 # and the user's call runs as it would have.
 import functools
 import os
+import struct
 import sys
 import threading
 import time
@@ -32,6 +33,7 @@ _VERSION = 1
 _CAPACITY = 256
 _WORDS = 8  # a header, and each slot, is 8 words of 64 bits
 _P2P_FLAG = 1
+_SLOT = struct.Struct("=6Q")  # a slot's words after its version: seq, meta, count, enqueued, started, ended
 _STARTED, _COMPLETED, _FAILED = 1, 2, 3
 
 # FlightOp codes.
@@ -68,7 +70,13 @@ _CALLS = {
 }
 
 _lock = threading.Lock()  # the rings and the group table: calls, future callbacks and the poller
-_inside = threading.local()  # a recorded call in progress on this thread (its inner calls are its own)
+
+
+class _Inside(threading.local):
+    depth = 0  # 1 while a recorded call is in progress on this thread (its inner calls are its own)
+
+
+_inside = _Inside()
 _dc = None  # torch.distributed.distributed_c10d, once imported
 _rings = {}  # (group index, point_to_point) -> _Ring
 _groups = {}  # id(process group) -> (index, group): new_group's order, the same on every rank
@@ -77,8 +85,7 @@ _failed = [False]  # recording broke once: stop, and say so once
 _quiescing = [False]  # _quiesce is registered to run at exit
 
 
-def _now():
-    return time.monotonic_ns()  # CLOCK_MONOTONIC, the agent's steady clock
+_now = time.monotonic_ns  # CLOCK_MONOTONIC, the agent's steady clock
 
 
 class _Ring:
@@ -105,35 +112,41 @@ class _Ring:
         w[7] = _P2P_FLAG if p2p else 0
         w[0] = _MAGIC  # last: a reader that sees it sees a whole header
         self._last = 0
-        self._slots = [None] * _CAPACITY  # per slot: [seq, op-dtype-root bits, count, started]
+        self._slots = [None] * _CAPACITY  # per slot: (seq, op-dtype-root bits, count, started)
 
-    def _write(self, rec, state, ended):
-        seq, bits, count, started = rec
-        base = (1 + (seq - 1) % _CAPACITY) * _WORDS
-        w = self._w
-        version = w[base]
-        w[base] = version + 1
-        w[base + 1] = seq
-        w[base + 2] = bits | state << 16
-        w[base + 3] = count
-        w[base + 4] = started
-        w[base + 5] = started
-        w[base + 6] = ended
-        w[base + 0] = version + 2
-
-    def begin(self, op, dtype, count, root):
+    # begin() and end() run at every recorded call: each is one Python frame (no helper) that
+    # writes its slot's words in one call between the seqlock's two version writes. A small step
+    # feels every line here (bench/python_hook_pieces.py).
+    def begin(self, bits, count):
+        """Starts a record of the call `bits` (op | dtype << 8 | (uint32 root) << 32) of `count`
+        elements; returns it, for end()."""
         seq = self._last + 1
         self._last = seq
-        rec = [seq, op | dtype << 8 | (root & 0xFFFFFFFF) << 32, count, _now()]
-        self._slots[(seq - 1) % _CAPACITY] = rec
-        self._write(rec, _STARTED, 0)
-        self._w[6] = seq  # the newest, after its slot
+        started = _now()
+        rec = (seq, bits, count, started)
+        slot = (seq - 1) % _CAPACITY
+        self._slots[slot] = rec
+        base = (slot + 1) * _WORDS
+        w = self._w
+        version = w[base]
+        w[base] = version + 1  # odd: a reader that sees it, or a change of it, reads again
+        _SLOT.pack_into(self._map, base * 8 + 8, seq, bits | _STARTED << 16, count, started, started, 0)
+        w[base] = version + 2
+        w[6] = seq  # the newest, after its slot
         return rec
 
     def end(self, rec, ok):
-        if self._slots[(rec[0] - 1) % _CAPACITY] is not rec:
+        seq, bits, count, started = rec
+        slot = (seq - 1) % _CAPACITY
+        if self._slots[slot] is not rec:
             return  # the ring wrapped past it
-        self._write(rec, _COMPLETED if ok else _FAILED, _now())
+        base = (slot + 1) * _WORDS
+        w = self._w
+        version = w[base]
+        w[base] = version + 1
+        _SLOT.pack_into(self._map, base * 8 + 8, seq, bits | (_COMPLETED if ok else _FAILED) << 16, count, started,
+                        started, _now())
+        w[base] = version + 2
 
 
 class _Call:
@@ -299,28 +312,13 @@ def _group_rank_of(group, rank):
     return -1
 
 
-def _begin(name, args, kwargs):
-    op, p2p, tensor_at, root_at, root_kw, group_at = _CALLS[name]
-    dc = _dc
-    if not dc.is_initialized():
-        return None
-    index, group = _group_index(_arg(args, kwargs, group_at, "group"))
-    if group is not None and dc.get_rank(group) < 0:
-        return None  # not a member: torch returns at once
-    dtype, count = 255, 0
-    tensor = _arg(args, kwargs, tensor_at, None) if tensor_at is not None else None
-    if isinstance(tensor, (list, tuple)):
-        tensor = tensor[0] if tensor else None
-    if tensor is not None and hasattr(tensor, "numel"):
-        dtype, count = _dtype_code(tensor)
-    root = -1
-    if root_kw is not None:
-        group_root = kwargs.get("group_" + root_kw)  # torch 2.6: a rank in the group itself
-        root = int(group_root) if group_root is not None else _group_rank_of(group, _arg(args, kwargs, root_at, root_kw))
-    device = bool(getattr(tensor, "is_cuda", False))
+def _end(ring, rec, ok):
+    """Ends a record of a call that returned (or raised) on this thread."""
     with _lock:
-        ring = _ring(index, group, p2p)
-        return _Call(ring, ring.begin(op, dtype, count, root), device)
+        try:
+            ring.end(rec, ok)
+        except Exception:
+            pass
 
 
 def _watch(call, work):
@@ -364,31 +362,63 @@ def _say_off(error):
 
 
 def _recorded(name, fn):
+    # What is known of the call ahead of time is in the closure, and the common case (no group,
+    # no root, a tensor) runs inline: this runs at every call, and each Python call in it costs
+    # a small step microseconds (bench/python_hook_pieces.py).
+    op, p2p, tensor_at, root_at, root_kw, group_at = _CALLS[name]
+
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if getattr(_inside, "depth", 0) or _failed[0]:
+        if _inside.depth or _failed[0]:
             return fn(*args, **kwargs)
+        ring = None
         try:
-            rec = _begin(name, args, kwargs)
+            dc = _dc
+            if dc.is_initialized():
+                group = kwargs["group"] if "group" in kwargs else args[group_at] if group_at < len(args) else None
+                index = 0
+                if group is not None:
+                    index, group = _group_index(group)
+                if group is None or dc.get_rank(group) >= 0:  # not a member: torch returns at once
+                    dtype, count, tensor = 255, 0, None
+                    if tensor_at is not None and tensor_at < len(args):
+                        tensor = args[tensor_at]
+                        if isinstance(tensor, (list, tuple)):
+                            tensor = tensor[0] if tensor else None
+                        if tensor is not None and hasattr(tensor, "numel"):
+                            dtype, count = _dtype_code(tensor)
+                    root = -1
+                    if root_kw is not None:
+                        group_root = kwargs.get("group_" + root_kw)  # torch 2.6: a rank in the group itself
+                        root = (int(group_root) if group_root is not None
+                                else _group_rank_of(group, _arg(args, kwargs, root_at, root_kw)))
+                    device = bool(getattr(tensor, "is_cuda", False))
+                    with _lock:
+                        ring = _rings.get((index, p2p)) or _ring(index, group, p2p)
+                        rec = ring.begin(op | dtype << 8 | (root & 0xFFFFFFFF) << 32, count)
         except Exception as e:
             _say_off(e)
-            rec = None
-        if rec is None:
+            ring = None
+        if ring is None:
             return fn(*args, **kwargs)
         _inside.depth = 1
         try:
             result = fn(*args, **kwargs)
         except BaseException:
             _inside.depth = 0
-            rec.finish(False)
+            _end(ring, rec, False)
             raise
         _inside.depth = 0
         if result is not None and hasattr(result, "is_completed"):
-            _watch(rec, result)  # async_op=True, isend, irecv: pending until its work completes
-        elif rec.device:
-            _end_on_device(rec)
+            _watch(_Call(ring, rec, device), result)  # async_op=True, isend, irecv: pending until its work completes
+        elif device:
+            _end_on_device(_Call(ring, rec, device))
         else:
-            rec.finish(True)
+            try:
+                with _lock:
+                    ring.end(rec, True)
+            except Exception:
+                pass
         return result
 
     call.__ddprun_recorded__ = True
@@ -454,23 +484,56 @@ def _quiesce():
 # interpreter lock to it and back costs more than the recording (torch's own Python
 # allreduce_hook slows a small job's steps as much). So the reducer keeps its C++ all-reduce,
 # and each backward() that follows a forward of a DDP module syncing gradients is recorded as
-# one all_reduce of that module's group: started once the backward's computation is done (a
-# callback queued from the first node of the graph runs just before the reducer waits for its
-# buckets), completed when backward() returns (on a GPU: when the stream has done what was
-# queued by then). A rank that never reaches backward() is behind
-# a rank that waits there; ranks that compute in backward(), for however long, wait in nothing.
-_armed = {}  # id(process group) -> (index, group, dtype, count, device): DDP forwards awaiting their backward
+# one all_reduce of that module's group: started once the backward's computation is done,
+# completed when backward() returns (on a GPU: when the stream has done what was queued by
+# then). A rank that never reaches backward() is behind a rank that waits there; ranks that
+# compute in backward(), for however long, wait in nothing.
+#
+# The computation's end: a callback queued on autograd's engine during the backward runs once
+# every node has run, just before the reducer's own (queued when its last bucket is ready)
+# waits for the buckets. It is queued from a hook that autograd calls during the backward: a
+# hook on one parameter of each DDP module, registered once (its gradient is computed in every
+# syncing backward: DDP fails a step where a parameter has none, unless find_unused_parameters),
+# since registering a hook on each backward's root costs a small step more than all the rest
+# (bench/python_hook_pieces.py). The root's hook is still used where a parameter's may not run:
+# a module with find_unused_parameters, and every backward once one recorded backward() saw no
+# parameter's hook (a frozen parameter, a graph that does not reach it).
+_armed = {}  # id(process group) -> its _arm: DDP forwards awaiting their backward
+_queue_callback = []  # autograd's engine's queue_callback, once found
+_running = [None]  # the recorded backward() in progress (its _Backward), else None
+_root_hooks = [False]  # True once a recorded backward() saw no parameter's hook: hooks on roots
 
 
-def _ddp_grads(ddp):
-    cached = getattr(ddp, "_ddprun_grads", None)
-    if cached is None:
-        params = [p for p in ddp.module.parameters() if p.requires_grad]
-        dtype = _dtype_code(params[0])[0] if params else 255
-        device = bool(params and getattr(params[0], "is_cuda", False))
-        cached = (dtype, sum(p.numel() for p in params), device)
-        ddp._ddprun_grads = cached
-    return cached
+def _arm(ddp):
+    """(id(group), group, index, group or None, op bits, count, device, hooked) of a DDP
+    module's backward all_reduce, kept on the module: its forward arms it every step. hooked: a
+    parameter of the module has _grad_ready as its hook."""
+    group = ddp.process_group
+    params = [p for p in ddp.module.parameters() if p.requires_grad]
+    dtype = _dtype_code(params[0])[0] if params else 255
+    device = bool(params and getattr(params[0], "is_cuda", False))
+    index, recorded_group = _group_index(group)
+    hooked = ddp.__dict__.get("_ddprun_hook") is not None  # its handle
+    if not hooked and params and not getattr(ddp, "find_unused_parameters", True):
+        # The last parameter: usually the first gradient computed.
+        ddp.__dict__["_ddprun_hook"] = params[-1].register_hook(_grad_ready)
+        hooked = True
+    arm = (id(group), group, index, recorded_group, _ALL_REDUCE | dtype << 8 | 0xFFFFFFFF << 32,
+           sum(p.numel() for p in params), device, hooked)
+    ddp.__dict__["_ddprun_arm"] = arm
+    return arm
+
+
+def _grad_ready(grad):
+    # A gradient autograd computes in the recorded backward(): the callback queued now runs at
+    # the end of its computation (once a backward).
+    run = _running[0]
+    if run is not None and not run.queued:
+        run.queued = True
+        try:
+            _queue_callback[0](run.begin)
+        except Exception:
+            run.begin()  # no engine to queue on (or not in its backward): the wait counts from now
 
 
 def _patch_ddp(module):
@@ -483,18 +546,45 @@ def _patch_ddp(module):
     @functools.wraps(forward)
     def recorded_forward(self, *args, **kwargs):
         out = forward(self, *args, **kwargs)
-        if not _failed[0] and self.require_backward_grad_sync and grad_enabled():
+        if self.require_backward_grad_sync and grad_enabled() and not _failed[0]:
             try:
-                group = self.process_group
-                if id(group) not in _armed:
-                    index, group = _group_index(group)
-                    _armed[id(group)] = (index, group) + _ddp_grads(self)
+                arm = self.__dict__.get("_ddprun_arm")
+                if arm is None or arm[1] is not self.process_group:
+                    arm = _arm(self)
+                if arm[0] not in _armed:
+                    _armed[arm[0]] = arm
             except Exception as e:
                 _say_off(e)
         return out
 
     recorded_forward.__ddprun_recorded__ = True
     ddp.forward = recorded_forward
+
+
+class _Backward:
+    """One recorded backward(): the all_reduces of the DDP modules its forwards armed. Made
+    without an __init__ (a Python call less a step): the caller sets its three fields."""
+
+    __slots__ = ("armed", "calls", "queued")  # armed: the _arms; calls: (ring, record, device) once begun
+
+    def begin(self):
+        if self.calls is not None or _failed[0]:
+            return
+        calls = self.calls = []
+        try:
+            with _lock:
+                for _, _, index, group, bits, count, device, _ in self.armed:
+                    ring = _ring(index, group, False)
+                    calls.append((ring, ring.begin(bits, count), device))
+        except Exception as e:
+            _say_off(e)
+
+    def end(self, ok):
+        for ring, rec, device in self.calls or ():
+            if device and ok:
+                _end_on_device(_Call(ring, rec, device))  # backward() returns once the stream waits
+            else:
+                _end(ring, rec, ok)
 
 
 def _patch_autograd(module):
@@ -505,48 +595,52 @@ def _patch_autograd(module):
     @functools.wraps(backward)
     def recorded_backward(tensors, *args, **kwargs):
         if not _armed:
-            return backward(tensors, *args, **kwargs)
-        armed = list(_armed.values())
-        _armed.clear()
-        calls = []
-
-        def begin():
-            if calls or _failed[0]:
-                return
+            outer = _running[0]
+            if outer is None:
+                return backward(tensors, *args, **kwargs)
+            # A backward() inside a recorded one (reentrant checkpointing): called from a node
+            # of the outer graph, where a callback queued now runs at the outer computation's
+            # end; gradients computed in the inner graph would queue it on the inner one.
+            _grad_ready(None)
+            _running[0] = None
             try:
-                with _lock:
-                    for index, group, dtype, count, device in armed:
-                        ring = _ring(index, group, False)
-                        calls.append(_Call(ring, ring.begin(_ALL_REDUCE, dtype, count, -1), device))
-            except Exception as e:
-                _say_off(e)
-
+                return backward(tensors, *args, **kwargs)
+            finally:
+                _running[0] = outer
+        run = _Backward()
+        run.armed, run.calls, run.queued = tuple(_armed.values()), None, False
+        _armed.clear()
         handle = None
         try:
-            root = tensors if hasattr(tensors, "register_hook") else tensors[0]
-            if root.grad_fn is not None:
-                engine = sys.modules["torch.autograd.variable"].Variable._execution_engine
-                handle = root.register_hook(lambda grad: engine.queue_callback(begin))
+            if not _queue_callback:
+                _queue_callback.append(sys.modules["torch.autograd.variable"].Variable._execution_engine.queue_callback)
+            handle = False  # the parameters' hooks
+            for arm in run.armed:
+                if _root_hooks[0] or not arm[7]:
+                    handle = None
+                    root = tensors if hasattr(tensors, "register_hook") else tensors[0]
+                    if root.grad_fn is not None:
+                        handle = root.register_hook(_grad_ready)
+                    break
         except Exception:
             handle = None  # then the wait counts from backward()'s start
         if handle is None:
-            begin()
+            run.begin()
+        outer = _running[0]  # a recorded backward() this one runs in (a DDP forward recomputed in it)
+        _running[0] = run
         try:
             result = backward(tensors, *args, **kwargs)
         except BaseException:
-            for call in calls:
-                call.finish(False)
+            run.end(False)
             raise
         finally:
-            if handle is not None:
+            _running[0] = outer
+            if handle:
                 handle.remove()
-        begin()  # a graph that never reached its hook still synced its gradients
-        for call in calls:
-            # On a GPU, backward() returns once the stream waits for the all-reduces.
-            if call.device:
-                _end_on_device(call)
-            else:
-                call.finish(True)
+        if not run.queued and handle is False:
+            _root_hooks[0] = True  # no parameter's hook ran: a root's from now on
+        run.begin()  # a graph that never reached its hook still synced its gradients
+        run.end(True)
         return result
 
     recorded_backward.__ddprun_recorded__ = True
