@@ -2,11 +2,14 @@
 
 #include <signal.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "agent/hang/python/python_stacks.h"
 #include "agent/hang/rings/hang_verdict.h"
 #include "agent/ops/error_file.h"
+#include "common/logging.h"
 #include "common/text_escape.h"
 
 namespace ddprun::agent {
@@ -44,6 +47,44 @@ CollectiveTrigger collectiveFailureTrigger(const std::string& collective_line,
   }
   if (dump) return {fmt::format("rank {} wrote torch's flight-recorder dump", *dump)};
   return {};
+}
+
+void CollectiveWatch::onStderrLine(int rank, std::string_view line) {
+  if (!line_.empty()) return;
+  auto failure = collectiveFailureIn(line);
+  if (!failure) return;
+  notice(fmt::format("rank {}: {}", rank, printable(*failure)));
+}
+
+Clock::TimePoint CollectiveWatch::wake(Clock::TimePoint at, bool watch_dumps) const {
+  if (!line_.empty()) at = std::min(at, line_at_ + kGrace);
+  if (watch_dumps) at = std::min(at, next_dump_look_);
+  return at;
+}
+
+void CollectiveWatch::lookForDumps(const TorchDumps& dumps, const std::vector<Worker>& workers) {
+  if (clock_.now() < next_dump_look_) return;
+  next_dump_look_ = clock_.now() + kDumpLook;
+  const std::optional<int> rank = dumps.written();
+  if (!rank) return;
+  for (const Worker& w : workers) {
+    if (w.place.rank == *rank) {
+      notice(fmt::format("rank {}: wrote torch's flight-recorder dump {}", *rank, printable(w.torch_dump)));
+    }
+  }
+}
+
+bool CollectiveWatch::graceOver() {
+  if (line_.empty() || clock_.now() < line_at_ + kGrace) return false;
+  logger("agent")->warn("no worker ended within {} s of '{}'; stopping the attempt",
+                        std::chrono::duration_cast<std::chrono::seconds>(kGrace).count(), line_);
+  return true;
+}
+
+void CollectiveWatch::notice(const std::string& what) {
+  line_ = what;
+  line_at_ = clock_.now();
+  logger("agent")->warn("a collective failed ({}); taking the Python stacks of the workers still running", line_);
 }
 
 }  // namespace ddprun::agent

@@ -5,16 +5,20 @@
 // collective; a Python or torch-dumping worker killed by SIGABRT with no error file, as NCCL's
 // watchdog does, though so does any abort (`maybe`, unless a dump was written, which ties it
 // to a collective); a worker's flight-recorder dump. A failure of a worker stopped as hung is
-// no trigger. Pure but for `dumped`.
+// no trigger. Pure but for `dumped`. While the workers run, CollectiveWatch keeps the first
+// thing that said so, on the agent's clock.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/ops/failure_report.h"
 #include "agent/worker.h"
+#include "common/clock.h"
 
 namespace ddprun::agent {
 
@@ -29,5 +33,43 @@ CollectiveTrigger collectiveFailureTrigger(const std::string& collective_line,
                                            const std::vector<WorkerFailure>& failures,
                                            const std::vector<Worker>& workers,
                                            const std::function<std::optional<int>()>& dumped);
+
+// While an attempt's workers run: the first thing that says a torch collective failed, a
+// worker's stderr line naming one (python_stacks.h's collectiveFailureIn) or a torch
+// flight-recorder dump appearing (looked for every kDumpLook), logged once; and the grace the
+// workers then get to end by themselves (gloo raises at once; NCCL's watchdog aborts the
+// process) before the attempt is stopped. Thread-safety: none; the agent's thread.
+class CollectiveWatch {
+ public:
+  static constexpr std::chrono::seconds kGrace{5};
+  static constexpr std::chrono::milliseconds kDumpLook{250};
+
+  // `clock` must outlive the watch.
+  explicit CollectiveWatch(const Clock& clock) : clock_(clock) {}
+
+  // What said it ("rank 0: <line>"); empty: nothing yet in this attempt.
+  const std::string& line() const { return line_; }
+  // The attempt's workers started: the first look for a dump is due kDumpLook from now.
+  void started() { next_dump_look_ = clock_.now() + kDumpLook; }
+  // A line of rank `rank`'s stderr; only the first that names a failed collective counts.
+  void onStderrLine(int rank, std::string_view line);
+  // The earliest of `at`, the grace's end once something said it, and, when `watch_dumps`,
+  // the next look for a dump.
+  Clock::TimePoint wake(Clock::TimePoint at, bool watch_dumps) const;
+  // When a look is due: a dump of `dumps` written by one of `workers` says it.
+  void lookForDumps(const TorchDumps& dumps, const std::vector<Worker>& workers);
+  // Something said it and the grace is over: logged, true.
+  bool graceOver();
+  // The attempt is over.
+  void forget() { line_.clear(); }
+
+ private:
+  void notice(const std::string& what);
+
+  const Clock& clock_;
+  std::string line_;
+  Clock::TimePoint line_at_{};
+  Clock::TimePoint next_dump_look_{};
+};
 
 }  // namespace ddprun::agent

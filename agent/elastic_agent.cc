@@ -72,7 +72,7 @@ ElasticAgent::Impl::Impl(AgentConfig config, OrphanGuard* guard, AgentEnv& env,
                hang_.onStderrLine(rank, line);
              }),
       reporter_(config_, group_, policy_),
-      hang_(config_, env, group_, reporter_, guard),
+      hang_(config_, env, hang_workers_, hang_reports_, guard),
       progress_(config_, env, group_, reporter_),
       containment_(config_, env, group_, guard),
       recovery_(config_, env, group_, reporter_, containment_) {

@@ -25,6 +25,7 @@
 #include "agent/process/orphan_guard.h"
 #include "agent/progress_watch.h"
 #include "agent/restart_policy.h"
+#include "agent/round_hang_ports.h"
 #include "agent/worker_group.h"
 #include "common/logging.h"
 #include "rendezvous/rounds/dynamic_rendezvous.h"
@@ -101,6 +102,9 @@ class ElasticAgent::Impl {
   // The parts: the workers, what others see, the hang and progress watches, what is left of an attempt.
   WorkerGroup group_;
   JobReporter reporter_;
+  // The worker group and the job reporter as the hang watch sees them (round_hang_ports.h).
+  GroupHangWorkers hang_workers_{group_};
+  ReporterHangReports hang_reports_{reporter_};
   HangWatch hang_;
   ProgressWatch progress_;  // stragglers and status --trace, from the same rings
   Containment containment_;

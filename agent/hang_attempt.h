@@ -1,6 +1,7 @@
 // What the hang watch (hang_watch.h) learns of one attempt of the workers: whether it judged
-// a hang and whom it blamed, whether a collective failed, the Python stacks and torch dumps it
-// took, the culprits and frames the other nodes' summaries gave. All of it is forgotten together when the attempt ends
+// a hang and whom it blamed, the Python stacks and torch dumps it took, the culprits and
+// frames the other nodes' summaries gave (what said a collective failed is its
+// CollectiveWatch's). All of it is forgotten together when the attempt ends
 // (HangWatch::endAttempt), so that the next attempt starts afresh: one struct, reset at once.
 #pragma once
 
@@ -21,8 +22,6 @@ namespace ddprun::agent {
 struct HangAttempt {
   bool hang_judged = false;                               // the rings' verdict was given (once per attempt)
   std::vector<int> culprits;                              // the ranks a verdict blamed: the report's root cause
-  std::string collective_line;                            // "rank 0: <line>": something said a collective failed
-  Clock::TimePoint collective_line_at{};                  // when
   bool python_stacks_taken = false;                       // the Python stacks were taken (once per attempt)
   std::vector<FlightDump> live_traces;                    // from the worker servers, with the stacks
   std::unique_ptr<TorchDumps> torch_dumps;                // when a worker has a dump prefix

@@ -4,55 +4,24 @@
 
 #include <algorithm>
 
-#include <fmt/format.h>
-
 #include "agent/agent_rendezvous.h"
-#include "agent/collective_trigger.h"
+#include "agent/hang/nodes/local_summary.h"
 #include "agent/hang/python/live_traces.h"
-#include "agent/hang/python/python_stacks.h"
-#include "agent/hang/python/stack_summary.h"
-#include "agent/hang_watch_ports.h"
+#include "agent/hang/rings/hang_timeout.h"
+#include "agent/hang/verdicts/dump_settling.h"
 #include "agent/process/orphan_guard.h"
-#include "agent/torch_trace/dump_summary.h"
-#include "agent/worker_timers.h"
 #include "common/env_names.h"
-#include "common/error.h"
-#include "common/text_escape.h"
 
 namespace ddprun::agent {
-namespace {
-
-// A worker said on stderr that a collective failed: this long for it to end on its own (gloo
-// raises at once; NCCL's watchdog aborts the process) before ddprun stops the attempt.
-constexpr auto kCollectiveFailureGrace = std::chrono::seconds(5);
-// How often the agent looks for a new torch flight-recorder dump while the workers run (a
-// dump is written when a collective timed out).
-constexpr auto kTorchDumpLook = std::chrono::milliseconds(250);
-
-}  // namespace
-
-struct HangWatch::Adapters {
-  Adapters(WorkerGroup& group, JobReporter& reporter) : workers(group), reports(reporter) {}
-  GroupHangWorkers workers;
-  ReporterHangReports reports;
-};
-
-HangWatch::HangWatch(const AgentConfig& config, AgentEnv& env, WorkerGroup& group, JobReporter& reporter,
-                     OrphanGuard* guard)
-    : HangWatch(config, env, std::make_unique<Adapters>(group, reporter), guard) {}
-
-HangWatch::HangWatch(const AgentConfig& config, AgentEnv& env, std::unique_ptr<Adapters> adapters, OrphanGuard* guard)
-    : config_(config),
-      env_(env),
-      adapters_(std::move(adapters)),
-      group_(adapters_->workers),
-      reporter_(adapters_->reports),
-      guard_(guard),
-      log_(logger("agent")) {}
-
 HangWatch::HangWatch(const AgentConfig& config, AgentEnv& env, HangWorkers& workers, HangReports& reports,
                      OrphanGuard* guard)
-    : config_(config), env_(env), group_(workers), reporter_(reports), guard_(guard), log_(logger("agent")) {}
+    : config_(config),
+      env_(env),
+      group_(workers),
+      reporter_(reports),
+      guard_(guard),
+      log_(logger("agent")),
+      collective_(env.clock()) {}
 
 HangWatch::~HangWatch() {
   if (flight_dir_ && !flight_dir_->path().empty()) {
@@ -99,7 +68,7 @@ void HangWatch::workersStarted() {
   }
   attempt_.torch_dumps.reset();
   if (!expected_dumps.empty()) attempt_.torch_dumps = std::make_unique<TorchDumps>(std::move(expected_dumps));
-  next_dump_look_ = now() + kTorchDumpLook;
+  collective_.started();
 }
 
 HangWatch::Wake HangWatch::wake(Clock::TimePoint limit) const {
@@ -109,53 +78,30 @@ HangWatch::Wake HangWatch::wake(Clock::TimePoint limit) const {
   wake.at = limit;
   if (wake.watch_hang) wake.at = std::min(wake.at, next_hang_check_);
   if (wake.several_nodes) wake.at = std::min(wake.at, nodes_->nextLook());
-  if (!attempt_.collective_line.empty())
-    wake.at = std::min(wake.at, attempt_.collective_line_at + kCollectiveFailureGrace);
-  wake.watch_dumps = attempt_.torch_dumps && attempt_.collective_line.empty() && !group_.stopping();
-  if (wake.watch_dumps) wake.at = std::min(wake.at, next_dump_look_);
+  wake.watch_dumps = attempt_.torch_dumps && collective_.line().empty() && !group_.stopping();
+  wake.at = collective_.wake(wake.at, wake.watch_dumps);
   return wake;
 }
 
 void HangWatch::tick(const Wake& wake) {
-  if (wake.watch_dumps && now() >= next_dump_look_) {
-    next_dump_look_ = now() + kTorchDumpLook;
-    lookForTorchDumps();
-  }
+  if (wake.watch_dumps) collective_.lookForDumps(*attempt_.torch_dumps, group_.workers());
   // A rank said a collective failed: the others' Python stacks now, before any of them moves on.
-  if (!attempt_.collective_line.empty() && !attempt_.python_stacks_taken) takePythonStacks();
+  if (!collective_.line().empty() && !attempt_.python_stacks_taken) takePythonStacks();
   const auto t = now();
   if (wake.watch_hang && t >= next_hang_check_) {
-    // A few times per timeout, at most once a second: reading the rings is cheap.
-    next_hang_check_ = t + std::clamp<Clock::Duration>(*config_.hang_timeout / 4, std::chrono::milliseconds(50),
-                                                       std::chrono::seconds(1));
+    next_hang_check_ = t + hangTimeoutLook(*config_.hang_timeout);
     checkHangTimeout();
   }
   if (wake.several_nodes) answerHangRequest(t);
 }
 
-bool HangWatch::collectiveGraceOver() {
-  if (attempt_.collective_line.empty() || now() < attempt_.collective_line_at + kCollectiveFailureGrace) return false;
-  log_->warn("no worker ended within {} s of '{}'; stopping the attempt",
-             std::chrono::duration_cast<std::chrono::seconds>(kCollectiveFailureGrace).count(),
-             attempt_.collective_line);
-  return true;
-}
-
 std::vector<RankPosition> HangWatch::localPositions() const {
-  std::vector<RankPosition> positions;
-  if (!flight_dir_) return positions;
-  // The rings' times are the workers' steady clock, whatever clock the agent runs on.
+  if (!flight_dir_) return {};
+  // The rings' times are the workers' steady clock, whatever clock the agent runs on. The
+  // directory holds only this attempt's rings (emptied after each one, once its processes are gone).
   const int64_t now_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  // The directory holds only this attempt's rings (emptied after each one, once its processes
-  // are gone); a worker may be a wrapper of the process that writes (sh -c, a Python parent),
-  // so the ring's pid is not matched, only its rank against this node's.
-  for (const FlightRingSnapshot& ring : flight_dir_->read()) {
-    for (const Worker& w : group_.workers()) {
-      if (w.place.rank == ring.rank) positions.push_back(positionOf(ring, now_ns));
-    }
-  }
-  return positions;
+  return positionsOfRanks(flight_dir_->read(), localRanks(), now_ns);
 }
 
 void HangWatch::answerHangRequest(Clock::TimePoint t) {
@@ -170,28 +116,14 @@ void HangWatch::answerHangRequest(Clock::TimePoint t) {
 }
 
 std::string HangWatch::ownSummary() {
-  // The Python ranks' frames, so that the judging node names a culprit here with its line.
-  std::vector<LocalStack> stacks;
-  for (const Worker& w : group_.workers()) {
-    if (w.python_stack.empty()) continue;
-    stacks.push_back(LocalStack{w.place.rank, w.place.local_rank, formatTraceback(mainThreadFrames(w.python_stack))});
-  }
-  std::vector<LocalDump> dumps;
-  if (attempt_.torch_dumps || !attempt_.live_traces.empty()) {
-    std::vector<int> local_ranks;
-    for (const Worker& w : group_.workers()) local_ranks.push_back(w.place.rank);
-    // The live traces travel as dumps do, for ranks without a dump file.
-    for (FlightDump& d : nodeDumps(attempt_.torch_dumps.get(), attempt_.live_traces, local_ranks).dumps) {
-      for (const Worker& w : group_.workers()) {
-        if (w.place.rank != d.rank) continue;
-        const bool finished = !w.running && w.exit_code == 0 && w.signal == 0;
-        dumps.push_back(LocalDump{std::move(d), w.place.local_rank, finished,
-                                  w.python_stack.empty() ? "" : formatTraceback(mainThreadFrames(w.python_stack))});
-        break;
-      }
-    }
-  }
-  return encodeNodeSummary(nodes_->node(), localPositions(), stacks, dumps);
+  return localSummary(nodes_->node(), localPositions(), summaryRanks(group_.workers()), attempt_.torch_dumps.get(),
+                      attempt_.live_traces);
+}
+
+std::vector<int> HangWatch::localRanks() const {
+  std::vector<int> ranks;
+  for (const Worker& w : group_.workers()) ranks.push_back(w.place.rank);
+  return ranks;
 }
 
 const std::vector<std::string>& HangWatch::otherNodes() {
@@ -203,28 +135,7 @@ const std::vector<std::string>& HangWatch::otherNodes() {
 }
 
 void HangWatch::onStderrLine(int rank, std::string_view line) {
-  if (!attempt_.collective_line.empty() || group_.stopping()) return;
-  auto failure = collectiveFailureIn(line);
-  if (!failure) return;
-  noticeCollectiveFailure(fmt::format("rank {}: {}", rank, printable(*failure)));
-}
-
-void HangWatch::noticeCollectiveFailure(const std::string& what) {
-  attempt_.collective_line = what;
-  attempt_.collective_line_at = now();
-  log_->warn("a collective failed ({}); taking the Python stacks of the workers still running",
-             attempt_.collective_line);
-}
-
-void HangWatch::lookForTorchDumps() {
-  const std::optional<int> rank = attempt_.torch_dumps->written();
-  if (!rank) return;
-  for (const Worker& w : group_.workers()) {
-    if (w.place.rank == *rank) {
-      noticeCollectiveFailure(
-          fmt::format("rank {}: wrote torch's flight-recorder dump {}", *rank, printable(w.torch_dump)));
-    }
-  }
+  if (!group_.stopping()) collective_.onStderrLine(rank, line);
 }
 
 void HangWatch::checkHangTimeout() {
@@ -233,40 +144,22 @@ void HangWatch::checkHangTimeout() {
   const bool python = std::any_of(group_.workers().begin(), group_.workers().end(),
                                   [](const Worker& w) { return w.running && w.python_hook; });
   if (positions.empty()) {
-    // Rings appear with a worker's first collective: C++ workers on ddprun's runtime keep them,
-    // and Python workers through ddprun's hook. Say once that nothing is watched yet, rather
-    // than let the user believe a job is watched that cannot be.
+    // Said once, when no ring showed up within a timeout of the attempt's start.
     if (!no_rings_warned_ && now() - attempt_started_ >= *config_.hang_timeout) {
       no_rings_warned_ = true;
-      if (python) {
-        log_->info("--hang_timeout {:g} s: no worker on this node has called a torch.distributed collective yet",
-                   timeout_s);
-      } else if (config_.python_workers && !config_.python_stacks) {
-        log_->warn(
-            "--hang_timeout {:g} s: --no_python_stacks turns off ddprun's Python hook, which records the Python "
-            "workers' collectives, so hangs cannot be judged here",
-            timeout_s);
-      } else {
-        log_->warn(
-            "--hang_timeout {:g} s: no worker on this node keeps a flight recorder (C++ workers on ddprun's runtime "
-            "and Python workers through ddprun's hook do), so hangs cannot be judged here; torch's file timer "
-            "(TORCHELASTIC_ENABLE_FILE_TIMER=1) can serve instead",
-            timeout_s);
-      }
+      const NoRings said = noRingsLine(timeout_s, python, config_.python_workers, config_.python_stacks);
+      log_->log(said.level, said.line);
     }
     return;
   }
   if (!noProgressFor(positions, timeout_s)) return;
-  const std::string trigger = fmt::format(
-      "--hang_timeout: no rank on this node completed an operation for {:g} s while one was pending", timeout_s);
+  const std::string trigger = hangTimeoutTrigger(timeout_s);
   // Python workers' stacks first, while every rank still stands where it hung: the verdict
   // names the culprit's frame from them.
   if (python && !attempt_.python_stacks_taken) takePythonStacks();
   // torch's own record first where the workers' servers gave it (NCCL's, which sees the
   // collectives torch issues from C++ too), with the Python frames before it as the rings' are.
-  std::vector<int> local_ranks;
-  for (const Worker& w : group_.workers()) local_ranks.push_back(w.place.rank);
-  std::string verdict = tracesCover(attempt_.live_traces, local_ranks) ? judgeTorchDumps(trigger) : std::string();
+  std::string verdict = tracesCover(attempt_.live_traces, localRanks()) ? judgeTorchDumps(trigger) : std::string();
   if (!verdict.empty()) {
     const std::vector<int> trace_culprits = attempt_.culprits;
     const std::string frames = judgePythonHang(trigger);
@@ -318,7 +211,7 @@ std::vector<WorkerFailure> HangWatch::failures(const std::string& host) {
   // A collective that timed out or failed is a hang seen from inside: take the Python
   // stacks of the ranks still running (unless a stderr line already had them taken), say
   // where every rank stands, then stop the others as hung, before the round ends.
-  const CollectiveTrigger said = collectiveFailureTrigger(attempt_.collective_line, failures, group_.workers(), [this] {
+  const CollectiveTrigger said = collectiveFailureTrigger(collective_.line(), failures, group_.workers(), [this] {
     return attempt_.torch_dumps ? attempt_.torch_dumps->written() : std::nullopt;
   });
   if (const std::string& trigger = said.text; !trigger.empty()) {
@@ -354,6 +247,7 @@ void HangWatch::endAttempt() {
   if (timers_) timers_->clear();
   if (flight_dir_) flight_dir_->clear();
   attempt_ = HangAttempt{};
+  collective_.forget();
   if (nodes_) nodes_->forget();
 }
 

@@ -1,15 +1,16 @@
 // The hang watch of this node's workers: it finds hung workers and says where the job
-// stands before anyone is stopped. Its triggers: a file timer that expired
-// (TORCHELASTIC_ENABLE_FILE_TIMER=1), --hang_timeout over the flight recorder rings, and a
-// collective that failed (a worker's stderr line, its error file, torch's flight-recorder
-// dump). Its verdicts (hang_verdict.h, python_stacks.h, dump_judgement.h) go to the log and
-// the events file, name the culprits that the failure report puts first, and take in the
-// other nodes' hang summaries (node_summaries.h). It stops hung workers stacks first
-// (hung_worker_stop.h, through the AgentEnv). The round loop ticks it while the workers run
-// and asks it for the failures once a worker failed. What it needs of the workers and the
-// reports comes through hang_watch_ports.h; the file timers are worker_timers.h's; what it
-// learns of an attempt is one HangAttempt (hang_attempt.h). Thread-safety: none; the
-// agent's thread only.
+// stands before anyone is stopped. It orchestrates parts of its own, each tested alone. Its
+// triggers: a file timer that expired (TORCHELASTIC_ENABLE_FILE_TIMER=1: worker_timers.h),
+// --hang_timeout over the flight recorder rings (hang_timeout.h), and a collective that failed
+// (a worker's stderr line or torch's flight-recorder dump while they run, collective_trigger.h's
+// CollectiveWatch; once one failed, collectiveFailureTrigger). It takes the Python stacks first
+// (stack_taking.h); its verdicts (ring_judgement.h, dump_judgement.h, python_frames.h) go to
+// the log and the events file, name the culprits that the failure report puts first, and take
+// in the other nodes' hang summaries (node_summaries.h, local_summary.h). It stops hung
+// workers stacks first (hung_worker_stop.h, through the AgentEnv). The round loop ticks it
+// while the workers run and asks it for the failures once a worker failed. What it needs of
+// the workers and the reports comes through hang_watch_ports.h; what it learns of an attempt
+// is one HangAttempt (hang_attempt.h). Thread-safety: none; the agent's thread only.
 #pragma once
 
 #include <sys/types.h>
@@ -25,6 +26,7 @@
 
 #include "agent/agent_config.h"
 #include "agent/agent_env.h"
+#include "agent/collective_trigger.h"
 #include "agent/hang/nodes/node_summaries.h"
 #include "agent/hang/rings/flight_dir.h"
 #include "agent/hang/rings/hang_verdict.h"
@@ -38,16 +40,12 @@
 namespace ddprun::agent {
 
 class AgentRendezvous;
-class JobReporter;
 class OrphanGuard;
-class WorkerGroup;
 
 class HangWatch {
  public:
-  // Everything given must outlive the watch; `guard` may be null. The round loop's: over its
-  // worker group and job reporter (hang_watch_ports.h's adapters).
-  HangWatch(const AgentConfig& config, AgentEnv& env, WorkerGroup& group, JobReporter& reporter, OrphanGuard* guard);
-  // Over any workers and reports (a test's).
+  // Everything given must outlive the watch; `guard` may be null. The round loop's workers
+  // and reports are its worker group and job reporter (round_hang_ports.h); a test's, its own.
   HangWatch(const AgentConfig& config, AgentEnv& env, HangWorkers& workers, HangReports& reports, OrphanGuard* guard);
   ~HangWatch();
   HangWatch(const HangWatch&) = delete;
@@ -79,9 +77,9 @@ class HangWatch {
   Wake wake(Clock::TimePoint limit) const;
   void tick(const Wake& wake);
   // A collective failed and no worker ended within the grace: the attempt is to stop (said).
-  bool collectiveGraceOver();
-  // What a stderr line said of a failed collective ("rank 0: <line>"); empty: nothing.
-  const std::string& collectiveLine() const { return attempt_.collective_line; }
+  bool collectiveGraceOver() { return collective_.graceOver(); }
+  // What said a collective failed ("rank 0: <line>"); empty: nothing.
+  const std::string& collectiveLine() const { return collective_.line(); }
 
   // A local worker failed: waits for the workers stopped as hung, and when a collective
   // failed, takes the Python stacks, judges where every rank stands and stops the others as
@@ -111,57 +109,35 @@ class HangWatch {
   // The other nodes' summaries of this attempt (node_summaries.h), gathered the first time a
   // verdict asks; none when this node is alone.
   const std::vector<std::string>& otherNodes();
-  // Something says a torch collective failed while the workers run (a stderr line, a dump):
-  // the stacks are taken at once and the attempt stops if no worker ends within the grace.
-  void noticeCollectiveFailure(const std::string& what);
-  // A worker's flight-recorder dump written since it started: says it (once per attempt).
-  void lookForTorchDumps();
 
-  // The verdicts (hang_watch_verdicts.cc).
-  // Signals every running worker's Python hook and waits (kPythonStacksWait at most) for
-  // their stacks; once per attempt.
+  // The verdicts (hang_watch_verdicts.cc), each logged and recorded once with what triggered
+  // it, before anyone is stopped; each returns its text (empty: none) and sets the culprits.
+  // The Python stacks (stack_taking.h), once per attempt.
   void takePythonStacks();
-  // The hang verdict (hang_verdict.h) over this node's flight recorder rings, and the other
-  // nodes' summaries, logged once per attempt with what triggered it, before anyone is
-  // stopped. Returns it (empty: none).
+  // The rings' (ring_judgement.h), with the other nodes' summaries; once per attempt.
   std::string judgeHang(const std::string& trigger);
-  // judgeHang's verdict and, with Python workers, judgePythonHang's beside it: the rings'
-  // sequence numbers decide who is behind (their culprits count), the frames say where in the
-  // script. Returns both, the frames' first (empty: the rings gave none).
+  // judgeHang's and, with Python workers, judgePythonHang's beside it: the rings' sequence
+  // numbers decide who is behind (their culprits count), the frames say where in the script.
+  // Both, the frames' first (empty: the rings gave none).
   std::string judgeRingsAndFrames(const std::string& trigger);
-  // The verdict from the ranks' Python frames (python_stacks.h), logged and recorded like
-  // judgeHang's; sets the culprits. Returns it (empty: none).
+  // The ranks' Python frames' (python_frames.h, python_stacks.h).
   std::string judgePythonHang(const std::string& trigger);
-  // Waits (kTorchDumpWait at most, serving the workers meanwhile) until every local rank's
-  // torch dump was read or found unreadable; returns how long it waited.
+  // Waits for every local rank's torch dump (dump_settling.h); returns how long it waited.
   std::chrono::milliseconds settleTorchDumps();
-  // The verdict from torch's flight-recorder dumps (dump_judgement.h) over the local ranks'
-  // dumps and live traces, after settleTorchDumps, and the other nodes' (through otherNodes);
-  // logged and recorded like judgeHang's ("source":"flight_recorder"), it sets the culprits
-  // (one of another node becomes a failure of the report, attempt_.remote_culprits). Returns
-  // the verdict's sentences (empty: none).
+  // torch's dumps' and live traces' (dump_judgement.h), after settleTorchDumps, with the other
+  // nodes' ("source":"flight_recorder"); returns the verdict's sentences.
   std::string judgeTorchDumps(const std::string& trigger);
-  // A rank of another node that a verdict blames, from its node's summary: a failure of this
-  // node's report (attempt_.remote_culprits), with its Python frames when its node sent them.
-  void addRemoteCulprit(int rank, const std::string& verdict);
   // Records a verdict: its event, and the health check's (job_reporter.h).
   void recordVerdict(const std::string& trigger, const std::string& text, const char* source,
                      const std::vector<int>& culprits);
+  // Ranks of other nodes a verdict blamed: failures of this node's report.
+  void addRemoteCulprits(std::vector<WorkerFailure> culprits);
+  std::vector<int> localRanks() const;
 
   Clock::TimePoint now() const { return env_.clock().now(); }
 
-  // Once a collective failed, how long the agent waits for every local rank's torch dump: the
-  // ranks still running write theirs when torch signals the timeout dump through the store
-  // (their watchdogs look about once a second), not torch's ~60 s.
-  static constexpr std::chrono::seconds kTorchDumpWait{3};
-
-  // The adapters over the round loop's parts, when the watch was given those.
-  struct Adapters;
-  HangWatch(const AgentConfig& config, AgentEnv& env, std::unique_ptr<Adapters> adapters, OrphanGuard* guard);
-
   const AgentConfig& config_;
   AgentEnv& env_;
-  std::unique_ptr<Adapters> adapters_;  // before group_ and reporter_, which may be theirs
   HangWorkers& group_;
   HangReports& reporter_;
   OrphanGuard* guard_;
@@ -174,7 +150,7 @@ class HangWatch {
   // When the next looks are due while the workers run.
   Clock::TimePoint attempt_started_{};  // when this attempt's workers were started
   Clock::TimePoint next_hang_check_{};  // --hang_timeout's at the rings
-  Clock::TimePoint next_dump_look_{};   // lookForTorchDumps'
+  CollectiveWatch collective_;          // what said a collective failed, and the grace
   HangAttempt attempt_;                 // what this attempt showed so far
 };
 

@@ -2,9 +2,9 @@
 // interfaces: the workers it watches (their pids, places and ends: the worker group), and
 // where its findings go (the events file and the status record: the job reporter) with the
 // size of the round they belong to. (The other nodes it reaches through the job board,
-// agent/hang/nodes/node_summaries.h.) The round loop gives it adapters over its parts (made
-// here); tests give it their own, so that a round of several nodes runs without a
-// rendezvous. Thread-safety: none; the agent's thread only.
+// agent/hang/nodes/node_summaries.h.) The round loop gives it adapters over its parts
+// (round_hang_ports.h); tests give it their own, so that a round of several nodes runs
+// without a rendezvous. Thread-safety: none; the agent's thread only.
 #pragma once
 
 #include <optional>
@@ -18,8 +18,6 @@
 #include "common/json_writer.h"
 
 namespace ddprun::agent {
-
-class WorkerGroup;
 
 // The workers of the current attempt, as the hang watch sees and marks them (a worker it
 // stops as hung gets its reason and stacks; one it took the Python stacks of gets those).
@@ -54,34 +52,6 @@ class HangReports {
   virtual void setHangVerdict(JobReporter::Verdict verdict) = 0;
   // The current round; none before the first.
   virtual std::optional<Round> round() const = 0;
-};
-
-// The adapters the round loop's hang watch uses over its parts; each holds a reference to a
-// part that must outlive it.
-class GroupHangWorkers final : public HangWorkers {
- public:
-  explicit GroupHangWorkers(WorkerGroup& group) : group_(group) {}
-  std::vector<Worker>& workers() override;
-  const std::vector<Worker>& workers() const override;
-  int attempt() const override;
-  bool anyRunning() const override;
-  bool stopping() const override;
-  Clock::Duration killWait() const override;
-  std::vector<WorkerFailure> collectFailures(const std::string& host, const std::vector<int>& culprits) const override;
-
- private:
-  WorkerGroup& group_;
-};
-
-class ReporterHangReports final : public HangReports {
- public:
-  explicit ReporterHangReports(JobReporter& reporter) : reporter_(reporter) {}
-  void emit(const std::string& event, const JsonObject& fields) override;
-  void setHangVerdict(JobReporter::Verdict verdict) override;
-  std::optional<Round> round() const override;
-
- private:
-  JobReporter& reporter_;
 };
 
 }  // namespace ddprun::agent

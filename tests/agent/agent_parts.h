@@ -18,8 +18,6 @@
 #include <string>
 #include <vector>
 
-#include <spdlog/sinks/ostream_sink.h>
-
 #include "agent/agent_config.h"
 #include "agent/containment.h"
 #include "agent/hang_watch.h"
@@ -28,9 +26,11 @@
 #include "agent/node_cooldown.h"
 #include "agent/output/log_layout.h"
 #include "agent/restart_policy.h"
+#include "agent/round_hang_ports.h"
 #include "agent/worker_group.h"
 #include "tests/agent/manual_agent_env.h"
 #include "tests/agent/scripted_rendezvous.h"
+#include "tests/support/agent_log.h"
 
 namespace ddprun::agent::testing {
 
@@ -70,12 +70,13 @@ class AgentParts {
     WorkerGroupSetup setup;
     setup.layout = layout.get();
     if (watch) {
-      if (hang_reports) {
-        hang_workers = std::make_unique<GroupHangWorkers>(group);
-        hang = std::make_unique<HangWatch>(config, env, *hang_workers, *hang_reports, nullptr);
-      } else {
-        hang = std::make_unique<HangWatch>(config, env, group, reporter, nullptr);
+      // As the round loop: over the worker group and, unless the test gives its own, the job reporter.
+      hang_workers = std::make_unique<GroupHangWorkers>(group);
+      if (!hang_reports) {
+        reporter_reports = std::make_unique<ReporterHangReports>(reporter);
+        hang_reports = reporter_reports.get();
       }
+      hang = std::make_unique<HangWatch>(config, env, *hang_workers, *hang_reports, nullptr);
       if (hang_board) {
         hang->setUp(*hang_board, "node-a", setup.base_env);
       } else {
@@ -140,8 +141,9 @@ class AgentParts {
   // its own (set before start()); none: the job reporter and the scripted round.
   HangReports* hang_reports = nullptr;
   rendezvous::Board* hang_board = nullptr;
-  std::unique_ptr<GroupHangWorkers> hang_workers;  // over `group`, with hang_reports
-  std::unique_ptr<HangWatch> hang;                 // made by start(true)
+  std::unique_ptr<GroupHangWorkers> hang_workers;         // over `group`
+  std::unique_ptr<ReporterHangReports> reporter_reports;  // over `reporter`, unless the test gave hang_reports
+  std::unique_ptr<HangWatch> hang;                        // made by start(true)
   WorkerGroup group{config, env, nullptr, [this](int rank, std::string_view line) {
                       if (hang) hang->onStderrLine(rank, line);
                     }};
@@ -151,38 +153,8 @@ class AgentParts {
   rendezvous::RendezvousResult round;
 };
 
-// The "agent" logger's lines ("<level>: <text>"), at debug level, while it lives.
-class AgentLog {
- public:
-  AgentLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)), log_(ddprun::logger("agent")) {
-    sink_->set_pattern("%l: %v");
-    saved_ = log_->sinks();
-    log_->sinks() = {sink_};
-    level_ = log_->level();
-    log_->set_level(spdlog::level::debug);
-  }
-  ~AgentLog() {
-    log_->sinks() = saved_;
-    log_->set_level(level_);
-  }
-  AgentLog(const AgentLog&) = delete;
-  AgentLog& operator=(const AgentLog&) = delete;
-  std::string text() const { return text_.str(); }
-  // How many lines hold `part`.
-  size_t count(const std::string& part) const {
-    std::istringstream in(text_.str());
-    size_t n = 0;
-    for (std::string line; std::getline(in, line);) n += line.find(part) != std::string::npos;
-    return n;
-  }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> log_;
-  std::vector<spdlog::sink_ptr> saved_;
-  spdlog::level::level_enum level_;
-};
+// The "agent" logger's lines, at debug level (tests/support/agent_log.h).
+using ddprun::testing::AgentLog;
 
 inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

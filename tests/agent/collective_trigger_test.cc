@@ -1,16 +1,22 @@
 // What tells the hang watch that a torch collective failed once a worker did
 // (agent/collective_trigger.h), on plain workers and failures: each kind of evidence in
 // its order, an abort that only may be a collective's, and failures of workers stopped as
-// hung, which are no evidence.
+// hung, which are no evidence. And while the workers run (CollectiveWatch, on a manual
+// clock): the first stderr line or dump that says so, and the grace it starts.
 #include "agent/collective_trigger.h"
 
 #include <signal.h>
 
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
+
+#include "tests/support/agent_log.h"
+#include "tests/support/manual_clock.h"
+#include "tests/support/test_process.h"
 
 namespace ddprun::agent {
 namespace {
@@ -97,6 +103,75 @@ TEST_CASE("collective trigger: a dump alone says so, and a worker stopped as hun
   CHECK_FALSE(t.maybe);
   Dumped none;
   CHECK(trigger("", {stopped, failure(0, 0)}, none).text.empty());
+}
+
+TEST_CASE("collective watch: the first stderr line naming a failed collective is said once and starts the grace",
+          "[unit]") {
+  testing::AgentLog log;
+  testing::ManualClock clock;
+  CollectiveWatch watch(clock);
+  const auto far = clock.now() + std::chrono::hours(1);
+
+  watch.onStderrLine(1, "hello from rank 1");
+  CHECK(watch.line().empty());
+  CHECK(watch.wake(far, false) == far);
+  CHECK_FALSE(watch.graceOver());
+
+  const auto said = clock.now();
+  const std::string timeout = "RuntimeError: [x.cc:81] Timed out waiting 5000ms for recv operation to complete";
+  watch.onStderrLine(1, timeout);
+  watch.onStderrLine(0, "RuntimeError: NCCL error in: y");  // not the first
+  CHECK(watch.line() == "rank 1: " + timeout);
+  CHECK(log.count("a collective failed (rank 1: " + timeout + "); taking the Python stacks") == 1);
+  CHECK(log.count("NCCL error") == 0);
+
+  // The workers get five seconds to end by themselves.
+  CHECK(watch.wake(far, false) == said + std::chrono::seconds(5));
+  clock.advance(std::chrono::milliseconds(4999));
+  CHECK_FALSE(watch.graceOver());
+  clock.advance(std::chrono::milliseconds(1));
+  CHECK(watch.graceOver());
+  CHECK(log.count("no worker ended within 5 s of 'rank 1: " + timeout + "'; stopping the attempt") == 1);
+
+  // The next attempt starts afresh.
+  watch.forget();
+  CHECK(watch.line().empty());
+  CHECK_FALSE(watch.graceOver());
+  CHECK(watch.wake(far, false) == far);
+}
+
+TEST_CASE("collective watch: torch's dumps are looked for every 250 ms, and one written says it", "[unit]") {
+  testing::AgentLog log;
+  testing::TempDir dir;
+  testing::ManualClock clock;
+  std::vector<Worker> all = workers();
+  std::vector<ExpectedDump> expected;
+  for (int r = 0; r < 2; ++r) {
+    all[r].torch_dump = dir.file("torch_trace_rank_" + std::to_string(r));
+    expected.push_back(ExpectedDump{r, all[r].torch_dump, stampOf(all[r].torch_dump)});
+  }
+  TorchDumps dumps(expected);
+  CollectiveWatch watch(clock);
+  const auto far = clock.now() + std::chrono::hours(1);
+  const auto start = clock.now();
+  watch.started();
+  CHECK(watch.wake(far, true) == start + std::chrono::milliseconds(250));
+  CHECK(watch.wake(far, false) == far);  // dumps not watched: no look
+
+  clock.advance(std::chrono::milliseconds(250));
+  watch.lookForDumps(dumps, all);  // none written yet
+  CHECK(watch.line().empty());
+  CHECK(watch.wake(far, true) == start + std::chrono::milliseconds(500));
+
+  std::ofstream(all[1].torch_dump) << "rank 1's dump";
+  clock.advance(std::chrono::milliseconds(100));
+  watch.lookForDumps(dumps, all);  // not due
+  CHECK(watch.line().empty());
+  clock.advance(std::chrono::milliseconds(150));
+  watch.lookForDumps(dumps, all);
+  CHECK(watch.line() == "rank 1: wrote torch's flight-recorder dump " + all[1].torch_dump);
+  CHECK(log.count("a collective failed (rank 1: wrote torch's flight-recorder dump") == 1);
+  CHECK(watch.wake(far, false) == clock.now() + std::chrono::seconds(5));
 }
 
 }  // namespace ddprun::agent

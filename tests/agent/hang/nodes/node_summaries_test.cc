@@ -10,10 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <catch2/catch.hpp>
 
-#include "common/logging.h"
+#include "tests/support/agent_log.h"
 #include "tests/support/manual_clock.h"
 
 namespace ddprun::agent {
@@ -46,24 +45,6 @@ class ScriptedBoard final : public rendezvous::Board {
   std::vector<std::string> answers;
   std::vector<std::string> published;
   std::vector<std::pair<milliseconds, std::string>> asked;
-};
-
-// The "agent" logger's warnings while it lives.
-class Warnings {
- public:
-  Warnings() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)), log_(logger("agent")) {
-    sink_->set_pattern("%l: %v");
-    saved_ = log_->sinks();
-    log_->sinks() = {sink_};
-  }
-  ~Warnings() { log_->sinks() = saved_; }
-  std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> log_;
-  std::vector<spdlog::sink_ptr> saved_;
 };
 
 RankPosition position(int rank, uint64_t completed) {
@@ -129,7 +110,7 @@ TEST_CASE("node summaries: a judging node asks once an attempt with its own summ
 }
 
 TEST_CASE("node summaries: a node alone asks nobody, and nodes that did not answer are counted once", "[unit]") {
-  Warnings log;
+  testing::AgentLog log{testing::AgentLog::kOwnLevel};
   ScriptedBoard board;
   board.answers = {"b's summary\n"};
   NodeSummaries nodes(board, "node-a");

@@ -3,27 +3,24 @@
 // groups, point-to-point left out), the handlers a periodic read asks, and the reader against a
 // stand-in worker server on a Unix socket: its handler list asked once however many reads,
 // a server without a trace handler never asked again, one that gives no trace warned about once.
-#include <poll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <catch2/catch.hpp>
 
 #include "agent/hang/python/live_positions.h"
 #include "agent/hang/python/worker_server.h"
-#include "common/logging.h"
+#include "tests/support/agent_log.h"
+#include "tests/support/stand_in_server.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::agent;
+using ddprun::testing::AgentLog;
 using ddprun::testing::TempDir;
 
 namespace {
@@ -160,89 +157,36 @@ namespace {
 // connection at a time on a thread; counts the requests by their first line.
 class CountingServer {
  public:
-  CountingServer(std::string path, std::string handlers, std::string trace)
-      : handlers_(std::move(handlers)), trace_(std::move(trace)) {
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    REQUIRE(::listen(fd_, 8) == 0);
-    REQUIRE(::pipe(stop_) == 0);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~CountingServer() {
-    ::close(stop_[1]);
-    thread_.join();
-    ::close(stop_[0]);
-    ::close(fd_);
-  }
+  CountingServer(const std::string& path, std::string handlers, std::string trace)
+      : handlers_(std::move(handlers)),
+        trace_(std::move(trace)),
+        server_(path, [this](int c, const std::string& line) { answer(c, line); }) {}
   int count(const std::string& line) {
     std::lock_guard<std::mutex> lock(mutex_);
     return counts_[line];
   }
 
  private:
-  bool readable(int fd) {
-    pollfd p[2] = {{fd, POLLIN, 0}, {stop_[0], POLLIN, 0}};
-    return ::poll(p, 2, -1) > 0 && p[1].revents == 0 && p[0].revents != 0;
-  }
-  void serve() {
-    while (readable(fd_)) {
-      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) continue;
-      std::string request;
-      char buf[4096];
-      while (request.find("\r\n\r\n") == std::string::npos && readable(c)) {
-        const ssize_t n = ::read(c, buf, sizeof buf);
-        if (n <= 0) break;
-        request.append(buf, static_cast<size_t>(n));
-      }
-      const std::string line = request.substr(0, request.find(" HTTP/"));
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        ++counts_[line];
-      }
-      const std::string body = line == "GET /handler/"                 ? handlers_
-                               : line == "POST /handler/fr_trace_json" ? trace_
-                                                                       : "";
-      if (body.empty()) {
-        // No answer: wait for the client to give up (its end closes) or the server to stop.
-        readable(c);
-      } else {
-        const std::string reply =
-            "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-        (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
-      }
-      ::close(c);
+  void answer(int c, const std::string& line) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++counts_[line];
     }
+    const std::string body = line == "GET /handler/" ? handlers_ : line == "POST /handler/fr_trace_json" ? trace_ : "";
+    if (body.empty()) {
+      // No answer: wait for the client to give up (its end closes) or the server to stop.
+      server_.readable(c);
+      return;
+    }
+    const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
   }
 
   std::string handlers_;
   std::string trace_;
-  int fd_ = -1;
-  int stop_[2] = {-1, -1};
   std::mutex mutex_;
   std::map<std::string, int> counts_;
-  std::thread thread_;
-};
-
-// The "agent" logger's lines while it lives.
-class AgentLog {
- public:
-  AgentLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)), log_(ddprun::logger("agent")) {
-    sink_->set_pattern("%l: %v");
-    saved_ = log_->sinks();
-    log_->sinks() = {sink_};
-  }
-  ~AgentLog() { log_->sinks() = saved_; }
-  std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> log_;
-  std::vector<spdlog::sink_ptr> saved_;
+  ddprun::testing::StandInServer server_;  // last: its thread answers with the members above
 };
 
 // One period of the progress watch: start, wait for the reads (bounded), take.
@@ -274,7 +218,7 @@ TEST_CASE("Live trace reader: the handler list once per worker, its trace every 
   CountingServer server(workerServerSocket(dir.path(), pid), R"(["dump_traceback","fr_trace_json","ping"])",
                         traceJson());
   LiveTraceReader reader;
-  AgentLog log;
+  AgentLog log{AgentLog::kOwnLevel};
   for (int period = 0; period < 3; ++period) {
     const auto rows = readPeriod(reader, {{dir.path(), pid, 1}});
     REQUIRE(rows.size() == 1);
@@ -311,7 +255,7 @@ TEST_CASE("Live trace reader: a server that gives no trace in time is one warnin
   const pid_t pid = 4244;
   CountingServer server(workerServerSocket(dir.path(), pid), R"(["fr_trace_json"])", /*trace: never answers*/ "");
   LiveTraceReader reader(WorkerServerLimits{std::chrono::milliseconds(200), size_t{1} << 20});
-  AgentLog log;
+  AgentLog log{AgentLog::kOwnLevel};
   for (int period = 0; period < 3; ++period) CHECK(readPeriod(reader, {{dir.path(), pid, 1}}).empty());
   INFO(log.text());
   CHECK(server.count("POST /handler/fr_trace_json") == 3);

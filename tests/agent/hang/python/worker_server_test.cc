@@ -4,20 +4,14 @@
 // rest never read), and one that serves a torch 2.11-shaped fr_trace_json (written from
 // torch's FlightRecorder::dump_json: string ranks, 0 for "not yet", no frames), which the
 // dumps' verdict then judges as it judges dump files.
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <catch2/catch.hpp>
 
 #include "agent/hang/python/live_trace.h"
@@ -27,10 +21,12 @@
 #include "agent/torch_trace/dump_verdict.h"
 #include "agent/torch_trace/flight_json.h"
 #include "agent/torch_trace/torch_dumps.h"
-#include "common/logging.h"
+#include "tests/support/agent_log.h"
+#include "tests/support/stand_in_server.h"
 #include "tests/support/test_process.h"
 
 using namespace ddprun::agent;
+using ddprun::testing::AgentLog;
 using ddprun::testing::TempDir;
 
 namespace {
@@ -39,52 +35,13 @@ namespace {
 class FakeServer {
  public:
   enum class Mode { kNeverAnswers, kHuge, kRoutes };
-  FakeServer(std::string path, Mode mode, std::map<std::string, std::string> routes = {})
-      : path_(std::move(path)), mode_(mode), routes_(std::move(routes)) {
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path_.c_str());
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    REQUIRE(::listen(fd_, 8) == 0);
-    REQUIRE(::pipe2(stop_pipe_, O_CLOEXEC) == 0);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~FakeServer() {
-    stop_ = true;
-    ::close(stop_pipe_[1]);  // the server's thread wakes on the end of the pipe, wherever it waits
-    thread_.join();
-    ::close(stop_pipe_[0]);
-    ::close(fd_);
-  }
+  FakeServer(const std::string& path, Mode mode, std::map<std::string, std::string> routes = {})
+      : mode_(mode),
+        routes_(std::move(routes)),
+        server_(path, [this](int c, const std::string& line) { answer(c, line); }) {}
   uint64_t bytesSent() const { return sent_; }
 
  private:
-  // Waits until `fd` is readable (true) or the server is stopped (false).
-  bool readable(int fd) {
-    pollfd p[2] = {{fd, POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
-    while (!stop_) {
-      if (::poll(p, 2, -1) < 0 && errno != EINTR) return false;
-      if (p[1].revents != 0) return false;
-      if (p[0].revents != 0) return true;
-    }
-    return false;
-  }
-  void serve() {
-    while (readable(fd_)) {
-      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) continue;
-      std::string request;
-      char buf[4096];
-      while (request.find("\r\n\r\n") == std::string::npos && readable(c)) {
-        const ssize_t n = ::read(c, buf, sizeof buf);
-        if (n <= 0) break;
-        request.append(buf, static_cast<size_t>(n));
-      }
-      answer(c, request.substr(0, request.find(" HTTP/")));
-      ::close(c);
-    }
-  }
   bool send(int c, const std::string& bytes) {
     const ssize_t n = ::send(c, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (n > 0) sent_ += static_cast<uint64_t>(n);
@@ -92,15 +49,13 @@ class FakeServer {
   }
   void answer(int c, const std::string& line) {
     if (mode_ == Mode::kNeverAnswers) {
-      pollfd stopped{stop_pipe_[0], POLLIN, 0};
-      while (!stop_ && ::poll(&stopped, 1, -1) < 0 && errno == EINTR) {
-      }
+      server_.readable(-1);  // until the server stops
       return;
     }
     if (mode_ == Mode::kHuge) {
       if (!send(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1073741824\r\n\r\n")) return;
       const std::string chunk(64 * 1024, 'x');
-      for (uint64_t left = uint64_t{1} << 30; left > 0 && !stop_; left -= chunk.size()) {
+      for (uint64_t left = uint64_t{1} << 30; left > 0 && !server_.stopped(); left -= chunk.size()) {
         if (!send(c, chunk)) return;  // the client closed: it stopped reading
       }
       return;
@@ -111,37 +66,10 @@ class FakeServer {
                 "\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
   }
 
-  std::string path_;
   Mode mode_;
   std::map<std::string, std::string> routes_;
-  int fd_ = -1;
-  int stop_pipe_[2] = {-1, -1};  // its write end closed: stop
-  std::atomic<bool> stop_{false};
   std::atomic<uint64_t> sent_{0};
-  std::thread thread_;
-};
-
-// The "agent" logger's warnings while it lives.
-class Warnings {
- public:
-  Warnings() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)), log_(ddprun::logger("agent")) {
-    sink_->set_pattern("%l: %v");
-    saved_ = log_->sinks();
-    log_->sinks() = {sink_};
-  }
-  ~Warnings() { log_->sinks() = saved_; }
-  std::vector<std::string> lines() const {
-    std::vector<std::string> out;
-    std::istringstream in(text_.str());
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> log_;
-  std::vector<spdlog::sink_ptr> saved_;
+  ddprun::testing::StandInServer server_;  // last: its thread answers with the members above
 };
 
 // torch 2.11's fr_trace_json for a gloo job of two ranks (FlightRecorder::dump_json): rank 0
@@ -214,7 +142,7 @@ TEST_CASE("Worker server: stacks come from dump_traceback, and a server that nev
   FakeServer answering(workerServerSocket(dir.path(), 100), FakeServer::Mode::kRoutes,
                        {{"POST /handler/dump_traceback", dump}});
   FakeServer silent(workerServerSocket(other.path(), 101), FakeServer::Mode::kNeverAnswers);
-  Warnings warnings;
+  AgentLog warnings{AgentLog::kOwnLevel};
   const auto start = std::chrono::steady_clock::now();
   const std::vector<ServerStacks> stacks = askWorkerServersForStacks(
       {{dir.path(), 100}, {other.path(), 101}, {dir.path(), 102}}, [&](std::chrono::milliseconds step) {

@@ -13,13 +13,13 @@
 #include <sstream>
 
 #include <fmt/format.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <catch2/catch.hpp>
 
 #include "agent/ops/event_log.h"
 #include "common/logging.h"
 #include "common/text_escape.h"
 #include "common/unique_fd.h"
+#include "tests/support/agent_log.h"
 #include "tests/support/fuzz_run.h"
 #include "tests/support/test_process.h"
 
@@ -29,30 +29,6 @@ using ddprun::testing::TempDir;
 using namespace std::chrono_literals;
 
 namespace {
-
-// The "agent" logger's lines, at debug level, while it lives.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)), log_(ddprun::logger("agent")) {
-    sink_->set_pattern("%l: %v");
-    saved_ = log_->sinks();
-    log_->sinks() = {sink_};
-    level_ = log_->level();
-    log_->set_level(spdlog::level::debug);
-  }
-  ~LogCapture() {
-    log_->sinks() = saved_;
-    log_->set_level(level_);
-  }
-  std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> log_;
-  std::vector<spdlog::sink_ptr> saved_;
-  spdlog::level::level_enum level_;
-};
 
 double now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
@@ -116,7 +92,7 @@ struct Harness {
     }
   }
 
-  LogCapture log;
+  ddprun::testing::AgentLog log;
   TempDir dir;
   boost::asio::io_context io;
   FileTimerServer server;

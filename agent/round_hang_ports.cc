@@ -1,4 +1,4 @@
-#include "agent/hang_watch_ports.h"
+#include "agent/round_hang_ports.h"
 
 #include "agent/worker_group.h"
 
