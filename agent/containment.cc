@@ -40,11 +40,18 @@ Containment::~Containment() {
 // cgroup.procs, as root), so the agent watches for those that leave their process group in
 // both cases: the scan is the second net under the cgroups.
 void Containment::setUp() {
-  cgroups_ = std::make_unique<WorkerCgroups>(::getpid(), config_.cgroups);
+  // The guard learns the directory before it exists: told after, a kill -9 between the two
+  // (the agent's thread preempted there on a loaded machine) would leave it to nobody.
+  std::string told;
+  cgroups_ = std::make_unique<WorkerCgroups>(::getpid(), config_.cgroups, [this, &told](const std::string& root) {
+    if (!guard_) return;
+    guard_->watchCgroup(root);
+    told = root;
+  });
   if (cgroups_->enabled()) {
     log_->debug("workers are contained by cgroups under {}", cgroups_->root());
-    if (guard_) guard_->watchCgroup(cgroups_->root());
   } else {
+    if (!told.empty()) guard_->forgetCgroup(told);
     log_->debug("workers are contained by process groups only ({}); processes that leave them are found every {} ms",
                 cgroups_->whyNot(), kEscapeScanInterval.count());
   }

@@ -19,7 +19,7 @@ constexpr auto kRemoveTimeout = std::chrono::seconds(5);
 
 }  // namespace
 
-WorkerCgroups::WorkerCgroups(pid_t agent_pid, bool allowed) {
+WorkerCgroups::WorkerCgroups(pid_t agent_pid, bool allowed, const BeforeCreate& before_create) {
   if (!allowed) {
     why_not_ = "DDPRUN_NO_CGROUPS is set";
     return;
@@ -30,6 +30,7 @@ WorkerCgroups::WorkerCgroups(pid_t agent_pid, bool allowed) {
     return;
   }
   const std::string root = *own + "/ddprun-" + std::to_string(agent_pid);
+  if (before_create) before_create(root);
   if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) {
     why_not_ = "cannot create " + root + ": " + std::strerror(errno);
     return;

@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,8 +15,12 @@ namespace ddprun::agent {
 
 class WorkerCgroups {
  public:
-  // Creates <own cgroup>/ddprun-<agent_pid> when allowed and possible; never throws.
-  WorkerCgroups(pid_t agent_pid, bool allowed);
+  // Called with the agent's directory before it is made (and whether or not it then can be).
+  using BeforeCreate = std::function<void(const std::string& root)>;
+  // Creates <own cgroup>/ddprun-<agent_pid> when allowed and possible; never throws. `before_create` (may be empty)
+  // learns the directory's path before the directory exists, so that whoever removes it should the agent die (the
+  // orphan guard) knows it first: a kill -9 at any moment after it is made leaves nobody unaware of it.
+  WorkerCgroups(pid_t agent_pid, bool allowed, const BeforeCreate& before_create = {});
   // Kills what is left in the workers' cgroups (waiting up to kRemoveTimeout for it to go) and removes them, and the
   // agent's directory.
   ~WorkerCgroups();
