@@ -150,6 +150,14 @@ bool LiveTraceReader::busy() {
   });
 }
 
+bool LiveTraceReader::waitIdle(std::chrono::milliseconds bound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  for (auto& [pid, w] : workers_) {
+    if (w.fresh && w.read.valid() && w.read.wait_until(deadline) != std::future_status::ready) return false;
+  }
+  return true;
+}
+
 std::vector<TracePosition> LiveTraceReader::take(int64_t now_unix_ns) {
   std::vector<TracePosition> rows;
   for (auto& [pid, w] : workers_) {

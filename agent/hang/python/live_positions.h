@@ -60,6 +60,10 @@ class LiveTraceReader {
   void start(const std::vector<Source>& sources);
   // Whether a read that the last start() began is still running. Never blocks.
   bool busy();
+  // Blocks until every read that the last start() began has finished, or `bound` has passed
+  // (false then): for a caller that may wait, as a one-shot read or a test, instead of asking
+  // busy() again and again. The agent's progress look never waits (it asks busy()).
+  bool waitIdle(std::chrono::milliseconds bound);
   // The rows of the reads done since the last take(), as of `now_unix_ns`; logs one warning per
   // worker, once, for a read without a usable trace. Never blocks.
   std::vector<TracePosition> take(int64_t now_unix_ns);
