@@ -86,6 +86,35 @@ def in_process_ab(step, model, blocks, steps):
             f"ab_wall_pairs={','.join(f'{r:.5f}' for r in wall_ratios)}")
 
 
+def ddp_job(hidden, depth, batch, rank):
+    """(DDP model, step): the MLP (IN-HIDDEN-...-10, DEPTH hidden layers) in DDP with SGD, a fixed
+    random batch of this rank, and a step that trains once and all-reduces the loss as a metric,
+    so that both recorded paths (DDP's gradient all-reduce, a plain torch.distributed call) run
+    each step. The process group must be up. bench/python_hook_pieces.py times the same job."""
+    torch.manual_seed(0)  # the same initial weights on every rank, as DDP expects
+    layers, width = [], IN
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, hidden), torch.nn.ReLU()]
+        width = hidden
+    layers.append(torch.nn.Linear(width, OUT))
+    model = DistributedDataParallel(torch.nn.Sequential(*layers))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(1 + rank)
+    x = torch.randn(batch, IN, generator=generator)
+    y = torch.randint(0, OUT, (batch,), generator=generator)
+
+    def step():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        metric = loss.detach().clone()
+        dist.all_reduce(metric)  # the metric every step: a plain recorded call
+        return metric
+
+    return model, step
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=500, help="timed training steps")
@@ -103,26 +132,7 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")  # torch's default timeout, as a job that sets none
     rank, size = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)  # the same initial weights on every rank, as DDP expects
-    layers, width = [], IN
-    for _ in range(args.depth):
-        layers += [torch.nn.Linear(width, args.hidden), torch.nn.ReLU()]
-        width = args.hidden
-    layers.append(torch.nn.Linear(width, OUT))
-    model = DistributedDataParallel(torch.nn.Sequential(*layers))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    generator = torch.Generator().manual_seed(1 + rank)
-    x = torch.randn(args.batch, IN, generator=generator)
-    y = torch.randint(0, OUT, (args.batch,), generator=generator)
-
-    def step():
-        optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        metric = loss.detach().clone()
-        dist.all_reduce(metric)  # the metric every step: a plain recorded call
-        return metric
+    model, step = ddp_job(args.hidden, args.depth, args.batch, rank)
 
     for _ in range(args.warmup):
         step()

@@ -42,7 +42,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_hook_overhead_job import IN, OUT, wrapped_functions  # noqa: E402
+from python_hook_overhead_job import IN, OUT, ddp_job, wrapped_functions  # noqa: E402
 
 VARIANTS = ["off", "all_reduce", "forward", "ddp", "ddp_at_call", "all", "no_write"]
 # piece: (variant, the variant it is compared with)
@@ -147,26 +147,8 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    layers, width = [], IN
-    for _ in range(args.depth):
-        layers += [torch.nn.Linear(width, args.hidden), torch.nn.ReLU()]
-        width = args.hidden
-    layers.append(torch.nn.Linear(width, OUT))
-    model = hook.model = DistributedDataParallel(torch.nn.Sequential(*layers))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    generator = torch.Generator().manual_seed(1 + rank)
-    x = torch.randn(args.batch, IN, generator=generator)
-    y = torch.randint(0, OUT, (args.batch,), generator=generator)
-
-    def step():
-        optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        metric = loss.detach().clone()
-        dist.all_reduce(metric)
-        return metric
+    model, step = ddp_job(args.hidden, args.depth, args.batch, rank)
+    hook.model = model
 
     for variant in VARIANTS:  # every variant's paths warm before anything is timed
         hook.use(variant)
