@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "agent/torch_trace/flight_dump.h"
+#include "agent/torch_trace/torch_dumps.h"
 #include "tests/support/test_process.h"
 
 namespace ddprun::testing {
@@ -26,6 +27,17 @@ inline std::vector<agent::FlightDump> readDumps(const std::string& dir, int n) {
   for (int r = 0; r < n; ++r)
     dumps.push_back(agent::readFlightDumpFile(dir + "/nccl_trace_rank_" + std::to_string(r), r));
   return dumps;
+}
+
+// The dumps torch would write for ranks 0..n-1 in `dir` (torch_trace_rank_<r>), each with its
+// file's stamp as it is now (none while it does not exist).
+inline std::vector<agent::ExpectedDump> expectedDumps(const std::string& dir, int n) {
+  std::vector<agent::ExpectedDump> expected;
+  for (int r = 0; r < n; ++r) {
+    const std::string path = dir + "/torch_trace_rank_" + std::to_string(r);
+    expected.push_back(agent::ExpectedDump{r, path, agent::stampOf(path)});
+  }
+  return expected;
 }
 
 }  // namespace ddprun::testing

@@ -21,15 +21,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<ExpectedDump> expect(const std::string& dir, int n) {
-  std::vector<ExpectedDump> expected;
-  for (int r = 0; r < n; ++r) {
-    const std::string path = dir + "/torch_trace_rank_" + std::to_string(r);
-    expected.push_back(ExpectedDump{r, path, stampOf(path)});
-  }
-  return expected;
-}
-
 // `scenario`'s dump of `rank`, written into `dir` as a worker would.
 void writeRank(const std::string& dir, const std::string& scenario, int rank) {
   auto r = run({"/usr/bin/python3", flightDumpsScript(), dir, scenario, "--prefix", "torch_trace_rank_", "--rank",
@@ -52,7 +43,7 @@ TEST_CASE("a dump counts when written after its worker started, and is read once
   TempDir dir;
   // An older job's dump of rank 0 under the same prefix.
   std::ofstream(dir.file("torch_trace_rank_0")) << "an older job's dump";
-  TorchDumps dumps(expect(dir.path(), 2));
+  TorchDumps dumps(expectedDumps(dir.path(), 2));
   CHECK_FALSE(dumps.written());
   CHECK_FALSE(dumps.poll());
   CHECK(dumps.missing() == std::vector<int>{0, 1});
@@ -84,7 +75,7 @@ TEST_CASE("a dump counts when written after its worker started, and is read once
 
 TEST_CASE("a dump that grows between two looks is read when it holds still", "[torch_dumps]") {
   TempDir dir;
-  TorchDumps dumps(expect(dir.path(), 1));
+  TorchDumps dumps(expectedDumps(dir.path(), 1));
   const std::string path = dir.file("torch_trace_rank_0");
   writeRank(dir.path(), "behind", 0);
   const std::string whole = readFile(path);
@@ -101,7 +92,7 @@ TEST_CASE("a dump that grows between two looks is read when it holds still", "[t
 
 TEST_CASE("a corrupt dump is named, once, and settles the gathering", "[torch_dumps]") {
   TempDir dir;
-  TorchDumps dumps(expect(dir.path(), 2));
+  TorchDumps dumps(expectedDumps(dir.path(), 2));
   writeRank(dir.path(), "corrupt", 0);
   writeRank(dir.path(), "corrupt", 1);
   CHECK_FALSE(dumps.poll());
@@ -132,7 +123,7 @@ TEST_CASE("a dump that takes long to read holds up neither poll nor the end of t
   Watchdog guard(60s, "the slow read's start and its cancel");
   const auto start = std::chrono::steady_clock::now();
   {
-    TorchDumps dumps(expect(dir.path(), 1), slow);
+    TorchDumps dumps(expectedDumps(dir.path(), 1), slow);
     writeRank(dir.path(), "behind", 0);
     CHECK_FALSE(dumps.poll());
     const auto before = std::chrono::steady_clock::now();
@@ -155,7 +146,7 @@ TEST_CASE("a dump whose read fails comes back as its error, the others read", "[
     if (rank == 1) throw std::bad_alloc();
     return readFlightDumpFile(path, rank, limits);
   };
-  TorchDumps dumps(expect(dir.path(), 2), reader);
+  TorchDumps dumps(expectedDumps(dir.path(), 2), reader);
   writeRank(dir.path(), "behind", 0);
   writeRank(dir.path(), "behind", 1);
   CHECK_FALSE(dumps.poll());

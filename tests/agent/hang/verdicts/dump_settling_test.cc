@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/torch_trace/torch_dumps.h"
+#include "tests/agent/torch_trace/dumps_support.h"
 #include "tests/support/manual_clock.h"
 #include "tests/support/test_process.h"
 
@@ -18,15 +19,6 @@ namespace ddprun::agent {
 namespace {
 
 using std::chrono::milliseconds;
-
-std::vector<ExpectedDump> expect(const std::string& dir, int n) {
-  std::vector<ExpectedDump> expected;
-  for (int r = 0; r < n; ++r) {
-    const std::string path = dir + "/torch_trace_rank_" + std::to_string(r);
-    expected.push_back(ExpectedDump{r, path, stampOf(path)});
-  }
-  return expected;
-}
 
 // Any written file reads as a dump of its rank, without entries.
 FlightDump readAny(const std::string&, int rank, const PickleLimits&) {
@@ -41,7 +33,7 @@ FlightDump readAny(const std::string&, int rank, const PickleLimits&) {
 TEST_CASE("dump settling: no dump written within a second means none is coming", "[unit]") {
   testing::TempDir dir;
   testing::ManualClock clock;
-  TorchDumps dumps(expect(dir.path(), 2), readAny);
+  TorchDumps dumps(testing::expectedDumps(dir.path(), 2), readAny);
   int looks = 0;
   const auto waited = settleTorchDumps(dumps, clock, [&](Clock::Duration d) {
     ++looks;
@@ -54,7 +46,7 @@ TEST_CASE("dump settling: no dump written within a second means none is coming",
 TEST_CASE("dump settling: a rank's dump that never comes is waited for three seconds, the others' read", "[unit]") {
   testing::TempDir dir;
   testing::ManualClock clock;
-  TorchDumps dumps(expect(dir.path(), 2), readAny);
+  TorchDumps dumps(testing::expectedDumps(dir.path(), 2), readAny);
   std::ofstream(dir.path() + "/torch_trace_rank_0") << "rank 0's dump";
   const auto waited = settleTorchDumps(dumps, clock, [&](Clock::Duration d) {
     dumps.waitForReads(std::chrono::seconds(10));  // the reading thread, as the agent's loop runs meanwhile
@@ -68,7 +60,7 @@ TEST_CASE("dump settling: a rank's dump that never comes is waited for three sec
 TEST_CASE("dump settling: the wait ends as soon as every dump is read", "[unit]") {
   testing::TempDir dir;
   testing::ManualClock clock;
-  TorchDumps dumps(expect(dir.path(), 2), readAny);
+  TorchDumps dumps(testing::expectedDumps(dir.path(), 2), readAny);
   std::ofstream(dir.path() + "/torch_trace_rank_0") << "rank 0's dump";
   std::ofstream(dir.path() + "/torch_trace_rank_1") << "rank 1's dump";
   const auto waited = settleTorchDumps(dumps, clock, [&](Clock::Duration d) {
