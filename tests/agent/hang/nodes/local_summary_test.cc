@@ -12,21 +12,13 @@
 #include "agent/hang/python/python_stacks.h"
 #include "agent/hang/python/stack_summary.h"
 #include "agent/torch_trace/dump_summary.h"
+#include "tests/agent/hang/nodes/rank_positions.h"
 
 namespace ddprun::agent {
 namespace {
 
 const std::string kDump =
     "Current thread 0x1 (most recent call first):\n  File \"/job/train.py\", line 12 in <module>\n";
-
-RankPosition position(int rank, uint64_t completed) {
-  RankPosition p;
-  p.rank = rank;
-  p.last_completed_seq = completed;
-  p.last_completed_op = FlightOp::kAllReduce;
-  p.last_completed_age_s = 1;
-  return p;
-}
 
 FlightDump liveTrace(int rank) {
   FlightDump d;
@@ -40,7 +32,7 @@ FlightDump liveTrace(int rank) {
 TEST_CASE("local summary: a node's ranks' positions and frames, and their dumps only when there are any", "[unit]") {
   const std::vector<SummaryRank> ranks = {{2, 0, kDump, false}, {3, 1, "", true}};
 
-  std::string summary = localSummary("node b", {position(2, 5)}, ranks, nullptr, {});
+  std::string summary = localSummary("node b", {testing::completedPosition(2, 5)}, ranks, nullptr, {});
   const SummaryPositions positions = decodeSummary(summary, 4, {0, 1});
   REQUIRE(positions.positions.size() == 1);
   CHECK(positions.positions[0].rank == 2);

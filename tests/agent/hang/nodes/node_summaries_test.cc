@@ -12,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/agent/hang/nodes/rank_positions.h"
 #include "tests/support/agent_log.h"
 #include "tests/support/manual_clock.h"
 
@@ -46,15 +47,6 @@ class ScriptedBoard final : public rendezvous::Board {
   std::vector<std::string> published;
   std::vector<std::pair<milliseconds, std::string>> asked;
 };
-
-RankPosition position(int rank, uint64_t completed) {
-  RankPosition p;
-  p.rank = rank;
-  p.last_completed_seq = completed;
-  p.last_completed_op = FlightOp::kAllReduce;
-  p.last_completed_age_s = 1;
-  return p;
-}
 
 }  // namespace
 
@@ -142,7 +134,8 @@ TEST_CASE("node summaries: a node's summary gives back its ranks' positions, fra
   dump.rank = 3;
   dump.version = "2.4";
   const std::string summary =
-      encodeNodeSummary("node b", {position(2, 5), position(3, 6)}, stacks, {LocalDump{dump, 1, true, ""}});
+      encodeNodeSummary("node b", {testing::completedPosition(2, 5), testing::completedPosition(3, 6)}, stacks,
+                        {LocalDump{dump, 1, true, ""}});
 
   const SummaryPositions positions = decodeSummary(summary, 4, {0, 1});
   CHECK(positions.rejected == 0);
@@ -161,7 +154,8 @@ TEST_CASE("node summaries: a node's summary gives back its ranks' positions, fra
   CHECK(dumps.finished_ranks == std::vector<int>{3});
 
   // No dumps: no dump lines.
-  CHECK(decodeDumpSummary(encodeNodeSummary("node b", {position(2, 5)}, stacks, {}), 4, {0, 1}).dumps.empty());
+  CHECK(decodeDumpSummary(encodeNodeSummary("node b", {testing::completedPosition(2, 5)}, stacks, {}), 4, {0, 1})
+            .dumps.empty());
 }
 
 }  // namespace ddprun::agent
