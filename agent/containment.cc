@@ -150,6 +150,8 @@ void Containment::scanEscaped() {
   if (!group_.anyRunning()) return;
   std::vector<pid_t> groups;
   for (const Worker& w : group_.workers()) groups.push_back(w.pid);
+  // The warm spare leads a process group of its own, and the guard watches it already.
+  if (const pid_t spare = group_.sparePid(); spare > 1) groups.push_back(spare);
   std::set<ProcessStamp> now = escapedDescendants(guard_->pid(), groups);
   for (const ProcessStamp& p : escaped_) {
     if (!now.count(p)) guard_->forgetProcess(p);
@@ -173,12 +175,14 @@ void Containment::forgetEscaped() {
 // either: SIGTERM, then SIGKILL after --term_timeout. Stopping one can hand its own children
 // to the agent in turn, so this repeats (a bounded number of times) until none is left.
 void Containment::stopAdoptedOrphans() {
-  // Neither the guard nor a worker (even one somehow still running) is an orphan.
+  // Neither the guard nor a worker (even one somehow still running) is an orphan, nor the warm
+  // spare, which outlives the attempt to serve the next one (in_job_recovery.h).
   std::vector<pid_t> ours;
   if (guard_) ours.push_back(guard_->pid());
   for (const Worker& w : group_.workers()) {
     if (w.pid > 1) ours.push_back(w.pid);
   }
+  if (const pid_t spare = group_.sparePid(); spare > 1) ours.push_back(spare);
   auto orphansNow = [this, &ours] { return env_.adoptedChildren(ours); };
   for (int round = 0; round < kMaxOrphanRounds; ++round) {
     std::vector<pid_t> orphans = orphansNow();

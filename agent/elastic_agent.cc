@@ -153,7 +153,10 @@ void ElasticAgent::Impl::stopAttempt(int signal) {
 }
 
 void ElasticAgent::Impl::endAttempt() {
-  group_.retireSpare();  // before containment's sweep, which would take it for an orphan
+  // The warm spare stays for the next attempt (a re-form, another node's failure): a spare that
+  // is loaded when the next failure comes is what makes in-job recovery cost a re-form only;
+  // one started per round is still loading LibTorch when failures come seconds apart. It ends
+  // with the job (finishJob, run).
   // What the attempt's processes asked for ends with them.
   hang_.endAttempt();
   progress_.endAttempt();
@@ -206,6 +209,7 @@ void ElasticAgent::Impl::watchRound(int round) {
 
 // Ends the job for this node: the exit barrier, then the exit code.
 int ElasticAgent::Impl::finishJob(int exit_code) {
+  group_.retireSpare();  // no attempt follows: not kept through the exit barrier
   reporter_.setExitCode(exit_code);
   // Published before the exit barrier: once everyone has checked out, the store's host leaves.
   reporter_.setState("exited");
@@ -344,7 +348,9 @@ int ElasticAgent::Impl::run() {
   int code = 0;
   try {
     code = runRounds();
+    group_.retireSpare();  // the ends that skip finishJob (a signal while joining, a lost store)
   } catch (const DdprunError& e) {
+    group_.retireSpare();
     const int exit_code = dynamic_cast<const RendezvousError*>(&e) ? kExitRendezvous : kExitWorkersFailed;
     reporter_.setFinalState("exited", exit_code);
     reporter_.emit("agent_exit", JsonObject().add("exit_code", exit_code).add("error", e.what()));

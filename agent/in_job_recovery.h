@@ -15,7 +15,8 @@
 // every local worker of the round said it can re-form (so the program is on the runtime), the
 // node keeps one spare process of it (worker_group.h) that a failure hands the failed rank to,
 // instead of starting a process; a new spare follows a hand-over after kSpareSettle, and one
-// that dies while it waits is started again (up to kMaxSpareDeaths in a row). One per node,
+// that dies while it waits is started again (up to kMaxSpareDeaths in a row). The spare
+// outlives the round it was started in (it has no rank): it ends with the job. One per node,
 // not per N workers: a node rarely loses two workers at once without losing itself, and each
 // spare holds a LibTorch process's memory. Thread-safety: none; the agent's thread only.
 #pragma once

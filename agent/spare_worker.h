@@ -1,7 +1,7 @@
 // --recovery=in-job's warm spare, the process side (docs/recovery.md#the-warm-spare; the
 // contract in common/recovery_keys.h): the spare's environment, its assignment pipe and the
-// hand-over of a failed rank's identity. The worker group (worker_group.h) owns the one spare
-// of its attempt; in_job_recovery.h decides when there is one. Thread-safety: none.
+// hand-over of a failed rank's identity. The worker group (worker_group.h) owns the node's one
+// spare, kept across attempts; in_job_recovery.h decides when there is one. Thread-safety: none.
 #pragma once
 
 #include <sys/types.h>
@@ -13,7 +13,7 @@
 
 namespace ddprun::agent {
 
-// The spare of one attempt, started and not yet handed over.
+// The node's spare, started and not yet handed over.
 struct SpareProcess {
   pid_t pid = -1;
   UniqueFd assignment;   // the write end of its assignment pipe

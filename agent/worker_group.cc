@@ -53,7 +53,8 @@ WorkerGroup::WorkerGroup(const AgentConfig& config, AgentEnv& env, OrphanGuard* 
 WorkerGroup::~WorkerGroup() = default;
 
 void WorkerGroup::begin(int attempt, const rendezvous::RendezvousResult& rdzv) {
-  retireSpare();  // the last attempt's, were it left: it would wait for a round that is over
+  // A warm spare of the last attempt stays: it has no rank, and its assignment (the environment
+  // it lacks against a newcomer's of the attempt that hands it one) carries the new round.
   attempt_ = attempt;
   rdzv_ = rdzv;
   workers_.clear();

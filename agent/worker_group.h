@@ -77,9 +77,10 @@ class WorkerGroup {
   // failed process's error. Returns the failed worker as it ended. Throws as startOne.
   Worker replaceOne(size_t i, const std::string& cgroup, int generation);
 
-  // --recovery=in-job's warm spare (spare_worker.h): one process of the attempt's program
-  // with no rank, waiting for one. startSpare starts it (false: there is one already, or no
-  // worker to take the environment from; throws SystemError when it cannot start).
+  // --recovery=in-job's warm spare (spare_worker.h): one process of the job's program with no
+  // rank, waiting for one; it outlives attempts (begin keeps it) until retired. startSpare
+  // starts it (false: there is one already, or no worker to take the environment from; throws
+  // SystemError when it cannot start).
   bool startSpare();
   // The spare's pid; -1: none.
   pid_t sparePid() const;
@@ -149,7 +150,7 @@ class WorkerGroup {
   std::shared_ptr<FilteredLog> filtered_stdout_;  // this attempt's, with --duplicate_stdout_filters
   std::shared_ptr<FilteredLog> filtered_stderr_;
   bool stopping_ = false;
-  std::unique_ptr<SpareProcess> spare_;  // the attempt's spare, until handed over or retired
+  std::unique_ptr<SpareProcess> spare_;  // the node's spare, until handed over or retired
   int spare_deaths_ = 0;
 };
 

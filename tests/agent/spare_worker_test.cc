@@ -134,6 +134,56 @@ TEST_CASE("spare worker: a failed rank's place goes to the spare, whose pid beco
   CHECK(nothing.eof);
 }
 
+TEST_CASE("spare worker: a spare started in one round takes a failed rank of the next, with that round's world",
+          "[unit]") {
+  // Round 1 (one node, world 2) runs until a second node joins at 20 s; the job re-forms with
+  // world 4. In round 2 rank 1 fails 10 s after its start. The spare started in round 1 stays
+  // through the re-form and takes rank 1: had it gone with round 1, round 2's spare would
+  // still be loading when a failure came so soon (the chaos soak's kills). It ends as rank 1,
+  // 60 s after its start.
+  int spares_started = 0;
+  InJobJob job(2, 1, [&](const SpawnRequest& r) {
+    if (isSpare(r)) return ++spares_started == 1 ? exits(seconds(60), 0) : Script{};
+    if (r.env.at(env::kWorldSize) == "2") return Script{};  // round 1: runs until the re-form
+    if (rankOf(r) == 1 && generationOf(r) == 0) return exits(seconds(10), 3);
+    return exits(seconds(30), 0);
+  });
+  withSpare(job);
+  job.env.at(job.env.clock().now() + seconds(20), [&job] {
+    // The joining node's ranks 2 and 3 are on the runtime too.
+    for (int rank : {2, 3}) job.store.set(recovery::capableKey(recovery::roundScope(0), rank), job.capable);
+    job.rounds.nodes = 2;
+    job.rounds.endElsewhere(rendezvous::RoundEnd::join("node-b:2").format());
+  });
+  REQUIRE(job.run() == kExitOk);
+
+  const auto& p = job.env.processes();
+  const auto s = spares(job);
+  REQUIRE(s.size() == 2);  // the first, and the one that followed its hand-over
+  const Process& spare = *s[0];
+  CHECK(spare.request.env.at(env::kWorldSize) == "2");  // started in round 1
+  CHECK(spare.signals.empty());                         // not stopped with round 1's workers
+  // Round 1's two workers were stopped; round 2 started two; none for rank 1 since.
+  size_t workers = 0;
+  for (const Process& w : p) {
+    if (isSpare(w.request)) continue;
+    ++workers;
+    if (w.request.env.at(env::kWorldSize) == "2") CHECK(w.got(SIGTERM));
+  }
+  CHECK(workers == 4);
+  // Its assignment carries round 2's world.
+  const Told told = toldTo(spare);
+  REQUIRE(told.assignment);
+  CHECK(valueSet(*told.assignment, env::kRank) == "1");
+  CHECK(valueSet(*told.assignment, env::kWorldSize) == "4");
+  CHECK(valueSet(*told.assignment, env::kGroupWorldSize) == "2");
+  REQUIRE(job.events("worker_replaced").size() == 1);
+  CHECK(has(job.events("worker_replaced")[0], "\"pid\":" + std::to_string(spare.pid)));
+  // The spare that followed went with the job: killed and reaped.
+  CHECK(s[1]->got(SIGKILL));
+  CHECK(s[1]->reaped);
+}
+
 TEST_CASE("spare worker: a spare that dies while it waits is started again and the job never notices", "[unit]") {
   int spares_started = 0;
   InJobJob job(2, 1, [&](const SpawnRequest& r) {

@@ -82,6 +82,46 @@ pid_t workerPid(const std::string& logs, int rank) {
   return processWith(logs, std::string("\0RANK=", 6) + std::to_string(rank) + '\0');
 }
 
+// One agent of a two-node elastic job (--nnodes=1:2) on loopback, two chaos trainers with the
+// spare on; `port` 0 for the host, which then announces its port.
+std::vector<std::string> elasticAgent(const TempDir& dir, const std::string& logs, int port, int steps) {
+  fs::create_directories(logs);
+  return {ddprunPath(),
+          "--nnodes=1:2",
+          "--nproc_per_node=" + std::to_string(kWorld),
+          "--rdzv_backend=c10d",
+          "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+          "--rdzv_id=spare-across-rounds",
+          std::string("--rdzv_conf=last_call_timeout=1,is_host=") + (port == 0 ? "true" : "false"),
+          "--max_restarts=2",
+          "--recovery=in-job",
+          "--recovery_spare=on",
+          "--no_python",
+          binDir() + "/chaos_trainer",
+          "--steps",
+          std::to_string(steps),
+          "--step-ms",
+          "100",
+          "--checkpoint-every",
+          "7",
+          "--timeout",
+          "60",
+          "--checkpoint-dir",
+          dir.file("ck"),
+          "--log-dir",
+          logs};
+}
+
+// `name`'s value in the environment `pid` started with; empty: none (or the process is gone).
+std::string startEnv(pid_t pid, const std::string& name) {
+  const std::string environ = std::string(1, '\0') + readAll("/proc/" + std::to_string(pid) + "/environ");
+  const std::string key = std::string(1, '\0') + name + "=";
+  const size_t at = environ.find(key);
+  if (at == std::string::npos) return {};
+  const size_t from = at + key.size();
+  return environ.substr(from, environ.find('\0', from) - from);
+}
+
 }  // namespace
 
 TEST_CASE("in-job recovery under ddprun: a killed worker restarts alone, every step stays bit-identical") {
@@ -162,4 +202,47 @@ TEST_CASE("in-job recovery under ddprun: the warm spare takes a killed worker's 
   CHECK(readRank(logs, 1).starts == 2);
   // Nothing of the job is left: not the spare that followed, nor the one that took rank 1.
   CHECK(processWith(logs, "") == -1);
+}
+
+TEST_CASE("in-job recovery under ddprun: the warm spare outlives a re-form and takes a rank of the next round") {
+  // Node A runs alone (world 2) until it has a spare; node B joins and the job re-forms with
+  // world 4 (a new attempt on A: its workers start again). A's spare, started in the first
+  // round, stays through it (the agent's sweep of the attempt's processes leaves it) and takes
+  // the place of A's worker killed in the second round. Ended with each round instead, the
+  // spare of a round that re-formed seconds before a failure was still loading.
+  TempDir dir;
+  const std::string logs_a = dir.file("logs_a");
+  const std::string logs_b = dir.file("logs_b");
+  TestProcess a(elasticAgent(dir, logs_a, 0, 300));
+  const int port = announcedPort(a);
+  pid_t spare = -1;
+  REQUIRE(eventually([&] { return (spare = processWith(logs_a, std::string("\0DDPRUN_SPARE=1\0", 16))) > 0; },
+                     std::chrono::seconds(90)));
+  CHECK(startEnv(spare, "WORLD_SIZE") == "2");  // started in the first round
+  TestProcess b(elasticAgent(dir, logs_b, port, 300));
+  // B's spare comes once B's workers joined the world-4 group, and so had A's.
+  REQUIRE(eventually([&] { return processWith(logs_b, std::string("\0DDPRUN_SPARE=1\0", 16)) > 0; },
+                     std::chrono::seconds(90)));
+  const pid_t victim = processWith(logs_a, std::string("\0WORLD_SIZE=4\0", 14));
+  REQUIRE(victim > 0);
+  const int victim_rank = std::stoi(startEnv(victim, "RANK"));
+  const long long joined_at = nowMs();
+  REQUIRE(eventually([&] { return firstStepAfter(logs_a, victim_rank, joined_at) >= 0; }, std::chrono::seconds(60)));
+  CHECK(processAlive(spare));
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  REQUIRE(a.wait(std::chrono::seconds(150)));
+  REQUIRE(b.wait(std::chrono::seconds(30)));
+  const std::string said = a.out() + a.err();
+  INFO("A:\n" << said << "\nB:\n" << b.out() << b.err());
+  CHECK(a.exitCode() == 0);
+  CHECK(b.exitCode() == 0);
+  CHECK_THAT(said, Catch::Contains("scales up from 1 to 2 node(s)"));
+  CHECK(countOf(said, "started a spare worker (pid " + std::to_string(spare) + ")") == 1);
+  CHECK(countOf(said, "replaced alone: pid " + std::to_string(spare) + " (the spare)") == 1);
+  CHECK(countOf(said, "the spare worker (pid " + std::to_string(spare) + ")") == 0);  // never died waiting
+  CHECK(readRank(logs_a, victim_rank).problems.empty());
+  CHECK(readRank(logs_a, victim_rank).done);
+  // Nothing of the job is left on either node.
+  CHECK(processWith(logs_a, "") == -1);
+  CHECK(processWith(logs_b, "") == -1);
 }
