@@ -25,30 +25,23 @@ namespace fs = std::filesystem;
 constexpr int kSteps = 30;
 constexpr int kWorld = 2;
 
+// `ddprun_args` followed by the chaos trainer: `steps` of `step_ms`, a checkpoint every 7 in
+// `dir`'s ck/, its step logs in `logs` (made here).
+std::vector<std::string> withTrainer(std::vector<std::string> ddprun_args, const TempDir& dir, const std::string& logs,
+                                     int steps, int step_ms) {
+  fs::create_directories(logs);
+  ddprun_args.insert(ddprun_args.end(), {"--no_python", binDir() + "/chaos_trainer", "--steps", std::to_string(steps),
+                                         "--step-ms", std::to_string(step_ms), "--checkpoint-every", "7", "--timeout",
+                                         "60", "--checkpoint-dir", dir.file("ck"), "--log-dir", logs});
+  return ddprun_args;
+}
+
 // `spare`: --recovery_spare's value; `step_ms`: the trainer's step.
 std::vector<std::string> job(const TempDir& dir, const std::string& recovery, const std::string& spare = "off",
                              int steps = kSteps, int step_ms = 30) {
-  fs::create_directories(dir.file("logs"));
-  return {ddprunPath(),
-          "--standalone",
-          "--nproc_per_node=" + std::to_string(kWorld),
-          "--max_restarts=2",
-          "--recovery=" + recovery,
-          "--recovery_spare=" + spare,
-          "--no_python",
-          binDir() + "/chaos_trainer",
-          "--steps",
-          std::to_string(steps),
-          "--step-ms",
-          std::to_string(step_ms),
-          "--checkpoint-every",
-          "7",
-          "--timeout",
-          "60",
-          "--checkpoint-dir",
-          dir.file("ck"),
-          "--log-dir",
-          dir.file("logs")};
+  return withTrainer({ddprunPath(), "--standalone", "--nproc_per_node=" + std::to_string(kWorld), "--max_restarts=2",
+                      "--recovery=" + recovery, "--recovery_spare=" + spare},
+                     dir, dir.file("logs"), steps, step_ms);
 }
 
 // Empty when the file cannot be read: a process of /proc may end while it is read.
@@ -85,31 +78,11 @@ pid_t workerPid(const std::string& logs, int rank) {
 // One agent of a two-node elastic job (--nnodes=1:2) on loopback, two chaos trainers with the
 // spare on; `port` 0 for the host, which then announces its port.
 std::vector<std::string> elasticAgent(const TempDir& dir, const std::string& logs, int port, int steps) {
-  fs::create_directories(logs);
-  return {ddprunPath(),
-          "--nnodes=1:2",
-          "--nproc_per_node=" + std::to_string(kWorld),
-          "--rdzv_backend=c10d",
-          "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
-          "--rdzv_id=spare-across-rounds",
-          std::string("--rdzv_conf=last_call_timeout=1,is_host=") + (port == 0 ? "true" : "false"),
-          "--max_restarts=2",
-          "--recovery=in-job",
-          "--recovery_spare=on",
-          "--no_python",
-          binDir() + "/chaos_trainer",
-          "--steps",
-          std::to_string(steps),
-          "--step-ms",
-          "100",
-          "--checkpoint-every",
-          "7",
-          "--timeout",
-          "60",
-          "--checkpoint-dir",
-          dir.file("ck"),
-          "--log-dir",
-          logs};
+  return withTrainer({ddprunPath(), "--nnodes=1:2", "--nproc_per_node=" + std::to_string(kWorld), "--rdzv_backend=c10d",
+                      "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=spare-across-rounds",
+                      std::string("--rdzv_conf=last_call_timeout=1,is_host=") + (port == 0 ? "true" : "false"),
+                      "--max_restarts=2", "--recovery=in-job", "--recovery_spare=on"},
+                     dir, logs, steps, 100);
 }
 
 // `name`'s value in the environment `pid` started with; empty: none (or the process is gone).
