@@ -68,7 +68,11 @@ EtcdBackend::EtcdBackend(const RendezvousConfig& config) : endpoint_(config.endp
 std::unique_ptr<StoreClient> EtcdBackend::connect(StoreClientOptions options) {
   auto store = std::make_unique<EtcdStore>(settings_.connection, settings_.key_prefix,
                                            std::max(options.timeout, kOperationFloor));
-  store->probe(std::min(options.connect_timeout, kReachTimeout));
+  // kReachTimeout whatever connect_timeout says: the round watcher connects mid-job with
+  // read_timeout as its connect_timeout, and with 1 s a frozen leader's silent attempt used it
+  // all, so every agent re-forming then lost the store at once (an etcd test, under load).
+  static_assert(kReachTimeout >= kOperationFloor, "a connection gets at least one operation's time");
+  store->probe(kReachTimeout);
   return store;
 }
 

@@ -25,8 +25,8 @@ class EtcdBackend final : public Backend {
  public:
   // Throws UsageError (parseEtcdSettings) or an error naming an unreadable TLS file.
   explicit EtcdBackend(const RendezvousConfig& config);
-  // An EtcdStore, after one status request that a member answered (within
-  // min(connect_timeout, 10 s)); its calls time out after options.timeout (at least 10 s).
+  // An EtcdStore, after one status request that a member answered within 10 s (whatever
+  // options.connect_timeout says); its calls time out after options.timeout (at least 10 s).
   std::unique_ptr<StoreClient> connect(StoreClientOptions options) override;
   // "etcd a:2379,b:2379"
   std::string storeText() const override { return "etcd " + endpoint_; }

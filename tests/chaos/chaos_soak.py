@@ -409,6 +409,12 @@ class Soak:
         comparable. Returns True once it struck (or found no worker to strike)."""
         waited = now() - self.pending_kill
         warm = self.warm()
+        if warm:
+            # The look that said so may be half a second old: a re-form that began meanwhile (a
+            # node back after a cut link) put the kill inside another fault's restart, whose
+            # replayed steps the summary then counted as the kill's (seed 32, c10d, in-job).
+            self.next_warm_look = 0
+            warm = self.warm()
         if not warm and waited < self.args.warm_wait:
             return False
         self.pending_kill = None
@@ -435,8 +441,8 @@ class Soak:
     def warm(self):
         """Whether the job runs steadily: every node's agent alive and in the round (no link cut, no
         worker stopped, no node waiting to join), and every rank of the newest attempt has stepped
-        --warm-steps times since it started and within the last 1.5 s, none behind by more than a
-        step. Looked at twice a second at most."""
+        --warm-steps times since it started and within the last five steps' time (0.6 s at least),
+        none behind by more than a step. Looked at twice a second at most."""
         if any(not n.alive() or n.cut_until is not None or n.stopped is not None for n in self.nodes):
             return False
         if now() < self.next_warm_look:
@@ -446,9 +452,10 @@ class Soak:
         self.steps_warm = False
         if state and set(state) == set(range(len(self.nodes))):
             wall_ms = time.time() * 1000
+            recent_ms = max(600, 5 * self.args.step_ms)
             top = max(r["last"] for r in state.values())
             self.steps_warm = all(r["world"] == len(self.nodes) and r["since"] >= self.args.warm_steps and
-                                  r["last"] >= top - 1 and wall_ms - r["t"] <= 1500 for r in state.values())
+                                  r["last"] >= top - 1 and wall_ms - r["t"] <= recent_ms for r in state.values())
         return self.steps_warm
 
     def finish_deadline(self, t):
@@ -1048,7 +1055,49 @@ def self_test():
     bad += self_test_outcomes()
     bad += self_test_worker_kills()
     bad += self_test_spares()
+    bad += self_test_warm_look()
     return 1 if bad else 0
+
+
+def self_test_warm_look():
+    """A pending kill_worker looks afresh before it strikes: a look half a second old said warm,
+    but a re-form started since (the newest attempt's ranks have started, none has stepped), so
+    it waits; once every rank has stepped --warm-steps times just now, it strikes. Steps last
+    logged a second ago are not warm either (a re-form under way before any new attempt)."""
+    import tempfile
+    import types
+    bad = 0
+    with tempfile.TemporaryDirectory() as d:
+        def write(attempt, steps, ago_ms):
+            t = int(time.time() * 1000) - ago_ms
+            for rank in range(4):
+                with open(os.path.join(d, f"steps.{attempt}.{rank}"), "w") as f:
+                    f.write(f"start attempt={attempt} rank={rank} world=4 resumed=0 t={t}\n")
+                    for s in range(1, steps + 1):
+                        f.write(f"step attempt={attempt} rank={rank} world=4 step={s} sum=0 t={t}\n")
+
+        node = types.SimpleNamespace(alive=lambda: True, cut_until=None, stopped=None)
+        fake = types.SimpleNamespace(logs=d, nodes=[node] * 4, pending_kill=now(), steps_warm=True,
+                                     next_warm_look=now() + 10, worker_of=lambda n: None,
+                                     args=types.SimpleNamespace(warm_steps=3, step_ms=100, warm_wait=20))
+        fake.warm = lambda: Soak.warm(fake)
+        write(1, 5, 0)
+        write(2, 0, 0)  # the re-form's attempt: started, no step yet
+        cases = [("a stale look said warm, a re-form began since: waits", False)]
+        got = [Soak.kill_worker(fake)]
+        write(2, 3, 1000)
+        fake.next_warm_look, fake.pending_kill = 0, now()
+        cases.append(("steps a second old: waits", False))
+        got.append(Soak.kill_worker(fake))
+        write(2, 3, 0)
+        fake.next_warm_look, fake.pending_kill = 0, now()
+        cases.append(("every rank stepped 3 times just now: strikes", True))
+        got.append(Soak.kill_worker(fake))
+        for (name, want), g in zip(cases, got):
+            ok = g == want
+            print(f"self-test warm look, {name}: {'ok' if ok else 'WRONG'}")
+            bad += not ok
+    return bad
 
 
 def self_test_spares():
