@@ -8,6 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/fmt_extern.h"
+
 namespace ddprun {
 
 // Returns the logger for a layer, creating it (sharing the default sinks) on first use.

@@ -18,9 +18,11 @@
 #include <vector>
 
 #include <spdlog/spdlog.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include "common/fmt_extern.h"
 
 #include "common/clock.h"
 #include "rendezvous/store/request_parser.h"

@@ -13,6 +13,8 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "common/fmt_extern.h"
+
 #include "common/logging.h"
 
 namespace ddprun::testing {

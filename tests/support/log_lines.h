@@ -6,6 +6,8 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "common/fmt_extern.h"
+
 #include <chrono>
 #include <condition_variable>
 #include <memory>
