@@ -171,6 +171,10 @@ std::optional<std::string> InJobRecovery::claim(const std::vector<const Worker*>
   const std::string where = fmt::format("{}:{}", round_->master_addr, round_->master_port);
   try {
     if (!workers_store_) workers_store_ = env_.connectStore(round_->master_addr, round_->master_port, kStoreTimeout);
+    // First, that this node's agent took the failure up: survivors that see no such word soon
+    // give in-job recovery up (common/recovery_keys.h), as when a node is lost with its agent.
+    const int64_t current = workers_store_->add(recovery::generationKey(scope_), 0);
+    workers_store_->set(recovery::noticedKey(scope_, current), "1");
     const std::string abandoned = recovery::abandonedKey(scope_);
     if (workers_store_->check({abandoned})) {
       return "a worker gave up on in-job recovery: " + printable(workers_store_->get(abandoned));

@@ -28,6 +28,12 @@
 //    DDPRUN_GENERATION = the value the ADD returned. Survivors wait for the key to pass the
 //    generation they run in; the store's value is the truth (a newcomer's env may already
 //    be behind it when another rank failed meanwhile).
+//  - Before anything else about a failed worker, its agent sets noticedKey(scope, g) for the
+//    generation g the worker failed in. A survivor that lost a peer waits up to
+//    kNoticeWindow for that key or a newer generation; with neither, no agent took the
+//    failure up (the peer's node is gone with its agent, which only the rendezvous'
+//    keep-alives would tell, seconds later), and it gives up on in-job recovery at once, as
+//    below, so that the whole-group restart starts as soon as under --recovery=restart.
 //  - A worker that gives up on in-job recovery (its wait for the next generation timed
 //    out, the re-formation failed) sets abandonedKey(scope) to a one-line reason BEFORE it
 //    exits non-zero: its agent then takes the whole-group restart instead of replacing it
@@ -47,6 +53,7 @@
 // program.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace ddprun::recovery {
@@ -72,6 +79,13 @@ inline std::string roundScope(int restart_count) { return "ddprun/recovery/" + s
 inline std::string capableKey(const std::string& scope, int rank) { return scope + "capable/" + std::to_string(rank); }
 // The generation counter (a store ADD counter; absent means 0).
 inline std::string generationKey(const std::string& scope) { return scope + "generation"; }
+// Set by the agent of a worker that failed in generation `generation`, as it takes the failure up.
+inline std::string noticedKey(const std::string& scope, int64_t generation) {
+  return scope + "noticed/" + std::to_string(generation);
+}
+// How long a survivor waits for noticedKey (or a newer generation) before it gives up: an agent
+// sets it within milliseconds of its worker's exit, a loaded one within a few hundred.
+inline constexpr int kNoticeWindowMs = 2000;
 // Set (to a reason) by a worker that gives up on in-job recovery, before it exits.
 inline std::string abandonedKey(const std::string& scope) { return scope + "abandoned"; }
 

@@ -68,6 +68,9 @@ TEST_CASE("in-job recovery: only the failed rank starts again, the others keep r
   CHECK(p[3].request.env.at(recovery::kRecoveryEnv) == "in-job");
   CHECK(generationOf(p[0].request) == 0);
   CHECK(job.generation() == 1);
+  // The survivors' runtime gives up unless an agent says soon that it took the failure up.
+  CHECK(job.store.check({recovery::noticedKey(recovery::roundScope(0), 0)}));
+  CHECK_FALSE(job.store.check({recovery::noticedKey(recovery::roundScope(0), 1)}));
   CHECK(job.rounds.ends.empty());  // the round never ended for a failure
   CHECK(job.rounds.round == 1);
   CHECK(job.rounds.replacements == 1);

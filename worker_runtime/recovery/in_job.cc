@@ -27,6 +27,7 @@ using runtime::PeerError;
 
 constexpr int kTag = 0x4707;  // recovery's own messages on the new group's P2P channel
 constexpr auto kPoll = std::chrono::milliseconds(2);
+constexpr auto kNoticeWindow = std::chrono::milliseconds(kNoticeWindowMs);
 
 struct Session {
   bool active = false;
@@ -106,6 +107,23 @@ int64_t waitForGeneration(GlobalState& s, const Session& r, int64_t min_generati
     if (passed(deadline)) {
       throw PeerError(fmt::format("no generation {} came within {} s", min_generation,
                                   std::chrono::duration_cast<std::chrono::seconds>(s.timeout).count()));
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+// Waits until an agent took up the failure that ended generation r.generation (its noticed
+// key, common/recovery_keys.h) or a newer generation exists. Neither by `deadline`: the lost
+// peer's agent is gone with it (a node lost), and only a whole-group restart can go on.
+void awaitNotice(GlobalState& s, const Session& r, Clock::time_point started, Clock::time_point deadline) {
+  const std::vector<std::string> noticed{noticedKey(r.scope, r.generation)};
+  for (;;) {
+    if (storeGeneration(s, r) > r.generation || s.store->check(noticed)) return;
+    if (passed(deadline)) {
+      throw PeerError(fmt::format(
+          "no agent took the failure up within {} ms (the lost peer's node is gone with its agent, or its agent is "
+          "stuck)",
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - started).count()));
     }
     std::this_thread::sleep_for(kPoll);
   }
@@ -278,6 +296,7 @@ void recover(const std::exception_ptr& failure) {
                           r.generation, original);
   int64_t min_generation = r.generation + 1;
   try {
+    awaitNotice(s, r, started, std::min(started + kNoticeWindow, deadline));
     for (;;) {
       // Aborting the links: every peer still blocked on this rank fails at once and joins too.
       s.world.reset();

@@ -16,6 +16,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/recovery_keys.h"
@@ -75,6 +76,10 @@ class Job {
     workers_[rank]->signal(SIGKILL);
     REQUIRE(workers_[rank]->wait(std::chrono::seconds(10)));
     return at;
+  }
+  // What the agent does first about a failure in `generation`: says it took it up.
+  void notice(int64_t generation) {
+    store_->set(ddprun::recovery::noticedKey(ddprun::recovery::roundScope(0), generation), "1");
   }
   // What the agent does: the next generation, then the rank again in it.
   int64_t replace(int rank) {
@@ -193,6 +198,7 @@ TEST_CASE("in-job recovery: no new generation within the timeout, the survivor e
   job.startAll();
   REQUIRE(job.reach(1, 4));
   job.kill(1);
+  job.notice(0);  // an agent took the failure up, and never replaces the rank
   REQUIRE(job.worker(0).wait(std::chrono::seconds(60)));
   const std::string out = output(job.worker(0));
   INFO(out);
@@ -201,4 +207,35 @@ TEST_CASE("in-job recovery: no new generation within the timeout, the survivor e
   // The agent learns that this round gave in-job recovery up.
   const std::string key = ddprun::recovery::abandonedKey(ddprun::recovery::roundScope(0));
   CHECK(job.store().check({key}));
+}
+
+TEST_CASE("in-job recovery: a lost peer that no agent takes up (its node gone) ends the survivor's wait soon") {
+  // The group timeout is 60 s; no agent says it noticed the failure, as when the peer's node
+  // was lost with its agent: the survivor gives up after the notice window, not the timeout.
+  Job job(2, 60);
+  job.startAll();
+  REQUIRE(job.reach(1, 4));
+  job.kill(1);
+  REQUIRE(job.worker(0).wait(std::chrono::seconds(30)));
+  const std::string out = output(job.worker(0));
+  INFO(out);
+  CHECK(job.worker(0).exitCode() != 0);
+  CHECK(countOf(out, "in-job recovery gave up in generation 0: no agent took the failure up within 2000 ms") == 1);
+  CHECK(job.store().check({ddprun::recovery::abandonedKey(ddprun::recovery::roundScope(0))}));
+}
+
+TEST_CASE("in-job recovery: an agent that took the failure up may replace the rank after the notice window") {
+  // A loaded agent: it says it noticed at once, and the replacement's generation comes only
+  // after the window; the survivor waits for it and the run stays bit-identical.
+  const auto reference = uninterrupted(2);
+  Job job(2, 60);
+  job.startAll();
+  REQUIRE(job.reach(1, 8));
+  job.kill(1);
+  job.notice(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(ddprun::recovery::kNoticeWindowMs + 1000));
+  CHECK(job.replace(1) == 1);
+  REQUIRE(job.finish());
+  checkAgainst(job, 2, reference);
+  CHECK(readRank(job.logs(), 0).starts == 1);
 }
