@@ -296,6 +296,9 @@ void recover(const std::exception_ptr& failure) {
                           r.generation, original);
   int64_t min_generation = r.generation + 1;
   try {
+    // The links go first: a peer blocked on this rank (not on the lost one) fails at once and
+    // waits too, instead of after this rank's wait.
+    s.world.reset();
     awaitNotice(s, r, started, std::min(started + kNoticeWindow, deadline));
     for (;;) {
       // Aborting the links: every peer still blocked on this rank fails at once and joins too.
