@@ -18,13 +18,12 @@
 #include <vector>
 
 #include <spdlog/spdlog.h>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include "common/fmt_extern.h"
 
 #include "common/clock.h"
+#include "common/fmt_extern.h"
 #include "rendezvous/store/request_parser.h"
 #include "rendezvous/store/store_server.h"
 #include "rendezvous/store/store_state.h"

@@ -141,6 +141,17 @@ void checkAgainst(Job& job, int world, const std::vector<RankLog>& reference) {
   }
 }
 
+// Rank 0, the survivor, exits non-zero within `within`, having said `line` once and set the
+// round's abandoned key (the agent learns that this round gave in-job recovery up).
+void checkSurvivorGaveUp(Job& job, const std::string& line, std::chrono::seconds within) {
+  REQUIRE(job.worker(0).wait(within));
+  const std::string out = output(job.worker(0));
+  INFO(out);
+  CHECK(job.worker(0).exitCode() != 0);
+  CHECK(countOf(out, line) == 1);
+  CHECK(job.store().check({ddprun::recovery::abandonedKey(ddprun::recovery::roundScope(0))}));
+}
+
 void killedRankIsReplaced(int world, int victim) {
   const auto reference = uninterrupted(world);
   Job job(world, 60);
@@ -199,14 +210,8 @@ TEST_CASE("in-job recovery: no new generation within the timeout, the survivor e
   REQUIRE(job.reach(1, 4));
   job.kill(1);
   job.notice(0);  // an agent took the failure up, and never replaces the rank
-  REQUIRE(job.worker(0).wait(std::chrono::seconds(60)));
-  const std::string out = output(job.worker(0));
-  INFO(out);
-  CHECK(job.worker(0).exitCode() != 0);
-  CHECK(countOf(out, "in-job recovery gave up in generation 0: no generation 1 came within 3 s") == 1);
-  // The agent learns that this round gave in-job recovery up.
-  const std::string key = ddprun::recovery::abandonedKey(ddprun::recovery::roundScope(0));
-  CHECK(job.store().check({key}));
+  checkSurvivorGaveUp(job, "in-job recovery gave up in generation 0: no generation 1 came within 3 s",
+                      std::chrono::seconds(60));
 }
 
 TEST_CASE("in-job recovery: a lost peer that no agent takes up (its node gone) ends the survivor's wait soon") {
@@ -216,12 +221,8 @@ TEST_CASE("in-job recovery: a lost peer that no agent takes up (its node gone) e
   job.startAll();
   REQUIRE(job.reach(1, 4));
   job.kill(1);
-  REQUIRE(job.worker(0).wait(std::chrono::seconds(30)));
-  const std::string out = output(job.worker(0));
-  INFO(out);
-  CHECK(job.worker(0).exitCode() != 0);
-  CHECK(countOf(out, "in-job recovery gave up in generation 0: no agent took the failure up within 2000 ms") == 1);
-  CHECK(job.store().check({ddprun::recovery::abandonedKey(ddprun::recovery::roundScope(0))}));
+  checkSurvivorGaveUp(job, "in-job recovery gave up in generation 0: no agent took the failure up within 2000 ms",
+                      std::chrono::seconds(30));
 }
 
 TEST_CASE("in-job recovery: an agent that took the failure up may replace the rank after the notice window") {
